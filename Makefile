@@ -1,0 +1,73 @@
+# Two commands: `make run` sets everything up and runs the system;
+# `make test` sets everything up and runs the whole test suite.
+# Both are safe to run again.
+
+SHELL := /bin/bash
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.requirements-$(shell sha1sum requirements.txt 2>/dev/null | cut -c1-12)
+PYTEST_ARGS ?=
+
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: run test test-fast setup system-packages venv redis migrate admin seed lint typecheck clean
+
+run: setup migrate admin
+	@$(BIN)/python manage.py print_urls
+	@exec $(BIN)/honcho start -f Procfile
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Everything but the crash, browser, Spark, protocol and service groups.
+test-fast: venv
+	$(BIN)/python -m pytest -m "not slow and not crash and not browser and not spark and not protocol and not services" $(PYTEST_ARGS)
+
+setup: system-packages venv redis
+
+# apt-get only what is missing: redis-server, a Java 17+ runtime, chromium.
+system-packages:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	{ command -v java >/dev/null && java -version 2>&1 | grep -Eq 'version "(1[7-9]|2[0-9])'; } || missing="$$missing openjdk-17-jre-headless"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	command -v $(PY) >/dev/null || command -v python3 >/dev/null || missing="$$missing python3 python3-venv"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt
+	@command -v $(PY) >/dev/null && py=$(PY) || py=python3; \
+	[ -x $(BIN)/python ] || $$py -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt
+	@rm -f $(VENV)/.requirements-*; touch $@
+
+# Make sure Redis answers at REDIS_URL; start a private one under var/ if not.
+redis: venv
+	@$(BIN)/python -m console.core.ensure_redis
+
+migrate: venv
+	$(BIN)/python manage.py migrate --noinput
+
+admin: venv
+	@$(BIN)/python manage.py ensure_admin
+
+seed: migrate
+	$(BIN)/python manage.py seed_demo
+
+lint: venv
+	$(BIN)/ruff check broker_core console tests bench
+	$(BIN)/ruff format --check broker_core console tests bench
+
+typecheck: venv
+	$(BIN)/mypy broker_core
+
+clean:
+	rm -rf var/store var/tmp

@@ -1,0 +1,129 @@
+"""The one exception hierarchy of the broker core.
+
+Expected outcomes (no new message, offset out of range, a flush timeout) are
+returned as enum statuses in result dataclasses; these exceptions are faults
+the caller must handle. The console maps them to HTTP answers in one place, and
+the gRPC endpoint to RocketMQ status codes.
+"""
+
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    """Base class of every error raised by ``broker_core``."""
+
+    #: Short stable code, used by the console's JSON errors and by logs.
+    code = "broker_error"
+
+
+class ValidationError(BrokerError):
+    """Bad input from a caller: nothing was written."""
+
+    code = "invalid"
+
+
+class InvalidTopicError(ValidationError):
+    code = "invalid_topic"
+
+
+class InvalidGroupError(ValidationError):
+    code = "invalid_group"
+
+
+class TopicNotAllowedError(ValidationError):
+    """A system topic that clients may not send to."""
+
+    code = "topic_forbidden"
+
+
+class MessageTooLargeError(ValidationError):
+    code = "message_too_large"
+
+
+class InvalidMessageError(ValidationError):
+    code = "invalid_message"
+
+
+class InvalidQueueError(ValidationError):
+    code = "invalid_queue"
+
+
+class TopicNotFoundError(BrokerError):
+    code = "topic_not_found"
+
+
+class TopicExistsError(BrokerError):
+    code = "topic_exists"
+
+
+class MessageNotFoundError(BrokerError):
+    code = "message_not_found"
+
+
+class StoreError(BrokerError):
+    """The store on disk is unusable (corrupt beyond repair, locked, closed)."""
+
+    code = "store_error"
+
+
+class StoreClosedError(StoreError):
+    code = "store_closed"
+
+
+class CorruptRecordError(StoreError):
+    code = "corrupt_record"
+
+
+class TransactionError(BrokerError):
+    code = "transaction_error"
+
+
+class UnknownTransactionError(TransactionError):
+    code = "unknown_transaction"
+
+
+class TransactionConflictError(TransactionError):
+    """A resolution that contradicts the half's recorded outcome."""
+
+    code = "transaction_conflict"
+
+
+class WrongProducerGroupError(TransactionError):
+    code = "wrong_producer_group"
+
+
+class IllegalTransactionOperationError(TransactionError):
+    """RocketMQ's ILLEGAL_OPERATION (604): the half is left to the check."""
+
+    code = "illegal_operation"
+
+
+class DelayError(BrokerError):
+    code = "delay_error"
+
+
+class InvalidDelayError(DelayError, ValidationError):
+    code = "invalid_delay"
+
+
+class RecallError(DelayError):
+    code = "recall_failed"
+
+
+class FilterError(ValidationError):
+    code = "filter_error"
+
+
+class FilterSyntaxError(FilterError):
+    """An SQL92 expression that does not parse; carries the position."""
+
+    code = "filter_syntax"
+
+    def __init__(self, message: str, position: int = -1, expected: str = "") -> None:
+        super().__init__(message)
+        self.position = position
+        self.expected = expected
+
+
+class FilterEvaluationError(FilterError):
+    code = "filter_evaluation"

@@ -1,0 +1,52 @@
+"""API plumbing shared by every app: errors as JSON with a code and a message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from broker_core import errors
+
+# The one place where broker faults become HTTP answers.
+_STATUS_BY_ERROR: list[tuple[type[errors.BrokerError], int]] = [
+    (errors.TopicNotFoundError, status.HTTP_404_NOT_FOUND),
+    (errors.MessageNotFoundError, status.HTTP_404_NOT_FOUND),
+    (errors.UnknownTransactionError, status.HTTP_404_NOT_FOUND),
+    (errors.TopicExistsError, status.HTTP_409_CONFLICT),
+    (errors.TransactionConflictError, status.HTTP_409_CONFLICT),
+    (errors.ValidationError, status.HTTP_400_BAD_REQUEST),
+    (errors.TransactionError, status.HTTP_400_BAD_REQUEST),
+    (errors.DelayError, status.HTTP_400_BAD_REQUEST),
+    (errors.StoreError, status.HTTP_503_SERVICE_UNAVAILABLE),
+]
+
+
+def http_status_for(exc: errors.BrokerError) -> int:
+    """Return the HTTP status that answers a broker error."""
+    for cls, code in _STATUS_BY_ERROR:
+        if isinstance(exc, cls):
+            return code
+    return status.HTTP_500_INTERNAL_SERVER_ERROR
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Answer every API error as ``{"code": ..., "message": ...}``."""
+    if isinstance(exc, errors.BrokerError):
+        return Response(
+            {"code": exc.code, "message": str(exc)}, status=http_status_for(exc)
+        )
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    detail = response.data
+    code = getattr(exc, "default_code", "error")
+    if isinstance(detail, dict) and "detail" in detail:
+        message = str(detail["detail"])
+        code = getattr(detail["detail"], "code", code)
+        response.data = {"code": code, "message": message}
+    else:
+        response.data = {"code": code, "message": "Invalid input.", "fields": detail}
+    return response

@@ -1,0 +1,78 @@
+"""Component checks behind ``/healthz``."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import connection
+
+BEAT_KEY = "console:beat:last_tick"
+#: Beat ticks every 10 s; three missed ticks mean it is down.
+BEAT_STALE_AFTER = 35.0
+
+
+def redis_client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+
+
+def check_database() -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return {"vendor": connection.vendor}
+
+
+def check_redis() -> dict[str, Any]:
+    redis_client().ping()
+    return {"url": settings.REDIS_URL.split("@")[-1]}
+
+
+def check_store() -> dict[str, Any]:
+    path = settings.BROKER_STORE_DIR
+    path.mkdir(parents=True, exist_ok=True)
+    if not os.access(path, os.W_OK):
+        raise RuntimeError(f"{path} is not writable")
+    return {"path": str(path)}
+
+
+def check_beat() -> dict[str, Any]:
+    raw = redis_client().get(BEAT_KEY)
+    if raw is None:
+        raise RuntimeError("beat has never ticked")
+    age = time.time() - float(raw)
+    if age > BEAT_STALE_AFTER:
+        raise RuntimeError(f"last tick {age:.0f}s ago")
+    return {"last_tick_age_s": round(age, 1)}
+
+
+def check_grpc() -> dict[str, Any]:
+    host, _, port = settings.GRPC_LISTEN.rpartition(":")
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=2):
+        pass
+    return {"listen": settings.GRPC_LISTEN}
+
+
+CHECKS: dict[str, Callable[[], dict[str, Any]]] = {
+    "database": check_database,
+    "redis": check_redis,
+    "store": check_store,
+    "beat": check_beat,
+    "grpc": check_grpc,
+}
+
+
+def run_checks() -> tuple[bool, dict[str, Any]]:
+    """Run every check; return (all up, per-component state)."""
+    components: dict[str, Any] = {}
+    for name, check in CHECKS.items():
+        try:
+            components[name] = {"status": "up", **check()}
+        except Exception as exc:  # noqa: BLE001 - any failure means "down"
+            components[name] = {"status": "down", "error": str(exc) or type(exc).__name__}
+    healthy = all(c["status"] == "up" for c in components.values())
+    return healthy, components
