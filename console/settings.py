@@ -118,6 +118,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -134,6 +135,7 @@ SPARK_MASTER = env.str("SPARK_MASTER", default="local[*]")
 REPORTS_DIR = Path(env.str("REPORTS_DIR", default=str(VAR_DIR / "reports")))
 TRANSACTION_CHECK_INTERVAL = env.float("TRANSACTION_CHECK_INTERVAL", default=60.0)
 DELAY_TICK_INTERVAL = env.float("DELAY_TICK_INTERVAL", default=1.0)
+BEAT_HEARTBEAT_INTERVAL = env.float("BEAT_HEARTBEAT_INTERVAL", default=10.0)
 
 # --- Celery -----------------------------------------------------------------
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
@@ -148,8 +150,8 @@ CELERY_BEAT_SCHEDULE = {
     # Heartbeat: proves beat is alive; /healthz reads the time it last ran.
     "beat-heartbeat": {
         "task": "core.beat_heartbeat",
-        "schedule": timedelta(seconds=10),
-        "options": {"expires": 10},
+        "schedule": timedelta(seconds=BEAT_HEARTBEAT_INTERVAL),
+        "options": {"expires": BEAT_HEARTBEAT_INTERVAL},
     },
 }
 
