@@ -22,6 +22,10 @@ logconfig_dict = {
     "root": {"handlers": ["stdout"], "level": "INFO"},
     "loggers": {
         "gunicorn.error": {"handlers": ["stdout"], "level": "INFO", "propagate": False},
-        "gunicorn.access": {"handlers": ["stdout"], "level": "INFO", "propagate": False},
+        "gunicorn.access": {
+            "handlers": ["stdout"],
+            "level": "INFO",
+            "propagate": False,
+        },
     },
 }

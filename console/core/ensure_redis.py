@@ -43,14 +43,22 @@ def ensure(url: str, var_dir: Path) -> str:
     subprocess.run(
         [
             server,
-            "--daemonize", "yes",
-            "--bind", "127.0.0.1",
-            "--port", str(port),
-            "--dir", str(data.resolve()),
-            "--pidfile", str((data / "redis.pid").resolve()),
-            "--logfile", str((data / "redis.log").resolve()),
-            "--save", "",
-            "--appendonly", "no",
+            "--daemonize",
+            "yes",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            str(data.resolve()),
+            "--pidfile",
+            str((data / "redis.pid").resolve()),
+            "--logfile",
+            str((data / "redis.log").resolve()),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
         ],
         check=True,
     )
@@ -64,7 +72,9 @@ def ensure(url: str, var_dir: Path) -> str:
 
 def main() -> None:
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    var_dir = Path(os.environ.get("VAR_DIR", Path(__file__).resolve().parents[2] / "var"))
+    var_dir = Path(
+        os.environ.get("VAR_DIR", Path(__file__).resolve().parents[2] / "var")
+    )
     state = ensure(url, var_dir)
     print(f"redis {state} at {url}", file=sys.stderr)
 

@@ -73,6 +73,9 @@ def run_checks() -> tuple[bool, dict[str, Any]]:
         try:
             components[name] = {"status": "up", **check()}
         except Exception as exc:  # noqa: BLE001 - any failure means "down"
-            components[name] = {"status": "down", "error": str(exc) or type(exc).__name__}
+            components[name] = {
+                "status": "down",
+                "error": str(exc) or type(exc).__name__,
+            }
     healthy = all(c["status"] == "up" for c in components.values())
     return healthy, components

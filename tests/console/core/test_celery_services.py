@@ -33,18 +33,27 @@ def test_beat_schedules_and_worker_runs_heartbeat(tmp_path):
     }
     python = sys.executable
     subprocess.run(
-        [python, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True
+        [python, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
     )
     celery = [python, "-m", "celery", "-A", "console"]
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("worker", "beat")}
     procs = [
         subprocess.Popen(
             [*celery, "worker", "--concurrency", "1", "--pool", "solo", "-n", "t1@%h"],
-            cwd=ROOT, env=env, stdout=logs["worker"], stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+            stdout=logs["worker"],
+            stderr=subprocess.STDOUT,
         ),
         subprocess.Popen(
             [*celery, "beat", "-s", str(tmp_path / "beat-schedule")],
-            cwd=ROOT, env=env, stdout=logs["beat"], stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+            stdout=logs["beat"],
+            stderr=subprocess.STDOUT,
         ),
     ]
     try:

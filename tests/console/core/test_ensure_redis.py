@@ -30,4 +30,3 @@ def test_starts_private_redis_then_reuses_it(tmp_path):
             redis.Redis.from_url(url).shutdown(nosave=True)
         except redis.ConnectionError:
             pass
-

@@ -54,7 +54,9 @@ def test_healthz_names_stale_beat_and_dead_redis(settings):
     assert "beat" in body["down"] and "redis" in body["down"]
     settings.REDIS_URL = "redis://127.0.0.1:6379/15"
     health.redis_client().delete(health.BEAT_KEY)
-    assert "never ticked" in Client().get("/healthz").json()["components"]["beat"]["error"]
+    assert (
+        "never ticked" in Client().get("/healthz").json()["components"]["beat"]["error"]
+    )
 
 
 def test_healthz_needs_no_sign_in_but_overview_does(db):
