@@ -3,3 +3,34 @@ delayed delivery, filters and the RocketMQ 5 gRPC endpoint.
 
 It imports no Django, Celery or PySpark: adapters to those live in ``console``.
 """
+
+from broker_core.broker import Broker, SendHook
+from broker_core.dispatch import DispatchRequest
+from broker_core.message import (
+    Message,
+    MessageExt,
+    MessageInner,
+    PullResult,
+    PullStatus,
+    PutResult,
+    SendResult,
+    SendStatus,
+)
+from broker_core.record import decode_buffer
+from broker_core.store import MessageStore
+
+__all__ = [
+    "Broker",
+    "DispatchRequest",
+    "Message",
+    "MessageExt",
+    "MessageInner",
+    "MessageStore",
+    "PullResult",
+    "PullStatus",
+    "PutResult",
+    "SendHook",
+    "SendResult",
+    "SendStatus",
+    "decode_buffer",
+]

@@ -48,6 +48,12 @@ class InvalidQueueError(ValidationError):
     code = "invalid_queue"
 
 
+class InvalidOffsetError(ValidationError):
+    """A consumer offset that is negative or past the queue's end."""
+
+    code = "invalid_offset"
+
+
 class TopicNotFoundError(BrokerError):
     code = "topic_not_found"
 

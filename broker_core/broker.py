@@ -1,0 +1,358 @@
+"""The client facade: ``Broker.open(store_dir, flush=..., **config)``.
+
+Everything outside the store (console, gRPC endpoint, benchmarks) sends, pulls
+and administers through this class. Services that need internal writes use
+``broker.store`` (a ``MessageStore``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from broker_core.config import StoreConfig
+from broker_core.errors import (
+    InvalidQueueError,
+    MessageNotFoundError,
+    TopicNotFoundError,
+    ValidationError,
+)
+from broker_core.message import (
+    PROPERTY_UNIQ_KEY,
+    Message,
+    MessageExt,
+    MessageInner,
+    PullResult,
+    PullStatus,
+    SendResult,
+)
+from broker_core.metadata import MessageType, TopicConfig
+from broker_core.msgid import UniqKeyGenerator
+from broker_core.record import decode_offset_msg_id, offset_msg_id, parse_host
+from broker_core.store import MessageStore, PutItem
+from broker_core.tags import parse_subscription, tags_code
+from broker_core.validation import validate_body, validate_group, validate_send_topic
+
+#: A send hook may rewrite a message before it is stored (delay levels, timers,
+#: transactions): it returns the ``MessageInner`` to store instead.
+SendHook = Callable[[MessageInner], MessageInner]
+
+_BORN_HOST = "127.0.0.1:0"
+
+
+class Broker:
+    """An open broker store. Use ``Broker.open``; close it or use ``with``."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self.config = store.config
+        self._ids = UniqKeyGenerator()
+        self._rr: dict[str, itertools.count[int]] = {}
+        self._valid_topics: set[str] = set()
+        self._hooks: list[SendHook] = []
+        self._born_ip, self._born_port = parse_host(_BORN_HOST)
+        self._id_prefix = offset_msg_id(store.store_ip, store.store_port, 0)[:16]
+
+    @classmethod
+    def open(cls, store_dir: str | os.PathLike[str], flush: str = "async", **config: Any) -> Broker:
+        """Open (creating or recovering) the store in ``store_dir``.
+
+        ``flush`` is "async" or "sync"; ``config`` keys are ``StoreConfig`` fields
+        (``segment_size``, ``flush_interval_ms``, ``auto_create_topic``,
+        ``default_queue_nums``, ``max_message_size``, ``message_delay_level`` ...).
+        Raises ``ValidationError`` for bad settings, ``StoreError`` if unusable.
+        """
+        cfg = StoreConfig.from_kwargs(flush=flush, **config)
+        return cls(MessageStore(Path(store_dir), cfg))
+
+    def close(self) -> None:
+        """Flush and close; safe to call twice."""
+        self.store.close()
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def add_send_hook(self, hook: SendHook) -> None:
+        """Let ``hook`` rewrite every client message before it is stored."""
+        self._hooks.append(hook)
+
+    # -- sending -------------------------------------------------------------
+    def _prepare(self, m: Message, uniq: str, now: int) -> PutItem:
+        topic = m.topic
+        if topic not in self._valid_topics:
+            validate_send_topic(topic)
+            if len(self._valid_topics) < 100_000:
+                self._valid_topics.add(topic)
+        body = m.body
+        if not isinstance(body, bytes) or not 0 < len(body) <= self.config.max_message_size:
+            validate_body(body, self.config.max_message_size)
+            body = bytes(body)
+        cfg = self.store.topics.topics.get(topic)
+        if m.queue_id is None:
+            counter = self._rr.get(topic)
+            if counter is None:
+                counter = self._rr[topic] = itertools.count()
+            nq = cfg.write_queue_nums if cfg else self.config.default_queue_nums
+            qid = next(counter) % nq
+        else:
+            qid = m.queue_id
+            if qid < 0:
+                raise InvalidQueueError(f"queue id {qid} is negative")
+        parts = []
+        if m.properties:
+            parts.extend(f"{k}\x01{v}\x02" for k, v in m.properties.items() if v is not None)
+        tags = m.tags
+        if tags:
+            parts.append(f"TAGS\x01{tags}\x02")
+        keys = m.keys
+        if keys:
+            ks = keys if isinstance(keys, str) else " ".join(keys)
+            parts.append(f"KEYS\x01{ks}\x02")
+        parts.append(f"UNIQ_KEY\x01{uniq}\x02")
+        pb = "".join(parts).encode()
+        if len(pb) > self.config.max_properties_size:
+            from broker_core.validation import validate_properties_size
+
+            validate_properties_size(pb, self.config.max_properties_size)
+        return (
+            topic, qid, body, pb, tags_code(tags), 0, m.flag, 0, now,
+            self._born_ip, self._born_port, 0, 0,
+        )
+
+    def send(self, message: Message) -> SendResult:
+        """Store one message; return its ids, queue and offset.
+
+        Raises ``InvalidTopicError``, ``TopicNotAllowedError``, ``InvalidMessageError``,
+        ``MessageTooLargeError``, ``InvalidQueueError``, ``TopicNotFoundError`` (when
+        ``auto_create_topic`` is off). With ``flush="sync"`` the status is
+        ``FLUSH_DISK_TIMEOUT`` if the disk did not confirm in time.
+        """
+        return self.send_batch((message,))[0]
+
+    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        """Store messages atomically in order under one lock and one write.
+
+        Every message is validated before anything is written.
+        """
+        now = int(time.time() * 1000)
+        if len(messages) == 1:
+            uniqs = [self._ids.next(now)]
+        else:
+            uniqs = self._ids.next_many(len(messages), now)
+        items = [self._prepare(m, u, now) for m, u in zip(messages, uniqs, strict=True)]
+        if self._hooks:
+            items = self._apply_hooks(items)
+        results = self.store.put_items(items, auto_create=self.config.auto_create_topic)
+        prefix = self._id_prefix
+        return [
+            SendResult(u, f"{prefix}{r.commit_log_offset:016X}", it[1], r.queue_offset,
+                       r.status, it[0], r.commit_log_offset)
+            for u, r, it in zip(uniqs, results, items, strict=True)
+        ]
+
+    def _apply_hooks(self, items: list[PutItem]) -> list[PutItem]:
+        from broker_core.message import decode_properties
+
+        out: list[PutItem] = []
+        for it in items:
+            inner = MessageInner(
+                topic=it[0], queue_id=it[1], body=it[2],
+                properties=decode_properties(it[3].decode()), flag=it[6],
+                sysflag=it[7], born_timestamp=it[8],
+            )
+            for hook in self._hooks:
+                inner = hook(inner)
+            out.extend(self.store.prepare_inner([inner]))
+        return out
+
+    # -- consuming -----------------------------------------------------------
+    def pull(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int = 32,
+        expression: str | None = "*",
+    ) -> PullResult:
+        """Read up to ``max_messages`` from a queue starting at logical ``offset``.
+
+        ``expression`` is a tag subscription (``*`` or ``a || b``). Statuses:
+        FOUND, NO_NEW_MSG (offset == max), NO_MATCHED_MSG (all filtered out;
+        ``next_offset`` skips them), OFFSET_ILLEGAL (outside [min, max];
+        ``next_offset`` is the nearest valid offset). Raises ``InvalidGroupError``,
+        ``TopicNotFoundError``, ``InvalidQueueError``, ``ValidationError``.
+        """
+        validate_group(group)
+        store = self.store
+        cfg = store.topics.topics.get(topic)
+        if cfg is None:
+            cfg = store.get_topic(topic)
+        if not 0 <= queue_id < cfg.queue_nums:
+            raise InvalidQueueError(f"queue id {queue_id} is out of range for {topic!r}")
+        if max_messages < 1:
+            raise ValidationError("max_messages must be at least 1")
+        flt = parse_subscription(expression)
+        cq = store.cqs.get(topic, queue_id)
+        lo, hi = cq.min_offset(), cq.max_offset()
+        if offset < lo or offset > hi:
+            nxt = lo if offset < lo else hi
+            return PullResult([], nxt, PullStatus.OFFSET_ILLEGAL, lo, hi)
+        if offset == hi:
+            return PullResult([], hi, PullStatus.NO_NEW_MSG, lo, hi)
+        decode = store.commitlog.decode_at
+        msgs: list[MessageExt] = []
+        pos = offset
+        if flt.match_all:
+            for phys, _size, _code in cq.read_units(offset, max_messages):
+                msgs.append(decode(phys))
+            pos += len(msgs)
+        else:
+            budget = max(max_messages * 16, 512)
+            while len(msgs) < max_messages and pos < hi and budget > 0:
+                units = cq.read_units(pos, min(budget, 256))
+                if not units:
+                    break
+                for phys, _size, code in units:
+                    pos += 1
+                    budget -= 1
+                    if flt.matches_code(code):
+                        m = decode(phys)
+                        if flt.matches_tag(m.tags):
+                            msgs.append(m)
+                            if len(msgs) >= max_messages:
+                                break
+        status = PullStatus.FOUND if msgs else PullStatus.NO_MATCHED_MSG
+        return PullResult(msgs, pos, status, lo, hi)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Persist a group's next offset on a queue (see ``MessageStore.commit_offset``)."""
+        self.store.commit_offset(group, topic, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Return a group's committed offset on a queue, or -1 if none."""
+        return self.store.committed_offset(group, topic, queue_id)
+
+    # -- look-ups ------------------------------------------------------------
+    def get_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """Return a message by offset id or by ``UNIQ_KEY`` (optionally within ``topic``).
+
+        Raises ``MessageNotFoundError``.
+        """
+        decoded = decode_offset_msg_id(msg_id)
+        if decoded is not None:
+            try:
+                msg = self.store.read_message(decoded[1])
+            except MessageNotFoundError:
+                msg = None
+            if msg is not None and msg.offset_msg_id == msg_id.upper():
+                return msg
+        self.store.build_index()
+        topics = [topic] if topic else [t.topic_name for t in self.store.list_topics()]
+        for t in topics:
+            for off in self.store.index.query(f"{t}#{msg_id}", 0, 1 << 62, 64):
+                try:
+                    msg = self.store.read_message(off)
+                except MessageNotFoundError:
+                    continue
+                if msg.topic == t and msg.properties.get(PROPERTY_UNIQ_KEY) == msg_id:
+                    return msg
+        raise MessageNotFoundError(f"no message with id {msg_id!r}")
+
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        max_messages: int = 32,
+    ) -> list[MessageExt]:
+        """Return messages of ``topic`` whose KEYS (or UNIQ_KEY) include ``key``,
+        stored within ``[begin_ms, end_ms]``, oldest first, at most ``max_messages``."""
+        end = (1 << 62) if end_ms is None else end_ms
+        self.store.build_index()
+        seen: set[int] = set()
+        out: list[MessageExt] = []
+        for off in self.store.index.query(f"{topic}#{key}", begin_ms, end, max_messages * 4):
+            if off in seen:
+                continue
+            seen.add(off)
+            try:
+                msg = self.store.read_message(off)
+            except MessageNotFoundError:
+                continue
+            keys = (msg.keys or "").split(" ")
+            if msg.topic != topic or not (key in keys or msg.properties.get(PROPERTY_UNIQ_KEY) == key):
+                continue
+            if begin_ms <= msg.store_timestamp <= end:
+                out.append(msg)
+        out.sort(key=lambda m: m.commit_log_offset)
+        return out[-max_messages:] if len(out) > max_messages else out
+
+    # -- administration ------------------------------------------------------
+    def create_topic(
+        self,
+        topic: str,
+        read_queue_nums: int = 4,
+        write_queue_nums: int | None = None,
+        perm: int = 6,
+        message_type: str = MessageType.NORMAL.value,
+    ) -> TopicConfig:
+        """Create a topic (see ``MessageStore.create_topic``)."""
+        return self.store.create_topic(topic, read_queue_nums, write_queue_nums, perm, message_type)
+
+    def update_topic(self, topic: str, **changes: Any) -> TopicConfig:
+        """Update ``read_queue_nums``, ``write_queue_nums``, ``perm`` or ``message_type``."""
+        return self.store.update_topic(topic, **changes)
+
+    def delete_topic(self, topic: str) -> None:
+        self._valid_topics.discard(topic)
+        self._rr.pop(topic, None)
+        self.store.delete_topic(topic)
+
+    def list_topics(self) -> list[TopicConfig]:
+        return self.store.list_topics()
+
+    def stats(self) -> dict[str, Any]:
+        """Return positions, sizes and per-topic queue depths."""
+        s = self.store
+        topics = {}
+        for cfg in s.list_topics():
+            depths = [s.max_offset(cfg.topic_name, q) for q in range(cfg.queue_nums)]
+            topics[cfg.topic_name] = {"queues": cfg.queue_nums, "messages": sum(depths),
+                                      "depths": depths}
+        st = s.state
+        return {
+            "store_dir": str(s.root),
+            "flush": s.config.flush,
+            "commit_offset": st.commit_pos,
+            "dispatched_offset": st.dispatched_pos,
+            "flushed_offset": st.flushed_pos,
+            "indexed_offset": st.indexed_pos,
+            "segments": len(s.commitlog.segments.list_bases()),
+            "segment_size": s.config.segment_size,
+            "fsyncs": s.flusher.fsync_count,
+            "topics": topics,
+            "recovery": None if s.recovery_info is None else {
+                "abnormal": s.recovery_info.abnormal,
+                "log_end": s.recovery_info.log_end,
+                "truncated": s.recovery_info.truncated,
+                "seconds": round(s.recovery_info.seconds, 4),
+            },
+        }
+
+
+__all__ = ["Broker", "SendHook", "TopicNotFoundError"]

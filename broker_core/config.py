@@ -1,0 +1,81 @@
+"""Store configuration: every ``**config`` key of ``Broker.open``."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from broker_core.errors import ValidationError
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """Parse ``messageDelayLevel``: level k+1 is token k; returns delays in ms.
+
+    Raises ``ValidationError`` on an empty token, unknown unit or bad number, as
+    RocketMQ's ``parseDelayLevel`` fails the load.
+    """
+    out = []
+    for token in text.split(" "):
+        unit = _UNIT_MS.get(token[-1:]) if token else None
+        if unit is None or not token[:-1].isdigit():
+            raise ValidationError(f"bad delay level token {token!r} in {text!r}")
+        out.append(int(token[:-1]) * unit)
+    return out
+
+
+@dataclass(slots=True)
+class StoreConfig:
+    """Settings of one open store; unknown keys are rejected by ``from_kwargs``."""
+
+    #: "async": a background flusher writes the log every ``flush_interval_ms``;
+    #: "sync": a send returns once its bytes are on disk (group commit).
+    flush: str = "async"
+    flush_interval_ms: int = 500
+    #: A sync send waits at most this long for its flush (then FLUSH_DISK_TIMEOUT).
+    sync_flush_timeout_ms: int = 5000
+    segment_size: int = 1 << 30
+    #: Consume-queue units per consume-queue file (RocketMQ: 300,000 = 6,000,000 B).
+    cq_units_per_file: int = 300_000
+    index_slots: int = 5_000_000
+    index_entries: int = 20_000_000
+    #: Build the index from the flusher thread; False leaves it to queries.
+    index_in_background: bool = True
+    max_message_size: int = 4 * 1024 * 1024
+    max_properties_size: int = 32 * 1024
+    auto_create_topic: bool = True
+    default_queue_nums: int = 4
+    store_host: str = "127.0.0.1:10911"
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    #: Normal recovery CRC-checks at most this many bytes at the log's tail.
+    recover_verify_max_bytes: int = 32 * 1024 * 1024
+    #: How often a process with dispatchers polls for other processes' appends.
+    reput_interval_ms: int = 20
+    delay_levels_ms: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.flush not in ("async", "sync"):
+            raise ValidationError(f"flush must be 'async' or 'sync', not {self.flush!r}")
+        if self.segment_size < 4096:
+            raise ValidationError("segment_size must be at least 4096")
+        if self.default_queue_nums < 1:
+            raise ValidationError("default_queue_nums must be at least 1")
+        self.delay_levels_ms = parse_delay_levels(self.message_delay_level)
+
+    @classmethod
+    def from_kwargs(cls, flush: str = "async", **config: object) -> StoreConfig:
+        """Build a config; raise ``ValidationError`` for an unknown key."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"delay_levels_ms"}
+        unknown = set(config) - names
+        if unknown:
+            raise ValidationError(f"unknown store settings: {sorted(unknown)}")
+        return cls(flush=flush, **config)  # type: ignore[arg-type]
+
+    def delay_ms(self, level: int) -> int:
+        """Return the delay of ``level`` (1-based), capped at the highest level."""
+        levels = self.delay_levels_ms
+        if level < 1:
+            return 0
+        return levels[min(level, len(levels)) - 1]

@@ -1,0 +1,188 @@
+"""Consume queues: per (topic, queue id) arrays of 20-byte units (§3.2).
+
+Unit ``k`` (logical offset k) sits at byte ``k * 20`` and holds the record's
+commit-log offset, size and tag hash code. Units are written only for records
+below the log's commit position, always as a dense prefix, so a zero size marks
+the end; every process finds new units by reading forward from its last known
+end, with no message between processes.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+from broker_core.segment_queue import SegmentQueue
+
+# commitLogOffset q | size i | tagsCode q  (big-endian; tag field at byte 12)
+UNIT = struct.Struct(">qiq")
+UNIT_SIZE = UNIT.size  # 20
+_SIZE_FIELD = struct.Struct(">i")
+
+
+class ConsumeQueue:
+    """The units of one (topic, queue id)."""
+
+    def __init__(self, root: Path, topic: str, queue_id: int, units_per_file: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.units_per_file = units_per_file
+        self.segments = SegmentQueue(
+            root / "consumequeue" / topic / str(queue_id), units_per_file * UNIT_SIZE
+        )
+        self._max: int | None = None
+        #: Units below this are known flushed by this process.
+        self.flushed_offset = 0
+
+    # -- offsets -------------------------------------------------------------
+    def _unit_size_at(self, offset: int) -> int:
+        seg = self.segments.segment(offset * UNIT_SIZE)
+        if seg is None:
+            return 0
+        at = (offset % self.units_per_file) * UNIT_SIZE + 8
+        return int(_SIZE_FIELD.unpack_from(seg.view, at)[0])
+
+    def _load_max(self) -> int:
+        bases = self.segments.list_bases()
+        for base in reversed(bases):
+            first = base // UNIT_SIZE
+            if self._unit_size_at(first) == 0:
+                continue
+            lo, hi = first, first + self.units_per_file  # lo holds data, hi not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self._unit_size_at(mid) > 0:
+                    lo = mid
+                else:
+                    hi = mid
+            return hi
+        return bases[0] // UNIT_SIZE if bases else 0
+
+    def max_offset(self) -> int:
+        """Return the next logical offset (units written by any process included)."""
+        m = self._max
+        if m is None:
+            m = self._load_max()
+        while self._unit_size_at(m) > 0:
+            m += 1
+        self._max = m
+        return m
+
+    def min_offset(self) -> int:
+        bases = self.segments.list_bases()
+        return bases[0] // UNIT_SIZE if bases else 0
+
+    # -- writing -------------------------------------------------------------
+    def put_units(self, first: int, units: list[tuple[int, int, int]]) -> None:
+        """Write ``units`` (offset, size, tag code) at logical offsets ``first``...."""
+        per = self.units_per_file
+        i = 0
+        n = len(units)
+        while i < n:
+            off = first + i
+            room = per - off % per
+            chunk = units[i : i + room]
+            seg = self.segments.segment(off * UNIT_SIZE, create=True)
+            assert seg is not None
+            data = b"".join([UNIT.pack(*u) for u in chunk])
+            seg.write((off % per) * UNIT_SIZE, data)
+            i += len(chunk)
+        end = first + n
+        if self._max is not None and end > self._max:
+            self._max = end
+
+    # -- reading -------------------------------------------------------------
+    def read_units(self, start: int, count: int) -> list[tuple[int, int, int]]:
+        """Return up to ``count`` units from logical offset ``start`` (stops at the end)."""
+        per = self.units_per_file
+        out: list[tuple[int, int, int]] = []
+        off = start
+        while len(out) < count:
+            seg = self.segments.segment(off * UNIT_SIZE)
+            if seg is None:
+                break
+            pos = (off % per) * UNIT_SIZE
+            take = min(count - len(out), per - off % per)
+            got = 0
+            for unit in UNIT.iter_unpack(seg.view[pos : pos + take * UNIT_SIZE]):
+                if unit[1] <= 0:
+                    return out
+                out.append(unit)
+                got += 1
+            off += got
+            if got < take:
+                break
+        return out
+
+    # -- maintenance ---------------------------------------------------------
+    def truncate_beyond(self, log_end: int) -> None:
+        """Zero units that point at or past ``log_end`` (after the log is cut)."""
+        m = self.max_offset()
+        k = m
+        while k > 0:
+            units = self.read_units(k - 1, 1)
+            if not units or units[0][0] + units[0][1] <= log_end:
+                break
+            k -= 1
+        if k < m:
+            self.segments.delete_from(k * UNIT_SIZE)
+        self._max = k
+
+    def flush(self) -> None:
+        """Flush units written since the last flush of this process."""
+        end = self.max_offset()
+        if end > self.flushed_offset:
+            self.segments.flush(self.flushed_offset * UNIT_SIZE, end * UNIT_SIZE)
+            self.flushed_offset = end
+
+    def close(self) -> None:
+        self.segments.close()
+
+
+class ConsumeQueueTable:
+    """Every consume queue of a store, opened lazily."""
+
+    def __init__(self, root: Path, units_per_file: int) -> None:
+        self.root = root
+        self.units_per_file = units_per_file
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            cq = ConsumeQueue(self.root, topic, queue_id, self.units_per_file)
+            self.queues[(topic, queue_id)] = cq
+        return cq
+
+    def on_disk(self) -> list[tuple[str, int]]:
+        """Return every (topic, queue id) with a directory under ``consumequeue/``."""
+        base = self.root / "consumequeue"
+        out = []
+        if base.is_dir():
+            for topic in os.listdir(base):
+                tdir = base / topic
+                if tdir.is_dir():
+                    out.extend((topic, int(q)) for q in os.listdir(tdir) if q.isdigit())
+        return sorted(out)
+
+    def drop(self, topic: str) -> None:
+        """Forget and delete every queue of ``topic``."""
+        for key in [k for k in self.queues if k[0] == topic]:
+            self.queues.pop(key).close()
+        tdir = self.root / "consumequeue" / topic
+        if tdir.is_dir():
+            for qdir in tdir.iterdir():
+                for f in qdir.iterdir():
+                    f.unlink()
+                qdir.rmdir()
+            tdir.rmdir()
+
+    def flush(self) -> None:
+        for cq in list(self.queues.values()):
+            cq.flush()
+
+    def close(self) -> None:
+        for cq in self.queues.values():
+            cq.close()
+        self.queues.clear()

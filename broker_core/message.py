@@ -1,0 +1,285 @@
+"""Message value types of the store: what callers send, what pulls return.
+
+``Message`` is the client view; ``MessageInner`` is the fully specified form that
+the store appends (the facade builds one per ``Message``; transaction and
+schedule services build their own through ``MessageStore.put_inner``).
+``MessageExt`` is a decoded commit-log record.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+# Property keys (RocketMQ ``MessageConst``).
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+
+# Separators of the properties string (``MessageDecoder``).
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# sysFlag bits (``MessageSysFlag``).
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+TRANSACTION_MASK = 0xC
+
+
+def transaction_value(sysflag: int) -> int:
+    """Return the transaction bits of ``sysflag`` (NOT, PREPARED, COMMIT, ROLLBACK)."""
+    return sysflag & TRANSACTION_MASK
+
+
+def reset_transaction_value(sysflag: int, value: int) -> int:
+    """Return ``sysflag`` with its transaction bits replaced by ``value``."""
+    return (sysflag & ~TRANSACTION_MASK) | value
+
+
+def encode_properties(properties: dict[str, str]) -> str:
+    """Encode properties as ``name\\x01value\\x02`` pairs; ``None`` values are skipped."""
+    return "".join(
+        f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None
+    )
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Decode a properties string the way ``MessageDecoder.string2messageProperties`` does.
+
+    A segment is kept only when its first ``\\x01`` leaves a non-empty name and a
+    non-empty value (the value may contain further ``\\x01``).
+    """
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for part in text.split("\x02"):
+        k, sep, v = part.partition("\x01")
+        if sep and k and v:
+            out[k] = v
+    return out
+
+
+@dataclass(slots=True)
+class Message:
+    """A message as a client sends it.
+
+    ``tags`` is one tag string; ``keys`` is a space-separated string or a list of
+    keys, each indexed for ``query_by_key``; ``properties`` are user properties.
+    """
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | list[str] | None = None
+    properties: dict[str, str] | None = None
+    queue_id: int | None = None
+    flag: int = 0
+
+    def keys_string(self) -> str | None:
+        """Return the keys as RocketMQ stores them: one space-separated string."""
+        if self.keys is None:
+            return None
+        if isinstance(self.keys, str):
+            return self.keys
+        return " ".join(self.keys)
+
+
+@dataclass(slots=True)
+class MessageInner:
+    """A fully specified message for ``MessageStore.put_inner``.
+
+    Unlike ``Message`` nothing is validated against the sendable-topic rules and
+    every stored field is chosen by the caller: the transaction and schedule
+    services use it to write half, op, commit and delayed messages.
+
+    ``properties`` must hold ``TAGS``/``KEYS``/``UNIQ_KEY`` when the message has
+    them (``tags_code`` is computed from ``TAGS`` on dispatch). ``queue_id`` must be
+    within the topic's queues. ``sysflag`` carries the transaction bits: records
+    whose transaction value is PREPARED or ROLLBACK get queue offset 0 and no
+    consume-queue unit; ROLLBACK records are not indexed (RocketMQ §1.5).
+    ``born_timestamp`` of 0 means "now".
+    """
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sysflag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+class SendStatus(enum.Enum):
+    """Outcome of a send (RocketMQ ``SendStatus``)."""
+
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+
+
+@dataclass(slots=True)
+class SendResult:
+    """What a send returns: ids, where the message landed, and the status."""
+
+    msg_id: str
+    offset_msg_id: str
+    queue_id: int
+    queue_offset: int
+    status: SendStatus = SendStatus.SEND_OK
+    topic: str = ""
+    commit_log_offset: int = 0
+
+
+@dataclass(slots=True)
+class PutResult:
+    """Outcome of ``MessageStore.put_inner``: the record's place in the log."""
+
+    commit_log_offset: int
+    size: int
+    queue_offset: int
+    store_timestamp: int
+    offset_msg_id: str
+    status: SendStatus = SendStatus.SEND_OK
+
+
+class PullStatus(enum.Enum):
+    """Outcome of a pull (RocketMQ client ``PullStatus``)."""
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+class MessageExt:
+    """A message decoded from the commit log.
+
+    Properties are parsed lazily: a pull that only needs the body does not pay
+    for them.
+    """
+
+    __slots__ = (
+        "topic",
+        "queue_id",
+        "flag",
+        "queue_offset",
+        "commit_log_offset",
+        "sysflag",
+        "born_timestamp",
+        "born_host",
+        "store_timestamp",
+        "store_host",
+        "reconsume_times",
+        "prepared_transaction_offset",
+        "body",
+        "body_crc",
+        "store_size",
+        "offset_msg_id",
+        "_props_raw",
+        "_props",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        flag: int,
+        queue_offset: int,
+        commit_log_offset: int,
+        sysflag: int,
+        born_timestamp: int,
+        born_host: str,
+        store_timestamp: int,
+        store_host: str,
+        reconsume_times: int,
+        prepared_transaction_offset: int,
+        body: bytes,
+        body_crc: int,
+        store_size: int,
+        offset_msg_id: str,
+        props_raw: bytes,
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.flag = flag
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.sysflag = sysflag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.body = body
+        self.body_crc = body_crc
+        self.store_size = store_size
+        self.offset_msg_id = offset_msg_id
+        self._props_raw = props_raw
+        self._props: dict[str, str] | None = None
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """All properties, user and system (``TAGS``, ``KEYS``, ``UNIQ_KEY`` ...)."""
+        if self._props is None:
+            self._props = decode_properties(self._props_raw.decode("utf-8"))
+        return self._props
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def msg_id(self) -> str:
+        """The UNIQ_KEY, or the offset id for records written without one."""
+        return self.properties.get(PROPERTY_UNIQ_KEY) or self.offset_msg_id
+
+    def to_inner(self) -> MessageInner:
+        """Return a ``MessageInner`` copy, for services that re-put a message."""
+        return MessageInner(
+            topic=self.topic,
+            queue_id=self.queue_id,
+            body=self.body,
+            properties=dict(self.properties),
+            flag=self.flag,
+            sysflag=self.sysflag,
+            born_timestamp=self.born_timestamp,
+            born_host=self.born_host,
+            reconsume_times=self.reconsume_times,
+            prepared_transaction_offset=self.prepared_transaction_offset,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, "
+            f"commit_log_offset={self.commit_log_offset}, msg_id={self.msg_id!r})"
+        )
+
+
+@dataclass(slots=True)
+class PullResult:
+    """What a pull returns: the messages, where to pull next, and the status."""
+
+    messages: list[MessageExt]
+    next_offset: int
+    status: PullStatus
+    min_offset: int = 0
+    max_offset: int = 0

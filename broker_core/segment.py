@@ -1,0 +1,69 @@
+"""One fixed-size memory-mapped segment file (RocketMQ ``MappedFile``).
+
+A segment is created sparse at its full size and mapped shared, so every
+process that maps it sees the others' writes at once through the page cache;
+``flush`` makes them durable.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+from broker_core.errors import StoreError
+
+
+def offset_to_name(offset: int) -> str:
+    """Return a segment file name: the base offset as 20 zero-padded digits."""
+    return f"{offset:020d}"
+
+
+class Segment:
+    """A mapped file of ``size`` bytes whose first byte has offset ``base``."""
+
+    __slots__ = ("path", "base", "size", "_fd", "_mm", "view")
+
+    def __init__(self, path: Path, base: int, size: int, create: bool) -> None:
+        self.path = path
+        self.base = base
+        self.size = size
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        try:
+            self._fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StoreError(f"cannot open segment {path}: {exc}") from exc
+        if os.fstat(self._fd).st_size < size:
+            # Sparse: the blocks are allocated as data is written.
+            os.ftruncate(self._fd, size)
+        self._mm = mmap.mmap(self._fd, size, mmap.MAP_SHARED)
+        self.view = memoryview(self._mm)
+
+    def write(self, pos: int, data: bytes | memoryview) -> None:
+        """Copy ``data`` to position ``pos`` of the segment (page cache only)."""
+        self.view[pos : pos + len(data)] = data
+
+    def flush(self) -> None:
+        """Write the segment's dirty pages to disk (fdatasync covers mmap writes)."""
+        os.fdatasync(self._fd)
+
+    def zero(self, pos: int, end: int | None = None) -> None:
+        """Zero bytes ``pos`` to ``end`` (default the end), e.g. to cut a torn tail."""
+        stop = self.size if end is None else end
+        chunk = bytes(min(stop - pos, 1 << 20))
+        while pos < stop:
+            n = min(len(chunk), stop - pos)
+            self.view[pos : pos + n] = chunk[:n]
+            pos += n
+
+    def close(self) -> None:
+        """Unmap and close; further access raises."""
+        try:
+            self.view.release()
+            self._mm.close()
+        except BufferError:
+            # A caller still holds a slice; the mapping goes when it is collected.
+            pass
+        os.close(self._fd)

@@ -1,0 +1,187 @@
+"""State shared by every process that has a store open, and the locks they use.
+
+``{root}/state`` is a 4 KiB file mapped by every process: the positions below
+are read without a lock (aligned native 8-byte stores and loads do not tear on
+the platforms this runs on) and written under the append lock. ``{root}/lock``
+carries one shared ``flock`` per open store; the opener that can take it
+exclusively knows it is alone and runs crash recovery.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import struct
+import threading
+from pathlib import Path
+from types import TracebackType
+
+from broker_core.errors import StoreError
+
+STATE_SIZE = 4096
+STATE_MAGIC = 0x524D5153544F5245  # "RMQSTORE"
+# Native, 8-byte aligned fields (``@q``: one aligned machine store each):
+# 0 magic | 8 commit_pos: end of the last complete record
+# 16 dispatched_pos: consume queues hold units for every record below it
+# 24 flushed_pos: the log is on disk below it | 32 indexed_pos: index built below it
+# 40 topics_version | 48 offsets_version: bumped when the JSON files change
+_Q = struct.Struct("@q")
+_MAGIC_AT, _COMMIT_AT, _DISPATCHED_AT, _FLUSHED_AT, _INDEXED_AT = 0, 8, 16, 24, 32
+_TOPICS_V_AT, _OFFSETS_V_AT = 40, 48
+
+
+class FileLock:
+    """An exclusive ``flock`` that also serialises the threads of this process."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._thread_lock = threading.RLock()
+        self._depth = 0
+
+    def acquire(self) -> None:
+        self._thread_lock.acquire()
+        if self._depth == 0:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self._depth += 1
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._thread_lock.release()
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class SharedState:
+    """The mapped ``state`` file plus the append and presence locks."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        path = root / "state"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < STATE_SIZE:
+                os.ftruncate(fd, STATE_SIZE)
+            self._mm = mmap.mmap(fd, STATE_SIZE, mmap.MAP_SHARED)
+        finally:
+            os.close(fd)
+        #: Serialises appends, topic changes and opening (recovery) across processes.
+        self.append_lock = FileLock(path)
+        #: Serialises index building, which runs beside appends.
+        self.index_lock = FileLock(root / "index.lock")
+        #: Serialises read-modify-write of consumer offsets.
+        self.offsets_lock = FileLock(root / "offsets.lock")
+        self._presence_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+
+    # -- presence ------------------------------------------------------------
+    def try_exclusive_presence(self) -> bool:
+        """Return True if no other process has the store open (call under append_lock)."""
+        try:
+            fcntl.flock(self._presence_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def share_presence(self) -> None:
+        """Hold a shared presence lock for the life of this open store."""
+        fcntl.flock(self._presence_fd, fcntl.LOCK_SH)
+
+    # -- positions -----------------------------------------------------------
+    def _get(self, at: int) -> int:
+        return int(_Q.unpack_from(self._mm, at)[0])
+
+    def _set(self, at: int, value: int) -> None:
+        _Q.pack_into(self._mm, at, value)
+
+    @property
+    def initialised(self) -> bool:
+        return self._get(_MAGIC_AT) == STATE_MAGIC
+
+    def reset(self, commit_pos: int, flushed_pos: int, indexed_pos: int) -> None:
+        """Set every position after recovery (only the sole opener calls this)."""
+        self._set(_COMMIT_AT, commit_pos)
+        self._set(_DISPATCHED_AT, commit_pos)
+        self._set(_FLUSHED_AT, min(flushed_pos, commit_pos))
+        self._set(_INDEXED_AT, min(indexed_pos, commit_pos))
+        self._set(_MAGIC_AT, STATE_MAGIC)
+
+    @property
+    def commit_pos(self) -> int:
+        return int(_Q.unpack_from(self._mm, _COMMIT_AT)[0])
+
+    @commit_pos.setter
+    def commit_pos(self, value: int) -> None:
+        _Q.pack_into(self._mm, _COMMIT_AT, value)
+
+    @property
+    def dispatched_pos(self) -> int:
+        return int(_Q.unpack_from(self._mm, _DISPATCHED_AT)[0])
+
+    @dispatched_pos.setter
+    def dispatched_pos(self, value: int) -> None:
+        _Q.pack_into(self._mm, _DISPATCHED_AT, value)
+
+    @property
+    def flushed_pos(self) -> int:
+        return self._get(_FLUSHED_AT)
+
+    def advance_flushed(self, value: int) -> None:
+        """Raise ``flushed_pos`` to ``value`` (a lost race only lowers it: safe)."""
+        if value > self._get(_FLUSHED_AT):
+            self._set(_FLUSHED_AT, value)
+
+    @property
+    def indexed_pos(self) -> int:
+        return self._get(_INDEXED_AT)
+
+    @indexed_pos.setter
+    def indexed_pos(self, value: int) -> None:
+        self._set(_INDEXED_AT, value)
+
+    @property
+    def topics_version(self) -> int:
+        return self._get(_TOPICS_V_AT)
+
+    def bump_topics_version(self) -> int:
+        v = self._get(_TOPICS_V_AT) + 1
+        self._set(_TOPICS_V_AT, v)
+        return v
+
+    @property
+    def offsets_version(self) -> int:
+        return self._get(_OFFSETS_V_AT)
+
+    def bump_offsets_version(self) -> int:
+        v = self._get(_OFFSETS_V_AT) + 1
+        self._set(_OFFSETS_V_AT, v)
+        return v
+
+    def close(self) -> None:
+        """Release the presence lock and unmap."""
+        try:
+            fcntl.flock(self._presence_fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self._presence_fd)
+        self.append_lock.close()
+        self.index_lock.close()
+        self.offsets_lock.close()
+        try:
+            self._mm.close()
+        except BufferError as exc:  # pragma: no cover - defensive
+            raise StoreError("state mapping still in use") from exc

@@ -1,0 +1,481 @@
+"""The message store: commit log, consume queues, index and metadata together
+(RocketMQ ``DefaultMessageStore``).
+
+This is the layer transaction, schedule and protocol services build on:
+``put_inner`` / ``put_inner_batch`` (no sendable-topic check, every field set
+by the caller), ``read_message`` by commit-log offset, ``iter_messages`` over a
+log range, ``get_queue_units`` for consume-queue units, ``register_dispatcher``
+for derived state, and min/max offsets per queue. ``Broker`` is the client facade.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from broker_core import recovery
+from broker_core.checkpoint import create_abort, remove_abort
+from broker_core.commitlog import CommitLog
+from broker_core.config import StoreConfig
+from broker_core.consumequeue import ConsumeQueueTable
+from broker_core.dispatch import Dispatcher, DispatchRequest, decode_dispatch
+from broker_core.errors import (
+    InvalidQueueError,
+    MessageTooLargeError,
+    StoreClosedError,
+    TopicNotFoundError,
+)
+from broker_core.flush import FlushService
+from broker_core.index import IndexService
+from broker_core.message import (
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    MessageExt,
+    MessageInner,
+    PutResult,
+    SendStatus,
+    encode_properties,
+)
+from broker_core.metadata import OffsetTable, TopicConfig, TopicTable
+from broker_core.record import HEADER_SIZE, MAGIC_V1, MAGIC_V2, PROPS_LEN, parse_host
+from broker_core.shared import SharedState
+from broker_core.store_admin import StoreAdminMixin
+from broker_core.tags import tags_code
+from broker_core.validation import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+
+log = logging.getLogger(__name__)
+
+#: One append, as the hot path carries it: topic, queue id, body, encoded
+#: properties, tag code, delay level, flag, sysflag, born timestamp (0 = now),
+#: born host (packed, port), reconsume times, prepared-transaction offset.
+PutItem = tuple[str, int, bytes, bytes, int, int, int, int, int, bytes, int, int, int]
+
+_topic_bytes_cache: dict[str, tuple[bytes, int, bytes]] = {}
+
+
+def _topic_parts(topic: str) -> tuple[bytes, int, bytes]:
+    """Return (encoded topic, magic, topic length field), cached."""
+    hit = _topic_bytes_cache.get(topic)
+    if hit is None:
+        tb = topic.encode()
+        if len(tb) > 127:
+            hit = (tb, MAGIC_V2, len(tb).to_bytes(2, "big"))
+        else:
+            hit = (tb, MAGIC_V1, bytes((len(tb),)))
+        if len(_topic_bytes_cache) < 100_000:
+            _topic_bytes_cache[topic] = hit
+    return hit
+
+
+class _DispatcherSlot:
+    __slots__ = ("name", "callback", "pos")
+
+    def __init__(self, name: str, callback: Dispatcher, pos: int) -> None:
+        self.name = name
+        self.callback = callback
+        self.pos = pos
+
+
+class MessageStore(StoreAdminMixin):
+    """One open store directory; several processes may open the same one."""
+
+    def __init__(self, root: str | Path, config: StoreConfig) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "config").mkdir(exist_ok=True)
+        self.config = config
+        self.closed = False
+        self.state = SharedState(self.root)
+        self.commitlog = CommitLog(self.root, config.segment_size)
+        self.cqs = ConsumeQueueTable(self.root, config.cq_units_per_file)
+        self.index = IndexService(self.root, config.index_slots, config.index_entries)
+        self.topics = TopicTable(self.root / "config" / "topics.json")
+        self.offsets = OffsetTable(self.root / "config" / "consumerOffset.json")
+        self._topics_version = -1
+        self._offsets_version = -1
+        self.store_ip, self.store_port = parse_host(config.store_host)
+        self._delay_ms = config.delay_ms
+        self._dispatchers: list[_DispatcherSlot] = []
+        self._dispatch_lock = threading.RLock()
+        self._dispatching = threading.local()
+        self._reput_thread: threading.Thread | None = None
+        self._reput_stop = threading.Event()
+        #: What the open found: ``recovery.RecoveryInfo`` (None if not the first opener).
+        self.recovery_info: recovery.RecoveryInfo | None = None
+        with self.state.append_lock:
+            if self.state.try_exclusive_presence():
+                self.recovery_info = recovery.recover(self)
+                create_abort(self.root)
+            self.state.share_presence()
+            self._reload_topics(force=True)
+            self._ensure_system_topics()
+            self._repair_dispatch()
+        self.flusher = FlushService(self)
+        self.flusher.start()
+
+    # -- topics (cached, reloaded when another process changed them) --------
+    def _reload_topics(self, force: bool = False) -> None:
+        v = self.state.topics_version
+        if force or v != self._topics_version:
+            self.topics.load()
+            self._topics_version = v
+
+    def _save_topics(self) -> None:
+        self.topics.persist()
+        self._topics_version = self.state.bump_topics_version()
+
+    def _ensure_system_topics(self) -> None:
+        wanted = {
+            TRANS_HALF_TOPIC: 1,
+            TRANS_OP_HALF_TOPIC: 1,
+            SCHEDULE_TOPIC: len(self.config.delay_levels_ms),
+        }
+        missing = [t for t in wanted if t not in self.topics.topics]
+        for t in missing:
+            self.topics.topics[t] = TopicConfig(t, wanted[t], wanted[t])
+        if missing:
+            self._save_topics()
+
+    def topic_config(self, topic: str) -> TopicConfig | None:
+        """Return the current configuration of ``topic`` (None if unknown)."""
+        self._reload_topics()
+        return self.topics.topics.get(topic)
+
+    # -- appending -----------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StoreClosedError("the store is closed")
+
+    def _repair_dispatch(self) -> None:
+        """Write the consume-queue units a killed appender left out (append lock held)."""
+        state = self.state
+        start, end = state.dispatched_pos, state.commit_pos
+        if start >= end:
+            return
+        log.warning("re-dispatching log range [%d, %d) left by a dead process", start, end)
+        recovery.dispatch_queues(self, start, end)
+        state.dispatched_pos = end
+
+    def put_inner(self, msg: MessageInner) -> PutResult:
+        """Append one fully specified message; see ``put_inner_batch``."""
+        return self.put_inner_batch([msg])[0]
+
+    def put_inner_batch(self, msgs: Sequence[MessageInner]) -> list[PutResult]:
+        """Append messages exactly as given, bypassing client send checks.
+
+        The sendable-topic rule is not applied (system topics are allowed); an
+        unknown topic is created with ``max(default_queue_nums, queue_id + 1)``
+        queues. Consume-queue units are written for NOT/COMMIT records only; the
+        index skips ROLLBACK records. Raises ``InvalidQueueError`` for a queue id
+        outside the topic and ``MessageTooLargeError`` for oversized parts.
+        """
+        return self.put_items(self.prepare_inner(msgs), auto_create=True, inner=True)
+
+    def prepare_inner(self, msgs: Sequence[MessageInner]) -> list[PutItem]:
+        """Convert ``MessageInner`` values to the append path's items."""
+        items: list[PutItem] = []
+        for m in msgs:
+            props = m.properties
+            pb = encode_properties(props).encode()
+            if len(pb) > 0xFFFF:
+                raise MessageTooLargeError("properties exceed 65535 bytes")
+            delay = 0
+            if m.topic == SCHEDULE_TOPIC and props.get(PROPERTY_DELAY):
+                try:
+                    delay = int(props[PROPERTY_DELAY])
+                except ValueError:
+                    delay = 0
+            bip, bport = parse_host(m.born_host)
+            items.append(
+                (
+                    m.topic,
+                    m.queue_id,
+                    bytes(m.body),
+                    pb,
+                    tags_code(props.get(PROPERTY_TAGS)),
+                    delay,
+                    m.flag,
+                    m.sysflag,
+                    m.born_timestamp,
+                    bip,
+                    bport,
+                    m.reconsume_times,
+                    m.prepared_transaction_offset,
+                )
+            )
+        return items
+
+    def put_items(
+        self, items: Sequence[PutItem], auto_create: bool, inner: bool = False
+    ) -> list[PutResult]:
+        """Append encoded items under the append lock (the facade's hot path)."""
+        self._check_open()
+        max_record = self.config.max_message_size + 65536
+        with self.state.append_lock:
+            self._repair_dispatch()
+            self._reload_topics()
+            self._check_queues(items, auto_create, inner)
+            now = int(time.time() * 1000)
+            state = self.state
+            cqs = self.cqs
+            sip, sport = self.store_ip, self.store_port
+            crc32 = zlib.crc32
+            next_q: dict[tuple[str, int], int] = {}
+            headers: list[list[int | bytes]] = []
+            tails: list[bytes] = []
+            qoffs: list[int] = []
+            codes: list[int] = []
+            for (
+                topic, qid, body, pb, code, delay, flag, sysflag, born, bip, bport,
+                recon, prep,
+            ) in items:
+                tb, magic, tl = _topic_parts(topic)
+                tv = sysflag & 0xC
+                if tv == 0 or tv == 8:
+                    key = (topic, qid)
+                    q = next_q.get(key)
+                    if q is None:
+                        q = cqs.get(topic, qid).max_offset()
+                    next_q[key] = q + 1
+                else:
+                    q = 0
+                if delay > 0:
+                    code = now + (self._delay_ms(delay) or 1000)
+                tail = b"".join((body, tl, tb, PROPS_LEN.pack(len(pb)), pb))
+                total = HEADER_SIZE + len(tail)
+                if total > max_record:
+                    raise MessageTooLargeError(f"record of {total} bytes is too large")
+                headers.append(
+                    [
+                        total, magic, crc32(body) & 0x7FFFFFFF, qid, flag, q, 0,
+                        sysflag & ~0x30, born or now, bip, bport, now, sip, sport,
+                        recon, prep, len(body),
+                    ]
+                )
+                tails.append(tail)
+                qoffs.append(q)
+                codes.append(code)
+            offsets, end = self.commitlog.append(state.commit_pos, headers, tails)
+            # Readers may now read these records; the queue units follow.
+            state.commit_pos = end
+            units: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+            firsts: dict[tuple[str, int], int] = {}
+            for it, h, off, q, code in zip(items, headers, offsets, qoffs, codes, strict=True):
+                tv = it[7] & 0xC
+                if tv == 0 or tv == 8:
+                    key = (it[0], it[1])
+                    lst = units.get(key)
+                    if lst is None:
+                        lst = units[key] = []
+                        firsts[key] = q
+                    lst.append((off, h[0], code))  # type: ignore[arg-type]
+            for key, lst in units.items():
+                cqs.get(*key).put_units(firsts[key], lst)
+            state.dispatched_pos = end
+        results = [
+            PutResult(off, h[0], q, now, "")  # type: ignore[arg-type]
+            for off, h, q in zip(offsets, headers, qoffs, strict=True)
+        ]
+        if self.config.flush == "sync":
+            ok = self.flusher.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
+            if not ok:
+                for r in results:
+                    r.status = SendStatus.FLUSH_DISK_TIMEOUT
+        if self._dispatchers:
+            self.run_dispatchers()
+        return results
+
+    def _check_queues(self, items: Sequence[PutItem], auto_create: bool, inner: bool) -> None:
+        topics = self.topics.topics
+        created = False
+        for it in items:
+            topic, qid = it[0], it[1]
+            cfg = topics.get(topic)
+            if cfg is None:
+                if not auto_create:
+                    raise TopicNotFoundError(f"topic {topic!r} does not exist")
+                n = self.config.default_queue_nums
+                if inner:
+                    n = max(n, qid + 1)
+                cfg = topics[topic] = TopicConfig(topic, n, n)
+                created = True
+            if not 0 <= qid < cfg.queue_nums:
+                raise InvalidQueueError(
+                    f"queue id {qid} is out of range for topic {topic!r} "
+                    f"(0..{cfg.queue_nums - 1})"
+                )
+        if created:
+            self._save_topics()
+
+    # -- reading -------------------------------------------------------------
+    def max_physical_offset(self) -> int:
+        """The log offset after the last record visible to readers."""
+        return self.state.dispatched_pos
+
+    def read_message(self, offset: int) -> MessageExt:
+        """Return the record at commit-log ``offset``; ``MessageNotFoundError`` if none."""
+        self._check_open()
+        return self.commitlog.read_message(offset, self.state.dispatched_pos)
+
+    def iter_messages(
+        self, start: int = 0, end: int | None = None, verify_crc: bool = False
+    ) -> Iterator[MessageExt]:
+        """Yield decoded records from log offset ``start`` (a record boundary) to ``end``.
+
+        ``start`` below the first segment begins at the first segment.
+        """
+        self._check_open()
+        stop = self.state.dispatched_pos if end is None else min(end, self.state.dispatched_pos)
+        start = max(start, self.commitlog.first_offset())
+        from broker_core.record import decode_record
+
+        for seg, pos, _size in self.commitlog.scan(start, stop, verify_crc):
+            yield decode_record(seg.view, pos)
+
+    def iter_dispatch(self, start: int, end: int | None = None) -> Iterator[DispatchRequest]:
+        """Yield the ``DispatchRequest`` of every record in ``[start, end)``."""
+        stop = self.state.dispatched_pos if end is None else min(end, self.state.dispatched_pos)
+        for seg, pos, _size in self.commitlog.scan(max(start, self.commitlog.first_offset()), stop):
+            yield decode_dispatch(seg.view, pos, self._delay_ms)
+
+    def get_queue_units(
+        self, topic: str, queue_id: int, start: int, count: int
+    ) -> list[tuple[int, int, int]]:
+        """Return consume-queue units ``(log offset, size, tag code)`` from ``start``.
+
+        For ``SCHEDULE_TOPIC_XXXX`` the tag code is the delivery timestamp (ms).
+        """
+        self._check_open()
+        return self.cqs.get(topic, queue_id).read_units(start, count)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return self.cqs.get(topic, queue_id).min_offset()
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The next logical offset of a queue (its message count when nothing is purged)."""
+        return self.cqs.get(topic, queue_id).max_offset()
+
+    # -- dispatchers ---------------------------------------------------------
+    def register_dispatcher(
+        self, name: str, callback: Dispatcher, from_offset: int | None = None
+    ) -> None:
+        """Call ``callback`` for every record from ``from_offset`` on, in log order.
+
+        ``from_offset`` None means "records appended from now on". A service that
+        keeps derived state persists ``request.next_offset`` of the last record it
+        handled and passes it here when it restarts: records in between (its own,
+        other processes', those rebuilt by recovery) are replayed before this
+        returns. A callback may put messages; exceptions are logged and skipped.
+        """
+        pos = self.state.dispatched_pos if from_offset is None else from_offset
+        pos = max(pos, self.commitlog.first_offset())
+        with self._dispatch_lock:
+            self._dispatchers.append(_DispatcherSlot(name, callback, pos))
+        self.run_dispatchers()
+        if self._reput_thread is None:
+            self._reput_thread = threading.Thread(
+                target=self._reput_loop, name="broker-core-reput", daemon=True
+            )
+            self._reput_thread.start()
+
+    def unregister_dispatcher(self, name: str) -> None:
+        with self._dispatch_lock:
+            self._dispatchers = [d for d in self._dispatchers if d.name != name]
+
+    def run_dispatchers(self) -> None:
+        """Feed every dispatcher the records it has not seen (any process's)."""
+        if getattr(self._dispatching, "active", False):
+            return  # a callback's own put: the outer loop picks it up
+        with self._dispatch_lock:
+            self._dispatching.active = True
+            try:
+                while not self.closed:
+                    target = self.state.dispatched_pos
+                    behind = [d for d in self._dispatchers if d.pos < target]
+                    if not behind:
+                        return
+                    start = min(d.pos for d in behind)
+                    for req in self.iter_dispatch(start, target):
+                        for d in behind:
+                            if d.pos <= req.commit_log_offset:
+                                try:
+                                    d.callback(req)
+                                except Exception:
+                                    log.exception("dispatcher %s failed", d.name)
+                                d.pos = req.next_offset
+                    for d in behind:
+                        d.pos = max(d.pos, target)
+            finally:
+                self._dispatching.active = False
+
+    def _reput_loop(self) -> None:
+        while not self._reput_stop.wait(self.config.reput_interval_ms / 1000):
+            if self.closed:
+                return
+            try:
+                self.run_dispatchers()
+            except Exception:
+                log.exception("reput failed")
+
+    # -- index ---------------------------------------------------------------
+    def build_index(self, time_budget_s: float | None = None) -> None:
+        """Index records up to the dispatched position (all, or within a time budget)."""
+        state = self.state
+        if state.indexed_pos >= state.dispatched_pos:
+            return
+        with state.index_lock:
+            start, end = state.indexed_pos, state.dispatched_pos
+            if start >= end:
+                return
+            deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
+            items: list[tuple[int, int, list[str]]] = []
+            pos = start
+            for req in self.iter_dispatch(start, end):
+                if req.sysflag & 0xC != 0xC:
+                    keys = []
+                    if req.uniq_key:
+                        keys.append(f"{req.topic}#{req.uniq_key}")
+                    if req.keys:
+                        keys.extend(f"{req.topic}#{k}" for k in req.keys.split(" ") if k)
+                    if keys:
+                        items.append((req.commit_log_offset, req.store_timestamp, keys))
+                pos = req.next_offset
+                if len(items) >= 2048:
+                    self.index.build(items)
+                    items = []
+                    state.indexed_pos = pos
+                    if deadline is not None and time.monotonic() > deadline:
+                        return
+            self.index.build(items)
+            state.indexed_pos = max(pos, end) if pos >= start else start
+
+    def flush_derived(self) -> None:
+        """Flush consume queues and index, then record their progress in the checkpoint."""
+        recovery.write_progress(self)
+
+    # -- lifecycle -----------------------------------------------------------
+    def close(self) -> None:
+        """Flush and close; the last process to close marks a clean shutdown."""
+        if self.closed:
+            return
+        self._reput_stop.set()
+        if self._reput_thread is not None:
+            self._reput_thread.join(timeout=10)
+        self.flusher.stop()
+        with self.state.append_lock:
+            self._repair_dispatch()
+            self.flusher.flush_log()
+            self.flush_derived()
+            if self.state.try_exclusive_presence():
+                remove_abort(self.root)
+            self.closed = True
+            self.cqs.close()
+            self.index.close()
+            self.commitlog.close()
+        self.state.close()
