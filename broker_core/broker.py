@@ -155,12 +155,13 @@ class Broker:
         items = [self._prepare(m, u, now) for m, u in zip(messages, uniqs, strict=True)]
         if self._hooks:
             items = self._apply_hooks(items)
-        results = self.store.put_items(items, auto_create=self.config.auto_create_topic)
+        offsets, _sizes, qoffs, _now, status = self.store.append_items(
+            items, auto_create=self.config.auto_create_topic
+        )
         prefix = self._id_prefix
         return [
-            SendResult(u, f"{prefix}{r.commit_log_offset:016X}", it[1], r.queue_offset,
-                       r.status, it[0], r.commit_log_offset)
-            for u, r, it in zip(uniqs, results, items, strict=True)
+            SendResult(u, f"{prefix}{off:016X}", it[1], q, status, it[0], off)
+            for u, off, q, it in zip(uniqs, offsets, qoffs, items, strict=True)
         ]
 
     def _apply_hooks(self, items: list[PutItem]) -> list[PutItem]:

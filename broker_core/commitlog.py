@@ -15,7 +15,6 @@ from broker_core.message import MessageExt
 from broker_core.record import (
     BLANK,
     BLANK_MAGIC,
-    HEADER,
     PHYSICAL_OFFSET_AT,
     CheckedRecord,
     RecordCheck,
@@ -36,44 +35,26 @@ class CommitLog:
         self.segments = SegmentQueue(root / "commitlog", segment_size)
 
     # -- appending -----------------------------------------------------------
-    def append(
-        self, pos: int, headers: list[list[int | bytes]], tails: list[bytes]
-    ) -> tuple[list[int], int]:
-        """Write records at ``pos``; return their offsets and the new end.
+    def segment_end(self, pos: int) -> int:
+        """Return the end offset of the segment holding ``pos``."""
+        return pos - pos % self.segment_size + self.segment_size
 
-        ``headers[i]`` holds the ``HEADER`` fields with the physical offset slot
-        (index 6) still to fill; ``tails[i]`` is body + topic + properties. A
-        record that does not fit in the rest of a segment with 8 bytes to spare is
-        preceded by a blank marker and goes to the next segment.
-        """
-        size = self.segment_size
-        seg_end = pos - pos % size + size
-        offsets: list[int] = []
-        parts: list[bytes] = []
-        chunk_start = pos
-        pack = HEADER.pack
-        for h, tail in zip(headers, tails, strict=True):
-            total = h[0]
-            assert isinstance(total, int)
-            if pos + total + 8 > seg_end:
-                if total + 8 > size:
-                    raise MessageTooLargeError(
-                        f"a record of {total} bytes does not fit a {size}-byte segment"
-                    )
-                parts.append(BLANK.pack(seg_end - pos, BLANK_MAGIC))
-                self._write(chunk_start, parts)
-                parts = []
-                pos = chunk_start = seg_end
-                seg_end += size
-            h[6] = pos
-            offsets.append(pos)
-            parts.append(pack(*h))
-            parts.append(tail)
-            pos += total
-        self._write(chunk_start, parts)
-        return offsets, pos
+    def fits(self, pos: int, total: int) -> bool:
+        """Whether a ``total``-byte record fits at ``pos``, 8 bytes to spare (§3.1)."""
+        return pos + total + 8 <= pos - pos % self.segment_size + self.segment_size
 
-    def _write(self, start: int, parts: list[bytes]) -> None:
+    def blank(self, pos: int) -> bytes:
+        """Return the end-of-segment marker for a segment filled up to ``pos``."""
+        return BLANK.pack(self.segment_end(pos) - pos, BLANK_MAGIC)
+
+    def check_fits_segment(self, total: int) -> None:
+        if total + 8 > self.segment_size:
+            raise MessageTooLargeError(
+                f"a record of {total} bytes does not fit a {self.segment_size}-byte segment"
+            )
+
+    def write(self, start: int, parts: list[bytes]) -> None:
+        """Write the joined ``parts`` at ``start`` (they must not cross a segment)."""
         if not parts:
             return
         seg = self.segments.segment(start, create=True)

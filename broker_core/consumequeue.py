@@ -86,11 +86,24 @@ class ConsumeQueue:
             seg = self.segments.segment(off * UNIT_SIZE, create=True)
             assert seg is not None
             data = b"".join([UNIT.pack(*u) for u in chunk])
-            seg.write((off % per) * UNIT_SIZE, data)
+            seg.write_mapped((off % per) * UNIT_SIZE, data)
             i += len(chunk)
         end = first + n
         if self._max is not None and end > self._max:
             self._max = end
+
+    def put_packed(self, first: int, count: int, data: bytes) -> None:
+        """Write ``count`` already packed units at logical offset ``first``."""
+        per = self.units_per_file
+        if first % per + count <= per:
+            seg = self.segments.segment(first * UNIT_SIZE, create=True)
+            assert seg is not None
+            seg.write_mapped((first % per) * UNIT_SIZE, data)
+            end = first + count
+            if self._max is not None and end > self._max:
+                self._max = end
+        else:
+            self.put_units(first, list(UNIT.iter_unpack(data)))
 
     # -- reading -------------------------------------------------------------
     def read_units(self, start: int, count: int) -> list[tuple[int, int, int]]:

@@ -9,6 +9,8 @@ schedule services build their own through ``MessageStore.put_inner``).
 from __future__ import annotations
 
 import enum
+import socket
+import struct
 from dataclasses import dataclass, field
 
 # Property keys (RocketMQ ``MessageConst``).
@@ -68,6 +70,12 @@ def decode_properties(text: str) -> dict[str, str]:
         if sep and k and v:
             out[k] = v
     return out
+
+
+def _format_host(packed: bytes, port: int) -> str:
+    if len(packed) == 4:
+        return f"{socket.inet_ntoa(packed)}:{port}"
+    return f"[{socket.inet_ntop(socket.AF_INET6, packed)}]:{port}"
 
 
 @dataclass(slots=True)
@@ -179,15 +187,16 @@ class MessageExt:
         "commit_log_offset",
         "sysflag",
         "born_timestamp",
-        "born_host",
+        "_born_ip",
+        "_born_port",
         "store_timestamp",
-        "store_host",
+        "_store_ip",
+        "_store_port",
         "reconsume_times",
         "prepared_transaction_offset",
         "body",
         "body_crc",
         "store_size",
-        "offset_msg_id",
         "_props_raw",
         "_props",
     )
@@ -201,15 +210,16 @@ class MessageExt:
         commit_log_offset: int,
         sysflag: int,
         born_timestamp: int,
-        born_host: str,
+        born_ip: bytes,
+        born_port: int,
         store_timestamp: int,
-        store_host: str,
+        store_ip: bytes,
+        store_port: int,
         reconsume_times: int,
         prepared_transaction_offset: int,
         body: bytes,
         body_crc: int,
         store_size: int,
-        offset_msg_id: str,
         props_raw: bytes,
     ) -> None:
         self.topic = topic
@@ -219,15 +229,16 @@ class MessageExt:
         self.commit_log_offset = commit_log_offset
         self.sysflag = sysflag
         self.born_timestamp = born_timestamp
-        self.born_host = born_host
+        self._born_ip = born_ip
+        self._born_port = born_port
         self.store_timestamp = store_timestamp
-        self.store_host = store_host
+        self._store_ip = store_ip
+        self._store_port = store_port
         self.reconsume_times = reconsume_times
         self.prepared_transaction_offset = prepared_transaction_offset
         self.body = body
         self.body_crc = body_crc
         self.store_size = store_size
-        self.offset_msg_id = offset_msg_id
         self._props_raw = props_raw
         self._props: dict[str, str] | None = None
 
@@ -237,6 +248,22 @@ class MessageExt:
         if self._props is None:
             self._props = decode_properties(self._props_raw.decode("utf-8"))
         return self._props
+
+    @property
+    def born_host(self) -> str:
+        return _format_host(self._born_ip, self._born_port)
+
+    @property
+    def store_host(self) -> str:
+        return _format_host(self._store_ip, self._store_port)
+
+    @property
+    def offset_msg_id(self) -> str:
+        """Hex of store IP, port and commit-log offset (RocketMQ offsetMsgId)."""
+        return (
+            bytes(self._store_ip)
+            + struct.pack(">iq", self._store_port, self.commit_log_offset)
+        ).hex().upper()
 
     @property
     def tags(self) -> str | None:

@@ -43,7 +43,8 @@ from broker_core.message import (
     encode_properties,
 )
 from broker_core.metadata import OffsetTable, TopicConfig, TopicTable
-from broker_core.record import HEADER_SIZE, MAGIC_V1, MAGIC_V2, PROPS_LEN, parse_host
+from broker_core.consumequeue import UNIT
+from broker_core.record import HEADER, HEADER_SIZE, MAGIC_V1, MAGIC_V2, PROPS_LEN, offset_msg_id, parse_host
 from broker_core.shared import SharedState
 from broker_core.store_admin import StoreAdminMixin
 from broker_core.tags import tags_code
@@ -214,82 +215,107 @@ class MessageStore(StoreAdminMixin):
     def put_items(
         self, items: Sequence[PutItem], auto_create: bool, inner: bool = False
     ) -> list[PutResult]:
-        """Append encoded items under the append lock (the facade's hot path)."""
+        """Append prepared items; return a ``PutResult`` per item."""
+        offsets, sizes, qoffs, now, status = self.append_items(items, auto_create, inner)
+        return [
+            PutResult(off, size, q, now, offset_msg_id(self.store_ip, self.store_port, off), status)
+            for off, size, q in zip(offsets, sizes, qoffs, strict=True)
+        ]
+
+    def append_items(
+        self, items: Sequence[PutItem], auto_create: bool, inner: bool = False
+    ) -> tuple[list[int], list[int], list[int], int, SendStatus]:
+        """Append prepared items under the append lock: the hot path.
+
+        Returns (log offsets, record sizes, queue offsets, store timestamp, status).
+        The record layout is packed here, in one pass, rather than through
+        ``record.encode_record``: per-message call overhead dominates in Python.
+        """
         self._check_open()
         max_record = self.config.max_message_size + 65536
+        commitlog = self.commitlog
         with self.state.append_lock:
-            self._repair_dispatch()
-            self._reload_topics()
+            if self.state.dispatched_pos != self.state.commit_pos:
+                self._repair_dispatch()
+            if self.state.topics_version != self._topics_version:
+                self._reload_topics()
             self._check_queues(items, auto_create, inner)
             now = int(time.time() * 1000)
             state = self.state
             cqs = self.cqs
             sip, sport = self.store_ip, self.store_port
             crc32 = zlib.crc32
+            pack = HEADER.pack
+            unit_pack = UNIT.pack
+            plen = PROPS_LEN.pack
             next_q: dict[tuple[str, int], int] = {}
-            headers: list[list[int | bytes]] = []
-            tails: list[bytes] = []
+            cq_parts: dict[tuple[str, int], list[bytes]] = {}
+            cq_first: dict[tuple[str, int], int] = {}
+            parts: list[bytes] = []
+            offsets: list[int] = []
+            sizes: list[int] = []
             qoffs: list[int] = []
-            codes: list[int] = []
+            pos = chunk_start = state.commit_pos
+            seg_end = commitlog.segment_end(pos)
             for (
                 topic, qid, body, pb, code, delay, flag, sysflag, born, bip, bport,
                 recon, prep,
             ) in items:
                 tb, magic, tl = _topic_parts(topic)
+                blen = len(body)
+                suffix = b"".join((tl, tb, plen(len(pb)), pb))
+                total = HEADER_SIZE + blen + len(suffix)
+                if total > max_record:
+                    raise MessageTooLargeError(f"record of {total} bytes is too large")
+                if pos + total + 8 > seg_end:
+                    # The record starts the next segment; a blank marks the rest.
+                    commitlog.check_fits_segment(total)
+                    parts.append(commitlog.blank(pos))
+                    commitlog.write(chunk_start, parts)
+                    parts = []
+                    pos = chunk_start = seg_end
+                    seg_end = commitlog.segment_end(pos)
                 tv = sysflag & 0xC
                 if tv == 0 or tv == 8:
                     key = (topic, qid)
                     q = next_q.get(key)
                     if q is None:
                         q = cqs.get(topic, qid).max_offset()
+                        cq_first[key] = q
+                        cq_parts[key] = []
                     next_q[key] = q + 1
+                    if delay > 0:
+                        code = now + (self._delay_ms(delay) or 1000)
+                    cq_parts[key].append(unit_pack(pos, total, code))
                 else:
                     q = 0
-                if delay > 0:
-                    code = now + (self._delay_ms(delay) or 1000)
-                tail = b"".join((body, tl, tb, PROPS_LEN.pack(len(pb)), pb))
-                total = HEADER_SIZE + len(tail)
-                if total > max_record:
-                    raise MessageTooLargeError(f"record of {total} bytes is too large")
-                headers.append(
-                    [
-                        total, magic, crc32(body) & 0x7FFFFFFF, qid, flag, q, 0,
+                parts.append(
+                    pack(
+                        total, magic, crc32(body) & 0x7FFFFFFF, qid, flag, q, pos,
                         sysflag & ~0x30, born or now, bip, bport, now, sip, sport,
-                        recon, prep, len(body),
-                    ]
+                        recon, prep, blen,
+                    )
                 )
-                tails.append(tail)
+                parts.append(body)
+                parts.append(suffix)
+                offsets.append(pos)
+                sizes.append(total)
                 qoffs.append(q)
-                codes.append(code)
-            offsets, end = self.commitlog.append(state.commit_pos, headers, tails)
-            # Readers may now read these records; the queue units follow.
-            state.commit_pos = end
-            units: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
-            firsts: dict[tuple[str, int], int] = {}
-            for it, h, off, q, code in zip(items, headers, offsets, qoffs, codes, strict=True):
-                tv = it[7] & 0xC
-                if tv == 0 or tv == 8:
-                    key = (it[0], it[1])
-                    lst = units.get(key)
-                    if lst is None:
-                        lst = units[key] = []
-                        firsts[key] = q
-                    lst.append((off, h[0], code))  # type: ignore[arg-type]
-            for key, lst in units.items():
-                cqs.get(*key).put_units(firsts[key], lst)
-            state.dispatched_pos = end
-        results = [
-            PutResult(off, h[0], q, now, "")  # type: ignore[arg-type]
-            for off, h, q in zip(offsets, headers, qoffs, strict=True)
-        ]
+                pos += total
+            commitlog.write(chunk_start, parts)
+            # Readers may read the records from now on; their queue units follow.
+            state.commit_pos = pos
+            for key, lst in cq_parts.items():
+                cqs.get(*key).put_packed(cq_first[key], len(lst), b"".join(lst))
+            state.dispatched_pos = pos
+        status = SendStatus.SEND_OK
         if self.config.flush == "sync":
-            ok = self.flusher.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
+            ok = self.flusher.wait_flushed(pos, self.config.sync_flush_timeout_ms / 1000)
             if not ok:
-                for r in results:
-                    r.status = SendStatus.FLUSH_DISK_TIMEOUT
+                status = SendStatus.FLUSH_DISK_TIMEOUT
         if self._dispatchers:
             self.run_dispatchers()
-        return results
+        return offsets, sizes, qoffs, now, status
 
     def _check_queues(self, items: Sequence[PutItem], auto_create: bool, inner: bool) -> None:
         topics = self.topics.topics
