@@ -110,7 +110,7 @@ class CommitLog:
                 return
             pos = offset - seg.base
             limit = seg.size if end is None else min(seg.size, end - seg.base)
-            chk = check_record(seg.view, pos, limit, verify_crc)
+            chk = check_record(seg.view, pos, limit, verify_crc, verify_crc)
             if (
                 chk.status is RecordCheck.OK
                 and PHYS.unpack_from(seg.view, pos + PHYSICAL_OFFSET_AT)[0] != offset

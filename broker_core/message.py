@@ -67,7 +67,7 @@ def decode_properties(text: str) -> dict[str, str]:
         return out
     for part in text.split("\x02"):
         k, sep, v = part.partition("\x01")
-        if sep and k and v:
+        if sep and k and v and k != "__CRC32#":
             out[k] = v
     return out
 

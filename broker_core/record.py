@@ -56,6 +56,14 @@ QUEUE_OFFSET_AT = 20
 PHYSICAL_OFFSET_AT = 28
 STORE_TIMESTAMP_AT = 56
 
+# The record CRC property (RocketMQ ``enabledAppendPropCRC``): the last 20 bytes
+# of the properties are "__CRC32#", 0x01, ten digits least significant first, 0x02;
+# the CRC covers the whole record before them. Every record this store writes
+# carries it, so recovery detects damage anywhere in a record, not just the body.
+PROP_CRC_KEY = "__CRC32#"
+PROP_CRC_PREFIX = b"__CRC32#\x01"
+PROP_CRC_SIZE = 20
+
 _host_cache: dict[str, tuple[bytes, int]] = {}
 
 
@@ -169,12 +177,17 @@ class CheckedRecord:
 
 
 def check_record(
-    buf: memoryview | bytes, pos: int, end: int, verify_crc: bool = True
+    buf: memoryview | bytes,
+    pos: int,
+    end: int,
+    verify_crc: bool = True,
+    require_prop_crc: bool = False,
 ) -> CheckedRecord:
     """Validate the record at ``buf[pos:]`` (recovery's ``checkMessageAndReturnSize``).
 
     ``end`` bounds the readable bytes. A record is OK only if its size fields
-    agree with the declared total and, with ``verify_crc``, its body CRC matches.
+    agree with the declared total and, with ``verify_crc``, its body CRC and its
+    ``__CRC32#`` record CRC (if present; required with ``require_prop_crc``) match.
     """
     remaining = end - pos
     if remaining < 8:
@@ -211,7 +224,24 @@ def check_record(
         crc = struct.unpack_from(">i", buf, pos + 8)[0]
         if zlib.crc32(buf[bpos : bpos + body_len]) & 0x7FFFFFFF != crc:
             return CheckedRecord(RecordCheck.CORRUPT, 0)
+        rec_end = pos + total
+        has_prop_crc = props_len >= PROP_CRC_SIZE and bytes(
+            buf[rec_end - PROP_CRC_SIZE : rec_end - 11]
+        ) == PROP_CRC_PREFIX
+        if require_prop_crc and not has_prop_crc:
+            return CheckedRecord(RecordCheck.CORRUPT, 0)
+        if has_prop_crc:
+            digits = bytes(buf[rec_end - 11 : rec_end - 1])
+            if buf[rec_end - 1] != 2 or not digits.isdigit() or int(digits[::-1]) != zlib.crc32(
+                buf[pos : rec_end - PROP_CRC_SIZE]
+            ) & 0x7FFFFFFF:
+                return CheckedRecord(RecordCheck.CORRUPT, 0)
     return CheckedRecord(RecordCheck.OK, total)
+
+
+def prop_crc(crc: int) -> bytes:
+    """Return the 20-byte ``__CRC32#`` property for a whole-record CRC (§3.1)."""
+    return b"%s%s\x02" % (PROP_CRC_PREFIX, f"{crc:010d}"[::-1].encode())
 
 
 def decode_record(buf: memoryview | bytes, pos: int) -> MessageExt:

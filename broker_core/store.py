@@ -44,7 +44,7 @@ from broker_core.message import (
 )
 from broker_core.metadata import OffsetTable, TopicConfig, TopicTable
 from broker_core.consumequeue import UNIT
-from broker_core.record import HEADER, HEADER_SIZE, MAGIC_V1, MAGIC_V2, PROPS_LEN, offset_msg_id, parse_host
+from broker_core.record import HEADER, HEADER_SIZE, MAGIC_V1, MAGIC_V2, PROP_CRC_SIZE, PROPS_LEN, offset_msg_id, parse_host
 from broker_core.shared import SharedState
 from broker_core.store_admin import StoreAdminMixin
 from broker_core.tags import tags_code
@@ -263,8 +263,8 @@ class MessageStore(StoreAdminMixin):
             ) in items:
                 tb, magic, tl = _topic_parts(topic)
                 blen = len(body)
-                suffix = b"".join((tl, tb, plen(len(pb)), pb))
-                total = HEADER_SIZE + blen + len(suffix)
+                suffix = b"".join((tl, tb, plen(len(pb) + PROP_CRC_SIZE), pb))
+                total = HEADER_SIZE + blen + len(suffix) + PROP_CRC_SIZE
                 if total > max_record:
                     raise MessageTooLargeError(f"record of {total} bytes is too large")
                 if pos + total + 8 > seg_end:
@@ -289,15 +289,16 @@ class MessageStore(StoreAdminMixin):
                     cq_parts[key].append(unit_pack(pos, total, code))
                 else:
                     q = 0
-                parts.append(
-                    pack(
-                        total, magic, crc32(body) & 0x7FFFFFFF, qid, flag, q, pos,
-                        sysflag & ~0x30, born or now, bip, bport, now, sip, sport,
-                        recon, prep, blen,
-                    )
+                head = pack(
+                    total, magic, crc32(body) & 0x7FFFFFFF, qid, flag, q, pos,
+                    sysflag & ~0x30, born or now, bip, bport, now, sip, sport,
+                    recon, prep, blen,
                 )
+                rcrc = crc32(suffix, crc32(body, crc32(head))) & 0x7FFFFFFF
+                parts.append(head)
                 parts.append(body)
                 parts.append(suffix)
+                parts.append(b"__CRC32#\x01%s\x02" % f"{rcrc:010d}"[::-1].encode())
                 offsets.append(pos)
                 sizes.append(total)
                 qoffs.append(q)
