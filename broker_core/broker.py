@@ -59,7 +59,9 @@ class Broker:
         self._id_prefix = offset_msg_id(store.store_ip, store.store_port, 0)[:16]
 
     @classmethod
-    def open(cls, store_dir: str | os.PathLike[str], flush: str = "async", **config: Any) -> Broker:
+    def open(
+        cls, store_dir: str | os.PathLike[str], flush: str = "async", **config: Any
+    ) -> Broker:
         """Open (creating or recovering) the store in ``store_dir``.
 
         ``flush`` is "async" or "sync"; ``config`` keys are ``StoreConfig`` fields
@@ -97,7 +99,10 @@ class Broker:
             if len(self._valid_topics) < 100_000:
                 self._valid_topics.add(topic)
         body = m.body
-        if not isinstance(body, bytes) or not 0 < len(body) <= self.config.max_message_size:
+        if (
+            not isinstance(body, bytes)
+            or not 0 < len(body) <= self.config.max_message_size
+        ):
             validate_body(body, self.config.max_message_size)
             body = bytes(body)
         cfg = self.store.topics.topics.get(topic)
@@ -111,9 +116,11 @@ class Broker:
             qid = m.queue_id
             if qid < 0:
                 raise InvalidQueueError(f"queue id {qid} is negative")
-        parts = []
+        parts: list[str] = []
         if m.properties:
-            parts.extend(f"{k}\x01{v}\x02" for k, v in m.properties.items() if v is not None)
+            parts.extend(
+                f"{k}\x01{v}\x02" for k, v in m.properties.items() if v is not None
+            )
         tags = m.tags
         if tags:
             parts.append(f"TAGS\x01{tags}\x02")
@@ -128,8 +135,19 @@ class Broker:
 
             validate_properties_size(pb, self.config.max_properties_size)
         return (
-            topic, qid, body, pb, tags_code(tags), 0, m.flag, 0, now,
-            self._born_ip, self._born_port, 0, 0,
+            topic,
+            qid,
+            body,
+            pb,
+            tags_code(tags),
+            0,
+            m.flag,
+            0,
+            now,
+            self._born_ip,
+            self._born_port,
+            0,
+            0,
         )
 
     def send(self, message: Message) -> SendResult:
@@ -170,9 +188,13 @@ class Broker:
         out: list[PutItem] = []
         for it in items:
             inner = MessageInner(
-                topic=it[0], queue_id=it[1], body=it[2],
-                properties=decode_properties(it[3].decode()), flag=it[6],
-                sysflag=it[7], born_timestamp=it[8],
+                topic=it[0],
+                queue_id=it[1],
+                body=it[2],
+                properties=decode_properties(it[3].decode()),
+                flag=it[6],
+                sysflag=it[7],
+                born_timestamp=it[8],
             )
             for hook in self._hooks:
                 inner = hook(inner)
@@ -203,7 +225,9 @@ class Broker:
         if cfg is None:
             cfg = store.get_topic(topic)
         if not 0 <= queue_id < cfg.queue_nums:
-            raise InvalidQueueError(f"queue id {queue_id} is out of range for {topic!r}")
+            raise InvalidQueueError(
+                f"queue id {queue_id} is out of range for {topic!r}"
+            )
         if max_messages < 1:
             raise ValidationError("max_messages must be at least 1")
         flt = parse_subscription(expression)
@@ -287,7 +311,9 @@ class Broker:
         self.store.build_index()
         seen: set[int] = set()
         out: list[MessageExt] = []
-        for off in self.store.index.query(f"{topic}#{key}", begin_ms, end, max_messages * 4):
+        for off in self.store.index.query(
+            f"{topic}#{key}", begin_ms, end, max_messages * 4
+        ):
             if off in seen:
                 continue
             seen.add(off)
@@ -296,7 +322,9 @@ class Broker:
             except MessageNotFoundError:
                 continue
             keys = (msg.keys or "").split(" ")
-            if msg.topic != topic or not (key in keys or msg.properties.get(PROPERTY_UNIQ_KEY) == key):
+            if msg.topic != topic or not (
+                key in keys or msg.properties.get(PROPERTY_UNIQ_KEY) == key
+            ):
                 continue
             if begin_ms <= msg.store_timestamp <= end:
                 out.append(msg)
@@ -313,7 +341,9 @@ class Broker:
         message_type: str = MessageType.NORMAL.value,
     ) -> TopicConfig:
         """Create a topic (see ``MessageStore.create_topic``)."""
-        return self.store.create_topic(topic, read_queue_nums, write_queue_nums, perm, message_type)
+        return self.store.create_topic(
+            topic, read_queue_nums, write_queue_nums, perm, message_type
+        )
 
     def update_topic(self, topic: str, **changes: Any) -> TopicConfig:
         """Update ``read_queue_nums``, ``write_queue_nums``, ``perm`` or ``message_type``."""
@@ -333,8 +363,11 @@ class Broker:
         topics = {}
         for cfg in s.list_topics():
             depths = [s.max_offset(cfg.topic_name, q) for q in range(cfg.queue_nums)]
-            topics[cfg.topic_name] = {"queues": cfg.queue_nums, "messages": sum(depths),
-                                      "depths": depths}
+            topics[cfg.topic_name] = {
+                "queues": cfg.queue_nums,
+                "messages": sum(depths),
+                "depths": depths,
+            }
         st = s.state
         return {
             "store_dir": str(s.root),
@@ -347,7 +380,9 @@ class Broker:
             "segment_size": s.config.segment_size,
             "fsyncs": s.flusher.fsync_count,
             "topics": topics,
-            "recovery": None if s.recovery_info is None else {
+            "recovery": None
+            if s.recovery_info is None
+            else {
                 "abnormal": s.recovery_info.abnormal,
                 "log_end": s.recovery_info.log_end,
                 "truncated": s.recovery_info.truncated,

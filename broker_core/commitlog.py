@@ -74,7 +74,9 @@ class CommitLog:
         Raises ``MessageNotFoundError`` if no valid record starts there.
         """
         if offset < 0 or offset >= limit:
-            raise MessageNotFoundError(f"offset {offset} is outside the log [0, {limit})")
+            raise MessageNotFoundError(
+                f"offset {offset} is outside the log [0, {limit})"
+            )
         seg = self.segment_at(offset)
         pos = offset - seg.base
         end = min(seg.size, limit - seg.base)
@@ -151,4 +153,3 @@ class CommitLog:
 
     def close(self) -> None:
         self.segments.close()
-

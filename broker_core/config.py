@@ -36,6 +36,8 @@ class StoreConfig:
     flush_interval_ms: int = 500
     #: A sync send waits at most this long for its flush (then FLUSH_DISK_TIMEOUT).
     sync_flush_timeout_ms: int = 5000
+    #: Sync mode: how long a flush leader waits for more appends to join its fsync.
+    group_commit_wait_us: int = 400
     segment_size: int = 1 << 30
     #: Consume-queue units per consume-queue file (RocketMQ: 300,000 = 6,000,000 B).
     cq_units_per_file: int = 300_000
@@ -57,7 +59,9 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         if self.flush not in ("async", "sync"):
-            raise ValidationError(f"flush must be 'async' or 'sync', not {self.flush!r}")
+            raise ValidationError(
+                f"flush must be 'async' or 'sync', not {self.flush!r}"
+            )
         if self.segment_size < 4096:
             raise ValidationError("segment_size must be at least 4096")
         if self.default_queue_nums < 1:

@@ -24,7 +24,9 @@ _SIZE_FIELD = struct.Struct(">i")
 class ConsumeQueue:
     """The units of one (topic, queue id)."""
 
-    def __init__(self, root: Path, topic: str, queue_id: int, units_per_file: int) -> None:
+    def __init__(
+        self, root: Path, topic: str, queue_id: int, units_per_file: int
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.units_per_file = units_per_file
@@ -171,7 +173,7 @@ class ConsumeQueueTable:
     def on_disk(self) -> list[tuple[str, int]]:
         """Return every (topic, queue id) with a directory under ``consumequeue/``."""
         base = self.root / "consumequeue"
-        out = []
+        out: list[tuple[str, int]] = []
         if base.is_dir():
             for topic in os.listdir(base):
                 tdir = base / topic

@@ -60,7 +60,10 @@ Dispatcher = Callable[[DispatchRequest], None]
 
 
 def compute_tags_code(
-    topic: str, properties: dict[str, str], store_ts: int, delay_ms: Callable[[int], int]
+    topic: str,
+    properties: dict[str, str],
+    store_ts: int,
+    delay_ms: Callable[[int], int],
 ) -> int:
     """Return the consume-queue tag field of a record (§2.3 and §4.1)."""
     if topic == SCHEDULE_TOPIC:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import time
 from collections.abc import Iterable
 from pathlib import Path
-import struct
 
 from broker_core.tags import java_string_hash
 

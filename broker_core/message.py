@@ -51,9 +51,7 @@ def reset_transaction_value(sysflag: int, value: int) -> int:
 
 def encode_properties(properties: dict[str, str]) -> str:
     """Encode properties as ``name\\x01value\\x02`` pairs; ``None`` values are skipped."""
-    return "".join(
-        f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None
-    )
+    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None)
 
 
 def decode_properties(text: str) -> dict[str, str]:
@@ -261,9 +259,13 @@ class MessageExt:
     def offset_msg_id(self) -> str:
         """Hex of store IP, port and commit-log offset (RocketMQ offsetMsgId)."""
         return (
-            bytes(self._store_ip)
-            + struct.pack(">iq", self._store_port, self.commit_log_offset)
-        ).hex().upper()
+            (
+                bytes(self._store_ip)
+                + struct.pack(">iq", self._store_port, self.commit_log_offset)
+            )
+            .hex()
+            .upper()
+        )
 
     @property
     def tags(self) -> str | None:

@@ -45,8 +45,10 @@ class UniqKeyGenerator:
         now = time.time()
         self._month_start = _month_start_ms(now)
         self._next_month = _month_start_ms(
-            (datetime.datetime.fromtimestamp(now).replace(day=28)
-             + datetime.timedelta(days=5)).timestamp()
+            (
+                datetime.datetime.fromtimestamp(now).replace(day=28)
+                + datetime.timedelta(days=5)
+            ).timestamp()
         )
         self._counter = random.getrandbits(15)
 

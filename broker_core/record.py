@@ -35,11 +35,7 @@ HEADER_SIZE = HEADER.size  # 88
 # The same fields with IPv6 hosts: sysflag bits 0x10 / 0x20 widen each host to 16s.
 _HEADER_V6 = {
     (b, s): struct.Struct(
-        ">iiiiiqqiq"
-        + ("16s" if b else "4s")
-        + "iq"
-        + ("16s" if s else "4s")
-        + "iiqi"
+        ">iiiiiqqiq" + ("16s" if b else "4s") + "iq" + ("16s" if s else "4s") + "iiqi"
     )
     for b in (False, True)
     for s in (False, True)
@@ -199,7 +195,11 @@ def check_record(
         if total == remaining or 8 <= total <= remaining:
             return CheckedRecord(RecordCheck.BLANK, total)
         return CheckedRecord(RecordCheck.CORRUPT, 0)
-    if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or total > remaining:
+    if (
+        magic not in (MAGIC_V1, MAGIC_V2)
+        or total < MIN_RECORD_SIZE
+        or total > remaining
+    ):
         return CheckedRecord(RecordCheck.CORRUPT, 0)
     sysflag = struct.unpack_from(">i", buf, pos + 36)[0]
     extra = (12 if sysflag & SYSFLAG_BORNHOST_V6 else 0) + (
@@ -225,16 +225,20 @@ def check_record(
         if zlib.crc32(buf[bpos : bpos + body_len]) & 0x7FFFFFFF != crc:
             return CheckedRecord(RecordCheck.CORRUPT, 0)
         rec_end = pos + total
-        has_prop_crc = props_len >= PROP_CRC_SIZE and bytes(
-            buf[rec_end - PROP_CRC_SIZE : rec_end - 11]
-        ) == PROP_CRC_PREFIX
+        has_prop_crc = (
+            props_len >= PROP_CRC_SIZE
+            and bytes(buf[rec_end - PROP_CRC_SIZE : rec_end - 11]) == PROP_CRC_PREFIX
+        )
         if require_prop_crc and not has_prop_crc:
             return CheckedRecord(RecordCheck.CORRUPT, 0)
         if has_prop_crc:
             digits = bytes(buf[rec_end - 11 : rec_end - 1])
-            if buf[rec_end - 1] != 2 or not digits.isdigit() or int(digits[::-1]) != zlib.crc32(
-                buf[pos : rec_end - PROP_CRC_SIZE]
-            ) & 0x7FFFFFFF:
+            if (
+                buf[rec_end - 1] != 2
+                or not digits.isdigit()
+                or int(digits[::-1])
+                != zlib.crc32(buf[pos : rec_end - PROP_CRC_SIZE]) & 0x7FFFFFFF
+            ):
                 return CheckedRecord(RecordCheck.CORRUPT, 0)
     return CheckedRecord(RecordCheck.OK, total)
 

@@ -15,7 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker_core.checkpoint import Checkpoint, abort_exists, read_checkpoint, write_checkpoint
+from broker_core.checkpoint import (
+    Checkpoint,
+    abort_exists,
+    read_checkpoint,
+    write_checkpoint,
+)
 from broker_core.consumequeue import ConsumeQueue
 from broker_core.dispatch import decode_dispatch
 
@@ -101,11 +106,11 @@ def recover(store: MessageStore) -> RecoveryInfo:
     if dispatch_from > log_end:
         dispatch_from = log_end
     # Bytes after the end are a torn or damaged tail: cut them.
-    seg = store.commitlog.segments.segment(log_end)
+    tail_seg = store.commitlog.segments.segment(log_end)
     truncated = False
-    if seg is not None:
-        pos = log_end - seg.base
-        if pos < seg.size and bytes(seg.view[pos : pos + 8]) != bytes(8):
+    if tail_seg is not None:
+        pos = log_end - tail_seg.base
+        if pos < tail_seg.size and bytes(tail_seg.view[pos : pos + 8]) != bytes(8):
             truncated = True
     later = [b for b in bases if b > log_end - log_end % size]
     if truncated or later or store.commitlog.stopped_on_corruption:

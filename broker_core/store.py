@@ -21,7 +21,7 @@ from broker_core import recovery
 from broker_core.checkpoint import create_abort, remove_abort
 from broker_core.commitlog import CommitLog
 from broker_core.config import StoreConfig
-from broker_core.consumequeue import ConsumeQueueTable
+from broker_core.consumequeue import UNIT, ConsumeQueueTable
 from broker_core.dispatch import Dispatcher, DispatchRequest, decode_dispatch
 from broker_core.errors import (
     InvalidQueueError,
@@ -33,9 +33,7 @@ from broker_core.flush import FlushService
 from broker_core.index import IndexService
 from broker_core.message import (
     PROPERTY_DELAY,
-    PROPERTY_KEYS,
     PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
     MessageExt,
     MessageInner,
     PutResult,
@@ -43,8 +41,16 @@ from broker_core.message import (
     encode_properties,
 )
 from broker_core.metadata import OffsetTable, TopicConfig, TopicTable
-from broker_core.consumequeue import UNIT
-from broker_core.record import HEADER, HEADER_SIZE, MAGIC_V1, MAGIC_V2, PROP_CRC_SIZE, PROPS_LEN, offset_msg_id, parse_host
+from broker_core.record import (
+    HEADER,
+    HEADER_SIZE,
+    MAGIC_V1,
+    MAGIC_V2,
+    PROP_CRC_SIZE,
+    PROPS_LEN,
+    offset_msg_id,
+    parse_host,
+)
 from broker_core.shared import SharedState
 from broker_core.store_admin import StoreAdminMixin
 from broker_core.tags import tags_code
@@ -159,7 +165,9 @@ class MessageStore(StoreAdminMixin):
         start, end = state.dispatched_pos, state.commit_pos
         if start >= end:
             return
-        log.warning("re-dispatching log range [%d, %d) left by a dead process", start, end)
+        log.warning(
+            "re-dispatching log range [%d, %d) left by a dead process", start, end
+        )
         recovery.dispatch_queues(self, start, end)
         state.dispatched_pos = end
 
@@ -216,9 +224,18 @@ class MessageStore(StoreAdminMixin):
         self, items: Sequence[PutItem], auto_create: bool, inner: bool = False
     ) -> list[PutResult]:
         """Append prepared items; return a ``PutResult`` per item."""
-        offsets, sizes, qoffs, now, status = self.append_items(items, auto_create, inner)
+        offsets, sizes, qoffs, now, status = self.append_items(
+            items, auto_create, inner
+        )
         return [
-            PutResult(off, size, q, now, offset_msg_id(self.store_ip, self.store_port, off), status)
+            PutResult(
+                off,
+                size,
+                q,
+                now,
+                offset_msg_id(self.store_ip, self.store_port, off),
+                status,
+            )
             for off, size, q in zip(offsets, sizes, qoffs, strict=True)
         ]
 
@@ -258,8 +275,19 @@ class MessageStore(StoreAdminMixin):
             pos = chunk_start = state.commit_pos
             seg_end = commitlog.segment_end(pos)
             for (
-                topic, qid, body, pb, code, delay, flag, sysflag, born, bip, bport,
-                recon, prep,
+                topic,
+                qid,
+                body,
+                pb,
+                code,
+                delay,
+                flag,
+                sysflag,
+                born,
+                bip,
+                bport,
+                recon,
+                prep,
             ) in items:
                 tb, magic, tl = _topic_parts(topic)
                 blen = len(body)
@@ -290,9 +318,23 @@ class MessageStore(StoreAdminMixin):
                 else:
                     q = 0
                 head = pack(
-                    total, magic, crc32(body) & 0x7FFFFFFF, qid, flag, q, pos,
-                    sysflag & ~0x30, born or now, bip, bport, now, sip, sport,
-                    recon, prep, blen,
+                    total,
+                    magic,
+                    crc32(body) & 0x7FFFFFFF,
+                    qid,
+                    flag,
+                    q,
+                    pos,
+                    sysflag & ~0x30,
+                    born or now,
+                    bip,
+                    bport,
+                    now,
+                    sip,
+                    sport,
+                    recon,
+                    prep,
+                    blen,
                 )
                 rcrc = crc32(suffix, crc32(body, crc32(head))) & 0x7FFFFFFF
                 parts.append(head)
@@ -311,14 +353,18 @@ class MessageStore(StoreAdminMixin):
             state.dispatched_pos = pos
         status = SendStatus.SEND_OK
         if self.config.flush == "sync":
-            ok = self.flusher.wait_flushed(pos, self.config.sync_flush_timeout_ms / 1000)
+            ok = self.flusher.wait_flushed(
+                pos, self.config.sync_flush_timeout_ms / 1000
+            )
             if not ok:
                 status = SendStatus.FLUSH_DISK_TIMEOUT
         if self._dispatchers:
             self.run_dispatchers()
         return offsets, sizes, qoffs, now, status
 
-    def _check_queues(self, items: Sequence[PutItem], auto_create: bool, inner: bool) -> None:
+    def _check_queues(
+        self, items: Sequence[PutItem], auto_create: bool, inner: bool
+    ) -> None:
         topics = self.topics.topics
         created = False
         for it in items:
@@ -358,17 +404,29 @@ class MessageStore(StoreAdminMixin):
         ``start`` below the first segment begins at the first segment.
         """
         self._check_open()
-        stop = self.state.dispatched_pos if end is None else min(end, self.state.dispatched_pos)
+        stop = (
+            self.state.dispatched_pos
+            if end is None
+            else min(end, self.state.dispatched_pos)
+        )
         start = max(start, self.commitlog.first_offset())
         from broker_core.record import decode_record
 
         for seg, pos, _size in self.commitlog.scan(start, stop, verify_crc):
             yield decode_record(seg.view, pos)
 
-    def iter_dispatch(self, start: int, end: int | None = None) -> Iterator[DispatchRequest]:
+    def iter_dispatch(
+        self, start: int, end: int | None = None
+    ) -> Iterator[DispatchRequest]:
         """Yield the ``DispatchRequest`` of every record in ``[start, end)``."""
-        stop = self.state.dispatched_pos if end is None else min(end, self.state.dispatched_pos)
-        for seg, pos, _size in self.commitlog.scan(max(start, self.commitlog.first_offset()), stop):
+        stop = (
+            self.state.dispatched_pos
+            if end is None
+            else min(end, self.state.dispatched_pos)
+        )
+        for seg, pos, _size in self.commitlog.scan(
+            max(start, self.commitlog.first_offset()), stop
+        ):
             yield decode_dispatch(seg.view, pos, self._delay_ms)
 
     def get_queue_units(
@@ -460,7 +518,9 @@ class MessageStore(StoreAdminMixin):
             start, end = state.indexed_pos, state.dispatched_pos
             if start >= end:
                 return
-            deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
+            deadline = (
+                None if time_budget_s is None else time.monotonic() + time_budget_s
+            )
             items: list[tuple[int, int, list[str]]] = []
             pos = start
             for req in self.iter_dispatch(start, end):
@@ -469,7 +529,9 @@ class MessageStore(StoreAdminMixin):
                     if req.uniq_key:
                         keys.append(f"{req.topic}#{req.uniq_key}")
                     if req.keys:
-                        keys.extend(f"{req.topic}#{k}" for k in req.keys.split(" ") if k)
+                        keys.extend(
+                            f"{req.topic}#{k}" for k in req.keys.split(" ") if k
+                        )
                     if keys:
                         items.append((req.commit_log_offset, req.store_timestamp, keys))
                 pos = req.next_offset

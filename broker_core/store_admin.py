@@ -146,7 +146,9 @@ class StoreAdminMixin:
         validate_group(group)
         cfg = self.get_topic(topic)
         if not 0 <= queue_id < cfg.queue_nums:
-            raise InvalidQueueError(f"queue id {queue_id} is out of range for {topic!r}")
+            raise InvalidQueueError(
+                f"queue id {queue_id} is out of range for {topic!r}"
+            )
         max_off = self.cqs.get(topic, queue_id).max_offset()
         if not 0 <= offset <= max_off:
             raise InvalidOffsetError(

@@ -26,14 +26,20 @@ SMALL = {
 }
 
 
-def produce(store: str, producer: str, count: int, flush: str, ack: str | None, close: bool) -> None:
+def produce(
+    store: str, producer: str, count: int, flush: str, ack: str | None, close: bool
+) -> None:
     b = Broker.open(store, flush=flush, **SMALL)
     fd = os.open(ack, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if ack else None
     i = 0
     while count < 0 or i < count:
         n = 1 if (i // 7) % 2 == 0 else min(7, count - i if count >= 0 else 7)
         msgs = [
-            Message("MP", f"{producer}:{i + k}".encode() + b"." * (i % 50), keys=f"{producer}-{i + k}")
+            Message(
+                "MP",
+                f"{producer}:{i + k}".encode() + b"." * (i % 50),
+                keys=f"{producer}-{i + k}",
+            )
             for k in range(n)
         ]
         if n == 1:

@@ -26,15 +26,23 @@ from broker_core.errors import (
 from broker_core.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 
 
-
 def test_send_then_pull_returns_messages_in_order(broker: Broker) -> None:
-    sent = [broker.send(Message("Orders", f"m{i}".encode(), tags="a", queue_id=1)) for i in range(50)]
+    sent = [
+        broker.send(Message("Orders", f"m{i}".encode(), tags="a", queue_id=1))
+        for i in range(50)
+    ]
     assert [r.queue_offset for r in sent] == list(range(50))
     assert len({r.msg_id for r in sent}) == 50
     res = broker.pull("g", "Orders", 1, 0, max_messages=32)
     assert res.status is PullStatus.FOUND and res.next_offset == 32
     m = res.messages[0]
-    assert (m.topic, m.body, m.tags, m.queue_id, m.queue_offset) == ("Orders", b"m0", "a", 1, 0)
+    assert (m.topic, m.body, m.tags, m.queue_id, m.queue_offset) == (
+        "Orders",
+        b"m0",
+        "a",
+        1,
+        0,
+    )
     assert m.msg_id == sent[0].msg_id and m.store_timestamp >= m.born_timestamp > 0
     rest = broker.pull("g", "Orders", 1, 32, max_messages=32)
     assert [x.body for x in rest.messages] == [f"m{i}".encode() for i in range(32, 50)]
@@ -45,7 +53,9 @@ def test_send_then_pull_returns_messages_in_order(broker: Broker) -> None:
 
 def test_send_batch_spans_segments_and_round_robins_queues(broker: Broker) -> None:
     body = b"x" * 3000
-    results = broker.send_batch([Message("Big", body, keys=["k", f"n{i}"]) for i in range(100)])
+    results = broker.send_batch(
+        [Message("Big", body, keys=["k", f"n{i}"]) for i in range(100)]
+    )
     assert sorted({r.queue_id for r in results}) == [0, 1, 2, 3]
     assert broker.stats()["segments"] > 3  # 300 KB in 64 KiB segments
     got = []
@@ -80,7 +90,9 @@ def test_offsets_persist_across_reopen(store_dir: Path, small: dict) -> None:
             b.commit_offset("g1", "T", 2, -1)
     with Broker.open(store_dir, **small) as b:
         assert b.committed_offset("g1", "T", 2) == 3
-        assert b.committed_offset("CID_RMQ_SYS_TRANS", "RMQ_SYS_TRANS_HALF_TOPIC", 0) == 0
+        assert (
+            b.committed_offset("CID_RMQ_SYS_TRANS", "RMQ_SYS_TRANS_HALF_TOPIC", 0) == 0
+        )
         assert b.pull("g1", "T", 2, 0, 32).messages[4].queue_offset == 4
 
 
@@ -180,39 +192,67 @@ def test_closed_broker_refuses_calls(store_dir: Path, small: dict) -> None:
 def test_put_inner_dispatch_rules_and_dispatchers(broker: Broker) -> None:
     store = broker.store
     seen: list[tuple[str, int, int]] = []
-    store.register_dispatcher("test", lambda r: seen.append((r.topic, r.sysflag, r.consume_queue_offset)))
+    store.register_dispatcher(
+        "test", lambda r: seen.append((r.topic, r.sysflag, r.consume_queue_offset))
+    )
     half = store.put_inner(
-        MessageInner("RMQ_SYS_TRANS_HALF_TOPIC", 0, b"half", {"UNIQ_KEY": "U1", "KEYS": "k"})
+        MessageInner(
+            "RMQ_SYS_TRANS_HALF_TOPIC", 0, b"half", {"UNIQ_KEY": "U1", "KEYS": "k"}
+        )
     )
     prepared = store.put_inner(
-        MessageInner("T", 0, b"p", {"UNIQ_KEY": "U2"}, sysflag=TRANSACTION_PREPARED_TYPE)
+        MessageInner(
+            "T", 0, b"p", {"UNIQ_KEY": "U2"}, sysflag=TRANSACTION_PREPARED_TYPE
+        )
     )
     rollback = store.put_inner(
-        MessageInner("T", 0, b"r", {"UNIQ_KEY": "U3"}, sysflag=TRANSACTION_ROLLBACK_TYPE,
-                     prepared_transaction_offset=prepared.commit_log_offset)
+        MessageInner(
+            "T",
+            0,
+            b"r",
+            {"UNIQ_KEY": "U3"},
+            sysflag=TRANSACTION_ROLLBACK_TYPE,
+            prepared_transaction_offset=prepared.commit_log_offset,
+        )
     )
-    assert half.queue_offset == 0 and prepared.queue_offset == 0 and rollback.queue_offset == 0
+    assert (
+        half.queue_offset == 0
+        and prepared.queue_offset == 0
+        and rollback.queue_offset == 0
+    )
     assert store.max_offset("RMQ_SYS_TRANS_HALF_TOPIC", 0) == 1
     assert store.max_offset("T", 0) == 0  # no units for PREPARED / ROLLBACK
     assert seen == [
-        ("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0), ("T", 4, 0), ("T", 12, 0),
+        ("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0),
+        ("T", 4, 0),
+        ("T", 12, 0),
     ]
     m = store.read_message(rollback.commit_log_offset)
-    assert m.prepared_transaction_offset == prepared.commit_log_offset and m.body == b"r"
+    assert (
+        m.prepared_transaction_offset == prepared.commit_log_offset and m.body == b"r"
+    )
     assert broker.query_by_key("T", "U2") and not broker.query_by_key("T", "U3")
     # Replay from an offset, as a restarting service does.
     replay: list[int] = []
     store.register_dispatcher("replay", lambda r: replay.append(r.commit_log_offset), 0)
-    assert replay == [half.commit_log_offset, prepared.commit_log_offset, rollback.commit_log_offset]
+    assert replay == [
+        half.commit_log_offset,
+        prepared.commit_log_offset,
+        rollback.commit_log_offset,
+    ]
     assert [x.body for x in store.iter_messages(0)] == [b"half", b"p", b"r"]
 
 
-def test_schedule_topic_tag_field_holds_delivery_time(store_dir: Path, small: dict) -> None:
+def test_schedule_topic_tag_field_holds_delivery_time(
+    store_dir: Path, small: dict
+) -> None:
     with Broker.open(store_dir, message_delay_level="2s 1m", **small) as b:
         r = b.store.put_inner(
-            MessageInner("SCHEDULE_TOPIC_XXXX", 1, b"later", {"DELAY": "2", "TAGS": "t"})
+            MessageInner(
+                "SCHEDULE_TOPIC_XXXX", 1, b"later", {"DELAY": "2", "TAGS": "t"}
+            )
         )
-        (off, size, code), = b.store.get_queue_units("SCHEDULE_TOPIC_XXXX", 1, 0, 10)
+        ((off, size, code),) = b.store.get_queue_units("SCHEDULE_TOPIC_XXXX", 1, 0, 10)
         assert (off, size) == (r.commit_log_offset, r.size)
         assert code == r.store_timestamp + 60_000
         assert b.store.get_topic("SCHEDULE_TOPIC_XXXX").queue_nums == 2
@@ -224,6 +264,11 @@ def test_import_without_django() -> None:
         "sys.modules['pyspark'] = None; import broker_core; "
         "from broker_core import Broker, Message; print('ok')"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[2], check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        check=True,
+    )
     assert out.stdout.strip() == "ok"

@@ -32,11 +32,23 @@ def test_four_processes_append_concurrently_and_a_reader_sees_each_once(
     store_dir: Path, small: dict
 ) -> None:
     per = 1500
-    reader = Broker.open(store_dir, **small)  # open before the writers: sees growth live
+    reader = Broker.open(
+        store_dir, **small
+    )  # open before the writers: sees growth live
     try:
         reader.create_topic("MP", 4)
         procs = [
-            subprocess.Popen([sys.executable, WORKER, "produce", str(store_dir), f"p{i}", str(per), "async"])
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    WORKER,
+                    "produce",
+                    str(store_dir),
+                    f"p{i}",
+                    str(per),
+                    "async",
+                ]
+            )
             for i in range(4)
         ]
         deadline = time.monotonic() + 120
@@ -53,7 +65,11 @@ def test_four_processes_append_concurrently_and_a_reader_sees_each_once(
     assert len(bodies) == 4 * per and len(set(bodies)) == 4 * per
     msgs.sort(key=lambda m: m.commit_log_offset)
     for i in range(4):
-        seq = [int(m.body.split(b".")[0].split(b":")[1]) for m in msgs if m.body.startswith(f"p{i}:".encode())]
+        seq = [
+            int(m.body.split(b".")[0].split(b":")[1])
+            for m in msgs
+            if m.body.startswith(f"p{i}:".encode())
+        ]
         assert seq == list(range(per))
     # Every queue is dense and every record is intact after a fresh open.
     with Broker.open(store_dir, **small) as b:

@@ -19,7 +19,9 @@ from broker_core.record import (
 
 topics = st.text(alphabet="abcXYZ019_-%|", min_size=1, max_size=200)
 names = st.text(
-    alphabet=st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)),
+    alphabet=st.characters(
+        blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)
+    ),
     min_size=1,
     max_size=20,
 )
@@ -28,7 +30,9 @@ i32 = st.integers(-(2**31), 2**31 - 1)
 i64 = st.integers(0, 2**62)
 
 
-def _encode(topic: str, body: bytes, properties: dict[str, str], phys: int, **kw: int) -> bytes:
+def _encode(
+    topic: str, body: bytes, properties: dict[str, str], phys: int, **kw: int
+) -> bytes:
     return encode_record(
         topic=topic.encode(),
         queue_id=kw.get("queue_id", 3),
@@ -75,8 +79,16 @@ def test_record_round_trip(
     prepared: int,
 ) -> None:
     raw = _encode(
-        topic, body, properties, phys, queue_id=queue_id, flag=flag,
-        queue_offset=queue_offset, sysflag=sysflag, reconsume=reconsume, prepared=prepared,
+        topic,
+        body,
+        properties,
+        phys,
+        queue_id=queue_id,
+        flag=flag,
+        queue_offset=queue_offset,
+        sysflag=sysflag,
+        reconsume=reconsume,
+        prepared=prepared,
     )
     assert len(raw) == 91 + len(body) + len(topic.encode()) + len(
         encode_properties(properties).encode()
@@ -86,10 +98,15 @@ def test_record_round_trip(
     m = decode_record(raw, 0)
     assert (m.topic, m.body, m.properties) == (topic, body, properties)
     assert (m.queue_id, m.flag, m.queue_offset, m.commit_log_offset) == (
-        queue_id, flag, queue_offset, phys,
+        queue_id,
+        flag,
+        queue_offset,
+        phys,
     )
     assert (m.sysflag, m.reconsume_times, m.prepared_transaction_offset) == (
-        sysflag, reconsume, prepared,
+        sysflag,
+        reconsume,
+        prepared,
     )
     assert m.born_host == "10.0.0.1:5555" and m.store_host == "127.0.0.1:10911"
     assert decode_offset_msg_id(m.offset_msg_id) == ("127.0.0.1:10911", phys)
@@ -123,7 +140,10 @@ def test_crc_mismatch_and_torn_records_are_rejected() -> None:
 
 
 def test_offset_msg_id_matches_rocketmq_example() -> None:
-    assert offset_msg_id(b"\x7f\x00\x00\x01", 9103, 123456) == "7F0000010000238F000000000001E240"
+    assert (
+        offset_msg_id(b"\x7f\x00\x00\x01", 9103, 123456)
+        == "7F0000010000238F000000000001E240"
+    )
 
 
 def test_properties_decoding_follows_rocketmq_rows() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal
@@ -35,7 +34,17 @@ def _crashed_store(tmp_path: Path, count: int) -> Path:
     """A store written by a process that exited without closing (abort marker left)."""
     store = tmp_path / "crashed"
     subprocess.run(
-        [sys.executable, WORKER, "produce", str(store), "p", str(count), "async", "-", "--no-close"],
+        [
+            sys.executable,
+            WORKER,
+            "produce",
+            str(store),
+            "p",
+            str(count),
+            "async",
+            "-",
+            "--no-close",
+        ],
         check=True,
         timeout=120,
     )
@@ -47,7 +56,10 @@ def _crashed_store(tmp_path: Path, count: int) -> Path:
 def test_recovery_cuts_a_damaged_or_torn_tail(tmp_path: Path, small: dict) -> None:
     store = _crashed_store(tmp_path, 400)
     with Broker.open(store, **small) as b:
-        records = [(m.commit_log_offset, m.store_size, m.body) for m in b.store.iter_messages(0)]
+        records = [
+            (m.commit_log_offset, m.store_size, m.body)
+            for m in b.store.iter_messages(0)
+        ]
         assert len(records) == 400
     # Damage anywhere in the last segment (the tail recovery re-verifies), both
     # after a crash (abort marker present) and after a clean close.
@@ -79,8 +91,13 @@ def test_recovery_cuts_a_damaged_or_torn_tail(tmp_path: Path, small: dict) -> No
         with Broker.open(copy, **small) as b:
             info = b.store.recovery_info
             assert info is not None and info.abnormal is crash
-            assert info.log_end == (survivors[-1][0] + survivors[-1][1] if survivors else 0)
-            got = [(m.commit_log_offset, m.store_size, m.body) for m in b.store.iter_messages(0)]
+            assert info.log_end == (
+                survivors[-1][0] + survivors[-1][1] if survivors else 0
+            )
+            got = [
+                (m.commit_log_offset, m.store_size, m.body)
+                for m in b.store.iter_messages(0)
+            ]
             assert got == survivors, (trial, p)
             assert sorted(_bodies(b)) == sorted(r[2] for r in survivors)
             # The repaired store takes new messages after the cut.
@@ -113,7 +130,16 @@ def test_writers_killed_with_sigkill_lose_no_acknowledged_message(
             acks.append((f"r{round_}w{w}", ack))
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, WORKER, "produce", str(store), f"r{round_}w{w}", "-1", flush, str(ack)]
+                    [
+                        sys.executable,
+                        WORKER,
+                        "produce",
+                        str(store),
+                        f"r{round_}w{w}",
+                        "-1",
+                        flush,
+                        str(ack),
+                    ]
                 )
             )
         # Kill one writer first: the other keeps appending over its leftovers.

@@ -10,10 +10,20 @@ from broker_core.tags import java_string_hash, parse_subscription
 @pytest.mark.parametrize(
     ("text", "code"),
     [
-        ("", 0), ("*", 42), ("a", 97), ("d", 100), ("TagA", 2598919), ("TagB", 2598920),
-        ("TAG1", 2567159), ("Tag2", 2598904), ("tag3", 3552217),
-        ("hello world", 1794106052), ("TopicTest#UNIQKEY", -190702372),
-        ("中文", 646394), ("😀", 1772899), ("polygenelubricants", -2147483648),
+        ("", 0),
+        ("*", 42),
+        ("a", 97),
+        ("d", 100),
+        ("TagA", 2598919),
+        ("TagB", 2598920),
+        ("TAG1", 2567159),
+        ("Tag2", 2598904),
+        ("tag3", 3552217),
+        ("hello world", 1794106052),
+        ("TopicTest#UNIQKEY", -190702372),
+        ("中文", 646394),
+        ("😀", 1772899),
+        ("polygenelubricants", -2147483648),
     ],
 )
 def test_java_string_hash(text: str, code: int) -> None:

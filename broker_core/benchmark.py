@@ -1,0 +1,360 @@
+"""Throughput benchmark of the store beside Redis Streams and SQLite (WAL).
+
+``python -m broker_core bench`` (or ``bench/produce.py``) runs, with 1 KiB
+bodies: per-message send, batched send, a 4-process aggregate (batched), sync
+flush with group commit from 8 concurrent producer threads, and consume (pull
+and decode); then the same workloads on Redis Streams (XADD; pipelined for
+batches; ``appendonly yes`` / ``everysec`` for the run, restored afterwards) and
+SQLite in WAL mode. Figures are messages per second; nothing here is a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import sqlite3
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BODY = b"x" * 1024
+BATCH = 128
+WORKLOADS = [
+    "send_single",
+    "send_batch",
+    "send_4proc",
+    "sync_group_commit_8",
+    "consume",
+]
+
+
+def _timed(seconds: float, step: Callable[[], int]) -> float:
+    """Run ``step`` (returns messages done) until ``seconds`` pass; return msg/s."""
+    n = 0
+    t0 = time.perf_counter()
+    while True:
+        n += step()
+        dt = time.perf_counter() - t0
+        if dt >= seconds:
+            return n / dt
+
+
+# -- this store -----------------------------------------------------------------
+def _ours_proc(store: str, seconds: float, start: Any, out: Any) -> None:
+    from broker_core import Broker, Message
+
+    with Broker.open(store, index_in_background=False) as b:
+        msgs = [Message("Bench4", BODY) for _ in range(BATCH)]
+        start.wait()
+        out.put(_timed(seconds, lambda: len(b.send_batch(msgs))))
+
+
+def bench_ours(seconds: float, workdir: Path) -> dict[str, float]:
+    from broker_core import Broker, Message, PullStatus
+
+    res: dict[str, float] = {}
+    store = workdir / "ours"
+    with Broker.open(store, index_in_background=False) as b:
+        m = Message("Bench", BODY)
+        res["send_single"] = _timed(seconds, lambda: (b.send(m), 1)[1])
+        msgs = [Message("Bench", BODY) for _ in range(BATCH)]
+        res["send_batch"] = _timed(seconds, lambda: len(b.send_batch(msgs)))
+        # Consume everything just written (pull and decode).
+        n = 0
+        t0 = time.perf_counter()
+        for q in range(4):
+            off = 0
+            while True:
+                r = b.pull("bench", "Bench", q, off, 32)
+                if r.status is not PullStatus.FOUND:
+                    break
+                for msg in r.messages:
+                    n += len(msg.body) > 0
+                off = r.next_offset
+        res["consume"] = n / (time.perf_counter() - t0)
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(target=_ours_proc, args=(str(store), seconds, start, out))
+        for _ in range(4)
+    ]
+    for p in procs:
+        p.start()
+    time.sleep(1.0)
+    start.set()
+    res["send_4proc"] = sum(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join()
+    with Broker.open(
+        workdir / "ours_sync", flush="sync", index_in_background=False
+    ) as b:
+        res["sync_group_commit_8"] = _threads(
+            8, seconds, lambda: b.send(Message("Sync", BODY))
+        )
+        res["sync_fsyncs"] = b.store.flusher.fsync_count
+    return res
+
+
+def _threads(n: int, seconds: float, op: Callable[[], object]) -> float:
+    counts = [0] * n
+    stop = time.perf_counter() + seconds
+
+    def run(i: int) -> None:
+        c = 0
+        while time.perf_counter() < stop:
+            op()
+            c += 1
+        counts[i] = c
+
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return sum(counts) / (time.perf_counter() - t0)
+
+
+# -- Redis Streams ------------------------------------------------------------------
+def _redis_proc(url: str, key: str, seconds: float, start: Any, out: Any) -> None:
+    import redis
+
+    r = redis.Redis.from_url(url)
+    start.wait()
+
+    def step() -> int:
+        p = r.pipeline(transaction=False)
+        for _ in range(BATCH):
+            p.xadd(key, {"b": BODY})
+        p.execute()
+        return BATCH
+
+    out.put(_timed(seconds, step))
+
+
+def bench_redis(seconds: float, url: str) -> dict[str, Any]:
+    import redis
+
+    r = redis.Redis.from_url(url)
+    key = f"bench:{uuid.uuid4().hex}"
+    res: dict[str, Any] = {}
+    old_aof: str = r.config_get("appendonly").get("appendonly") or "no"
+    old_fsync: str = r.config_get("appendfsync").get("appendfsync") or "everysec"
+    try:
+        r.config_set("appendonly", "yes")
+        r.config_set("appendfsync", "everysec")
+        res["send_single"] = _timed(seconds, lambda: (r.xadd(key, {"b": BODY}), 1)[1])
+
+        def batch() -> int:
+            p = r.pipeline(transaction=False)
+            for _ in range(BATCH):
+                p.xadd(key, {"b": BODY})
+            p.execute()
+            return BATCH
+
+        res["send_batch"] = _timed(seconds, batch)
+        n = 0
+        t0 = time.perf_counter()
+        last = "-"
+        while True:
+            rows: Any = r.xrange(key, min=last, max="+", count=1000)
+            if last != "-":
+                rows = rows[1:]
+            if not rows:
+                break
+            n += sum(len(f[b"b"]) > 0 for _, f in rows)
+            last = rows[-1][0].decode()
+        res["consume"] = n / (time.perf_counter() - t0)
+        ctx = multiprocessing.get_context("spawn")
+        start, out = ctx.Event(), ctx.Queue()
+        procs = [
+            ctx.Process(target=_redis_proc, args=(url, key, seconds, start, out))
+            for _ in range(4)
+        ]
+        for p in procs:
+            p.start()
+        time.sleep(1.0)
+        start.set()
+        res["send_4proc"] = sum(out.get(timeout=120) for _ in procs)
+        for p in procs:
+            p.join()
+        # Redis has no per-write fsync short of appendfsync=always; measure that.
+        r.config_set("appendfsync", "always")
+        pool = redis.ConnectionPool.from_url(url, max_connections=16)
+        rc = redis.Redis(connection_pool=pool)
+        res["sync_group_commit_8"] = _threads(
+            8, seconds, lambda: rc.xadd(key, {"b": BODY})
+        )
+    finally:
+        r.config_set("appendfsync", old_fsync)
+        r.config_set("appendonly", old_aof)
+        r.delete(key)
+    res["note"] = (
+        "AOF on for the run (everysec; 'always' for the sync row), then restored"
+    )
+    return res
+
+
+# -- SQLite (WAL) ------------------------------------------------------------------------
+def _sqlite_open(path: Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
+    con = sqlite3.connect(
+        path, timeout=60, isolation_level=None, check_same_thread=False
+    )
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute(f"PRAGMA synchronous={synchronous}")
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS msg (id INTEGER PRIMARY KEY, topic TEXT, body BLOB)"
+    )
+    return con
+
+
+def _sqlite_proc(path: str, seconds: float, start: Any, out: Any) -> None:
+    con = _sqlite_open(Path(path))
+    rows = [("Bench4", BODY)] * BATCH
+    start.wait()
+
+    def step() -> int:
+        con.execute("BEGIN IMMEDIATE")
+        con.executemany("INSERT INTO msg(topic, body) VALUES (?, ?)", rows)
+        con.execute("COMMIT")
+        return BATCH
+
+    out.put(_timed(seconds, step))
+
+
+def bench_sqlite(seconds: float, workdir: Path) -> dict[str, Any]:
+    path = workdir / "sqlite.db"
+    con = _sqlite_open(path)
+    res: dict[str, Any] = {}
+    ins = "INSERT INTO msg(topic, body) VALUES (?, ?)"
+    res["send_single"] = _timed(
+        seconds, lambda: (con.execute(ins, ("Bench", BODY)), 1)[1]
+    )
+    rows = [("Bench", BODY)] * BATCH
+
+    def batch() -> int:
+        con.execute("BEGIN")
+        con.executemany(ins, rows)
+        con.execute("COMMIT")
+        return BATCH
+
+    res["send_batch"] = _timed(seconds, batch)
+    n = 0
+    t0 = time.perf_counter()
+    last = 0
+    while True:
+        got = con.execute(
+            "SELECT id, body FROM msg WHERE id > ? AND topic = 'Bench' ORDER BY id LIMIT 1000",
+            (last,),
+        ).fetchall()
+        if not got:
+            break
+        n += sum(len(b) > 0 for _, b in got)
+        last = got[-1][0]
+    res["consume"] = n / (time.perf_counter() - t0)
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(target=_sqlite_proc, args=(str(path), seconds, start, out))
+        for _ in range(4)
+    ]
+    for p in procs:
+        p.start()
+    time.sleep(1.0)
+    start.set()
+    res["send_4proc"] = sum(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join()
+    con.close()
+    spath = workdir / "sqlite_sync.db"
+    conns = [_sqlite_open(spath, "FULL") for _ in range(8)]
+    lock = threading.Lock()
+    idx = iter(range(10**9))
+
+    def one() -> None:
+        with lock:
+            c = conns[next(idx) % 8]
+        c.execute(ins, ("Sync", BODY))
+
+    res["sync_group_commit_8"] = _threads(8, seconds, one)
+    return res
+
+
+# -- report ----------------------------------------------------------------------------
+def run(
+    seconds: float, redis_url: str | None, workdir: Path | None = None
+) -> dict[str, Any]:
+    """Run every workload; return ``{"ours": ..., "redis": ..., "sqlite": ...}``."""
+    tmp = Path(tempfile.mkdtemp(prefix="broker-bench-", dir=workdir))
+    try:
+        out: dict[str, Any] = {
+            "seconds_per_workload": seconds,
+            "body_bytes": len(BODY),
+            "batch": BATCH,
+            "cpus": os.cpu_count(),
+        }
+        out["ours"] = bench_ours(seconds, tmp)
+        try:
+            out["redis"] = bench_redis(seconds, redis_url) if redis_url else {}
+        except Exception as exc:  # Redis absent: report, do not fail the run
+            out["redis"] = {"error": str(exc)}
+        out["sqlite"] = bench_sqlite(seconds, tmp)
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def table(result: dict[str, Any]) -> str:
+    """Return the results as a readable table with our ratio to each peer."""
+    lines = [
+        f"{'workload':<22}{'ours msg/s':>13}{'redis msg/s':>13}{'sqlite msg/s':>14}"
+        f"{'x redis':>9}{'x sqlite':>10}"
+    ]
+    for w in WORKLOADS:
+        o = result["ours"].get(w)
+        r = result["redis"].get(w)
+        s = result["sqlite"].get(w)
+
+        def fmt(v: Any) -> str:
+            return f"{v:,.0f}" if isinstance(v, int | float) else "-"
+
+        def ratio(v: Any) -> str:
+            return f"{o / v:.2f}" if isinstance(v, int | float) and v and o else "-"
+
+        lines.append(
+            f"{w:<22}{fmt(o):>13}{fmt(r):>13}{fmt(s):>14}{ratio(r):>9}{ratio(s):>10}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m broker_core bench", description=__doc__
+    )
+    ap.add_argument(
+        "--seconds", type=float, default=3.0, help="duration of each workload"
+    )
+    ap.add_argument(
+        "--redis", default="redis://127.0.0.1:6379/15", help="Redis URL ('' to skip)"
+    )
+    ap.add_argument("--workdir", default=None, help="where to put temporary stores")
+    ap.add_argument(
+        "--json", default=None, help="also write the JSON result to this file"
+    )
+    args = ap.parse_args(argv)
+    result = run(
+        args.seconds, args.redis or None, Path(args.workdir) if args.workdir else None
+    )
+    print(table(result))
+    text = json.dumps(result, indent=2, default=str)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text)
+    return 0
