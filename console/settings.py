@@ -53,8 +53,13 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "console.core",
+    "console.ui",
+    "console.accounts",
+    "console.audit",
+    "console.topics",
 ]
 
 MIDDLEWARE = [
@@ -64,6 +69,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "console.ui.middleware.RequestIdMiddleware",
+    # Every page needs a signed-in user; /login/ and /healthz opt out.
+    "console.ui.middleware.ConsoleLoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -81,6 +89,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "console.ui.context_processors.roles",
+                "console.ui.context_processors.navigation",
             ],
         },
     },
@@ -173,6 +183,11 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Operate the transactional message broker.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Swagger UI from the installed sidecar package: works offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Logging: one structured line per event on stdout -------------------------

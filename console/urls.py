@@ -2,19 +2,30 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required, login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from console.core import views as core_views
 
+api_patterns = [
+    path("", include("console.audit.api.urls")),
+]
+
 urlpatterns = [
     path("", core_views.overview, name="overview"),
-    path("healthz", core_views.healthz, name="healthz"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("healthz", login_not_required(core_views.healthz), name="healthz"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("audit/", include("console.audit.urls")),
+    path("api/", include(api_patterns)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    # DRF marks its views login_not_required; the docs page is a page, so it
+    # sends an anonymous visitor to the sign-in form.
     path(
-        "api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"
+        "api/docs/",
+        login_required(SpectacularSwaggerView.as_view(url_name="schema")),
+        name="api-docs",
     ),
 ]

@@ -1,0 +1,97 @@
+"""Write audit records; every console service calls ``record_audit``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.core.serializers.json import DjangoJSONEncoder
+
+from console.audit.models import AuditRecord
+
+T = TypeVar("T")
+
+
+def _client_ip(request: Any) -> str | None:
+    if request is None:
+        return None
+    return request.META.get("REMOTE_ADDR") or None
+
+
+def record_audit(
+    *,
+    actor: Any,
+    action: str,
+    object_type: str,
+    object_id: str = "",
+    reason: str = "",
+    before: Any = None,
+    after: Any = None,
+    status: str = AuditRecord.Status.SUCCESS,
+    message: str = "",
+    request: Any = None,
+) -> AuditRecord:
+    """Append one audit record (who, what, why, before/after, outcome).
+
+    ``actor`` is a user or None (a management command or task); ``request``
+    supplies the request id and client address when there is one.
+    """
+    if actor is None and request is not None:
+        actor = getattr(request, "user", None)
+    is_user = actor is not None and getattr(actor, "is_authenticated", False)
+    return AuditRecord.objects.create(
+        actor=actor if is_user else None,
+        actor_username=actor.get_username() if is_user else "system",
+        action=action,
+        object_type=object_type,
+        object_id=str(object_id)[:255],
+        reason=reason,
+        before=_jsonable(before),
+        after=_jsonable(after),
+        status=status,
+        message=message[:2000],
+        request_id=getattr(request, "request_id", "") if request is not None else "",
+        ip=_client_ip(request),
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    import json
+
+    if value is None:
+        return None
+    return json.loads(json.dumps(value, cls=DjangoJSONEncoder, default=str))
+
+
+def audited(
+    fn: Callable[[], T],
+    *,
+    actor: Any,
+    action: str,
+    object_type: str,
+    object_id: str = "",
+    reason: str = "",
+    before: Any = None,
+    after: Callable[[T], Any] | None = None,
+    request: Any = None,
+) -> T:
+    """Run ``fn`` (a broker call) and audit its outcome, success or failure.
+
+    A failure is recorded with its message and the exception re-raised, so the
+    record exists whatever the caller does next.
+    """
+    try:
+        result = fn()
+    except Exception as exc:
+        record_audit(
+            actor=actor, action=action, object_type=object_type, object_id=object_id,
+            reason=reason, before=before, status=AuditRecord.Status.FAILED,
+            message=f"{type(exc).__name__}: {exc}", request=request,
+        )
+        raise
+    record_audit(
+        actor=actor, action=action, object_type=object_type, object_id=object_id,
+        reason=reason, before=before, after=after(result) if after else None,
+        request=request,
+    )
+    return result

@@ -1,0 +1,50 @@
+"""Template helpers: role checks, sortable column headers, timestamps."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django import template
+from django.utils.html import format_html
+
+from console.ui.roles import has_role as _has_role
+
+register = template.Library()
+
+
+@register.filter
+def has_role(user: Any, role: str) -> bool:
+    """``{% if user|has_role:"operator" %}``."""
+    return _has_role(user, role)
+
+
+@register.simple_tag(takes_context=True)
+def sort_header(context: dict[str, Any], label: str, key: str) -> str:
+    """A column header linking to this page sorted by ``key`` (toggling order)."""
+    request = context["request"]
+    current = request.GET.get("sort") or context.get("sort", "")
+    params = request.GET.copy()
+    params.pop("page", None)
+    if current == key:
+        params["sort"] = f"-{key}"
+        arrow = " ▲"
+    elif current == f"-{key}":
+        params["sort"] = key
+        arrow = " ▼"
+    else:
+        params["sort"] = key
+        arrow = ""
+    return format_html('<a class="sort" href="?{}">{}{}</a>', params.urlencode(), label, arrow)
+
+
+@register.filter
+def ms_datetime(value: Any) -> Any:
+    """Render a millisecond epoch timestamp as an aware UTC datetime."""
+    try:
+        ms = int(value)
+    except (TypeError, ValueError):
+        return value
+    if ms <= 0:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)

@@ -1,0 +1,152 @@
+"""Fixtures for console tests: a private broker store, users per role, clients,
+and a real headless Chromium (Playwright) for the tests marked ``browser``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+PASSWORD = "correct-horse-battery-staple"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SMALL_STORE = {
+    "segment_size": 1 << 20,
+    "cq_units_per_file": 1024,
+    "index_slots": 4096,
+    "index_entries": 32768,
+    "flush_interval_ms": 50,
+}
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    """Test users need no slow key stretching."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def broker(settings: Any, tmp_path: Path) -> Iterator[Any]:
+    """Point BROKER_STORE_DIR at a fresh directory and return its open Broker."""
+    from console.brokerlink import close_broker, get_broker
+
+    close_broker()
+    settings.BROKER_STORE_DIR = tmp_path / "store"
+    settings.BROKER_STORE_OPTIONS = dict(SMALL_STORE)
+    yield get_broker()
+    close_broker()
+
+
+@pytest.fixture
+def make_user(db: Any) -> Callable[..., Any]:
+    from django.contrib.auth import get_user_model
+
+    from console.ui.roles import set_role
+
+    def make(username: str, role: str | None) -> Any:
+        user = get_user_model().objects.create_user(username=username, password=PASSWORD)
+        if role:
+            set_role(user, role)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def users(make_user: Callable[..., Any]) -> dict[str, Any]:
+    """One user per role, plus ``none`` (signed in, no role)."""
+    return {r: make_user(r, None if r == "none" else r)
+            for r in ("viewer", "operator", "admin", "none")}
+
+
+@pytest.fixture
+def client_as(users: dict[str, Any]) -> Callable[[str], Any]:
+    """``client_as("operator")``: a Django test client signed in with that role."""
+    from django.test import Client
+
+    def make(role: str) -> Any:
+        c = Client()
+        c.force_login(users[role])
+        return c
+
+    return make
+
+
+@pytest.fixture
+def api_as(users: dict[str, Any]) -> Callable[[str], Any]:
+    """``api_as("viewer")``: a DRF client authenticating with that user's token."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    def make(role: str) -> Any:
+        c = APIClient()
+        token, _ = Token.objects.get_or_create(user=users[role])
+        c.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return c
+
+    return make
+
+
+# --- browser --------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """One headless Chromium for the session (Debian's /usr/bin/chromium)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium chromium-driver")
+    # Playwright's sync API runs an event loop in this thread; the test's own
+    # database calls are still synchronous and safe here.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(chromium: Any, live_server: Any) -> Iterator[Any]:
+    """A fresh browser context (own cookies) whose page opens ``live_server``."""
+    context = chromium.new_context(base_url=live_server.url, viewport={"width": 1400,
+                                                                       "height": 900})
+    context.set_default_timeout(10_000)
+    pg = context.new_page()
+    yield pg
+    context.close()
+
+
+@pytest.fixture
+def sign_in(users: dict[str, Any]) -> Callable[[Any, str], None]:
+    def do(pg: Any, role: str) -> None:
+        pg.goto("/login/")
+        pg.fill("input[name=username]", users[role].username)
+        pg.fill("input[name=password]", PASSWORD)
+        pg.click("button[type=submit]")
+        pg.wait_for_selector("[data-testid=role-badge]")
+
+    return do
+
+
+@pytest.fixture
+def screenshot() -> Callable[[Any, str], Path]:
+    """Save a full-page screenshot under artifacts/ (gitignored)."""
+
+    def shot(pg: Any, name: str) -> Path:
+        ARTIFACTS.mkdir(exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        pg.screenshot(path=str(path), full_page=True)
+        return path
+
+    return shot
