@@ -11,6 +11,7 @@ them finite and well-formed after parsing) or passed in as closure constants
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -133,6 +134,9 @@ class _Gen:
                 f"(True if {right} is True else None)",
             )
         elif isinstance(node, IsNull):
+            if isinstance(node.operand, Const):
+                # Folded: "is" on a literal other than None is a SyntaxWarning.
+                return repr(node.operand.value is None)
             v = self.value(node.operand, ind)
             self.emit(ind, f"{t} = {v} is None")
         elif isinstance(node, Eq):
@@ -233,6 +237,10 @@ def build_evaluator(node: Node, filename: str = "<selector>") -> tuple[Evaluator
     """Compile ``node`` into an evaluator function; return it and its source."""
     src, consts = generate(node)
     namespace: dict[str, Any] = {}
-    exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - source built above
+    with warnings.catch_warnings():
+        # A warning here means the generator emitted questionable code.
+        warnings.simplefilter("error")
+        code = compile(src, filename, "exec")
+    exec(code, namespace)  # noqa: S102 - source built above
     fn: Evaluator = namespace["_factory"](*_HELPERS.values(), *consts.values())
     return fn, src
