@@ -242,8 +242,10 @@ class Broker:
         msgs: list[MessageExt] = []
         pos = offset
         if flt.match_all:
-            for phys, _size, _code in cq.read_units(offset, max_messages):
-                msgs.append(decode(phys))
+            msgs = [
+                decode(phys, size)
+                for phys, size, _code in cq.read_units(offset, max_messages)
+            ]
             pos += len(msgs)
         else:
             budget = max(max_messages * 16, 512)
@@ -255,7 +257,7 @@ class Broker:
                     pos += 1
                     budget -= 1
                     if flt.matches_code(code):
-                        m = decode(phys)
+                        m = decode(phys, _size)
                         if flt.matches_tag(m.tags):
                             msgs.append(m)
                             if len(msgs) >= max_messages:

@@ -88,12 +88,12 @@ class CommitLog:
             raise MessageNotFoundError(f"no record starts at offset {offset}")
         return msg
 
-    def decode_at(self, offset: int) -> MessageExt:
+    def decode_at(self, offset: int, size: int | None = None) -> MessageExt:
         """Decode the record at ``offset`` trusting a consume-queue unit (no checks)."""
         seg = self.segments.segment(offset)
         if seg is None:
             raise MessageNotFoundError(f"no commit-log segment holds offset {offset}")
-        return decode_record(seg.view, offset - seg.base)
+        return decode_record(seg.view, offset - seg.base, size)
 
     def scan(
         self, start: int, end: int | None = None, verify_crc: bool = False

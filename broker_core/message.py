@@ -170,102 +170,142 @@ class PullStatus(enum.Enum):
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
 
 
-class MessageExt:
-    """A message decoded from the commit log.
+# The fixed header of a record (the same layout as ``record.HEADER``; repeated
+# here so this module stays below the record codec): see record.py for offsets.
+_HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
+_HEADERS_V6 = {
+    (b, st): struct.Struct(
+        ">iiiiiqqiq" + ("16s" if b else "4s") + "iq" + ("16s" if st else "4s") + "iiqi"
+    )
+    for b in (False, True)
+    for st in (False, True)
+}
+_SYSFLAG = struct.Struct(">i")
 
-    Properties are parsed lazily: a pull that only needs the body does not pay
-    for them.
+
+class MessageExt:
+    """A message decoded from the commit log, lazily.
+
+    It holds the record's bytes and unpacks the header, body and properties on
+    first access, so a pull costs one copy per message until fields are read.
+    Fields are read-only: use ``to_inner()`` to build a modified copy.
     """
 
-    __slots__ = (
-        "topic",
-        "queue_id",
-        "flag",
-        "queue_offset",
-        "commit_log_offset",
-        "sysflag",
-        "born_timestamp",
-        "_born_ip",
-        "_born_port",
-        "store_timestamp",
-        "_store_ip",
-        "_store_port",
-        "reconsume_times",
-        "prepared_transaction_offset",
-        "body",
-        "body_crc",
-        "store_size",
-        "_props_raw",
-        "_props",
-    )
+    __slots__ = ("_raw", "_h", "_props", "_body_at")
 
-    def __init__(
-        self,
-        topic: str,
-        queue_id: int,
-        flag: int,
-        queue_offset: int,
-        commit_log_offset: int,
-        sysflag: int,
-        born_timestamp: int,
-        born_ip: bytes,
-        born_port: int,
-        store_timestamp: int,
-        store_ip: bytes,
-        store_port: int,
-        reconsume_times: int,
-        prepared_transaction_offset: int,
-        body: bytes,
-        body_crc: int,
-        store_size: int,
-        props_raw: bytes,
-    ) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.flag = flag
-        self.queue_offset = queue_offset
-        self.commit_log_offset = commit_log_offset
-        self.sysflag = sysflag
-        self.born_timestamp = born_timestamp
-        self._born_ip = born_ip
-        self._born_port = born_port
-        self.store_timestamp = store_timestamp
-        self._store_ip = store_ip
-        self._store_port = store_port
-        self.reconsume_times = reconsume_times
-        self.prepared_transaction_offset = prepared_transaction_offset
-        self.body = body
-        self.body_crc = body_crc
-        self.store_size = store_size
-        self._props_raw = props_raw
+    def __init__(self, raw: bytes) -> None:
+        self._raw = raw
+        self._h: tuple = ()  # type: ignore[type-arg]
         self._props: dict[str, str] | None = None
+        self._body_at = 0
+
+    def _hdr(self) -> tuple:  # type: ignore[type-arg]
+        h = self._h
+        if not h:
+            raw = self._raw
+            sysflag = _SYSFLAG.unpack_from(raw, 36)[0]
+            if sysflag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
+                hs = _HEADERS_V6[
+                    (
+                        bool(sysflag & SYSFLAG_BORNHOST_V6),
+                        bool(sysflag & SYSFLAG_STOREHOST_V6),
+                    )
+                ]
+            else:
+                hs = _HEADER
+            h = self._h = hs.unpack_from(raw, 0)
+            self._body_at = hs.size
+        return h
+
+    @property
+    def store_size(self) -> int:
+        return len(self._raw)
+
+    @property
+    def body_crc(self) -> int:
+        return int(self._hdr()[2])
+
+    @property
+    def queue_id(self) -> int:
+        return int(self._hdr()[3])
+
+    @property
+    def flag(self) -> int:
+        return int(self._hdr()[4])
+
+    @property
+    def queue_offset(self) -> int:
+        return int(self._hdr()[5])
+
+    @property
+    def commit_log_offset(self) -> int:
+        return int(self._hdr()[6])
+
+    @property
+    def sysflag(self) -> int:
+        return int(self._hdr()[7])
+
+    @property
+    def born_timestamp(self) -> int:
+        return int(self._hdr()[8])
+
+    @property
+    def store_timestamp(self) -> int:
+        return int(self._hdr()[11])
+
+    @property
+    def reconsume_times(self) -> int:
+        return int(self._hdr()[14])
+
+    @property
+    def prepared_transaction_offset(self) -> int:
+        return int(self._hdr()[15])
+
+    @property
+    def body(self) -> bytes:
+        h = self._hdr()
+        at = self._body_at
+        return self._raw[at : at + h[16]]
+
+    def _topic_span(self) -> tuple[int, int]:
+        h = self._hdr()
+        tpos = self._body_at + h[16]
+        if h[1] == -626843481:  # MAGIC_V1: one-byte topic length
+            return tpos + 1, self._raw[tpos]
+        return tpos + 2, int.from_bytes(self._raw[tpos : tpos + 2], "big")
+
+    @property
+    def topic(self) -> str:
+        start, n = self._topic_span()
+        return self._raw[start : start + n].decode()
+
+    @property
+    def born_host(self) -> str:
+        h = self._hdr()
+        return _format_host(h[9], h[10])
+
+    @property
+    def store_host(self) -> str:
+        h = self._hdr()
+        return _format_host(h[12], h[13])
+
+    @property
+    def offset_msg_id(self) -> str:
+        """Hex of store IP, port and commit-log offset (RocketMQ offsetMsgId)."""
+        h = self._hdr()
+        return (bytes(h[12]) + struct.pack(">iq", h[13], h[6])).hex().upper()
 
     @property
     def properties(self) -> dict[str, str]:
         """All properties, user and system (``TAGS``, ``KEYS``, ``UNIQ_KEY`` ...)."""
         if self._props is None:
-            self._props = decode_properties(self._props_raw.decode("utf-8"))
-        return self._props
-
-    @property
-    def born_host(self) -> str:
-        return _format_host(self._born_ip, self._born_port)
-
-    @property
-    def store_host(self) -> str:
-        return _format_host(self._store_ip, self._store_port)
-
-    @property
-    def offset_msg_id(self) -> str:
-        """Hex of store IP, port and commit-log offset (RocketMQ offsetMsgId)."""
-        return (
-            (
-                bytes(self._store_ip)
-                + struct.pack(">iq", self._store_port, self.commit_log_offset)
+            start, n = self._topic_span()
+            ppos = start + n
+            plen = int.from_bytes(self._raw[ppos : ppos + 2], "big")
+            self._props = decode_properties(
+                self._raw[ppos + 2 : ppos + 2 + plen].decode()
             )
-            .hex()
-            .upper()
-        )
+        return self._props
 
     @property
     def tags(self) -> str | None:

@@ -53,9 +53,11 @@ PHYSICAL_OFFSET_AT = 28
 STORE_TIMESTAMP_AT = 56
 
 # The record CRC property (RocketMQ ``enabledAppendPropCRC``): the last 20 bytes
-# of the properties are "__CRC32#", 0x01, ten digits least significant first, 0x02;
-# the CRC covers the whole record before them. Every record this store writes
-# carries it, so recovery detects damage anywhere in a record, not just the body.
+# of the properties are "__CRC32#", 0x01, ten digits least significant first, 0x02.
+# Unlike RocketMQ's, this CRC covers the record before them *except the body*:
+# the header it covers holds the body CRC, so the body is covered transitively
+# without hashing it twice. Every record this store writes carries it, so
+# recovery detects damage anywhere in a record, not just in the body.
 PROP_CRC_KEY = "__CRC32#"
 PROP_CRC_PREFIX = b"__CRC32#\x01"
 PROP_CRC_SIZE = 20
@@ -233,82 +235,35 @@ def check_record(
             return CheckedRecord(RecordCheck.CORRUPT, 0)
         if has_prop_crc:
             digits = bytes(buf[rec_end - 11 : rec_end - 1])
+            want = zlib.crc32(
+                buf[bpos + body_len : rec_end - PROP_CRC_SIZE],
+                zlib.crc32(buf[pos:bpos]),
+            )
             if (
                 buf[rec_end - 1] != 2
                 or not digits.isdigit()
-                or int(digits[::-1])
-                != zlib.crc32(buf[pos : rec_end - PROP_CRC_SIZE]) & 0x7FFFFFFF
+                or int(digits[::-1]) != want & 0x7FFFFFFF
             ):
                 return CheckedRecord(RecordCheck.CORRUPT, 0)
     return CheckedRecord(RecordCheck.OK, total)
 
 
 def prop_crc(crc: int) -> bytes:
-    """Return the 20-byte ``__CRC32#`` property for a whole-record CRC (§3.1)."""
+    """Return the 20-byte ``__CRC32#`` property for a record CRC (see above)."""
     return b"%s%s\x02" % (PROP_CRC_PREFIX, f"{crc:010d}"[::-1].encode())
 
 
-def decode_record(buf: memoryview | bytes, pos: int) -> MessageExt:
-    """Decode the (already validated) record at ``buf[pos:]``.
+def decode_record(
+    buf: memoryview | bytes, pos: int, size: int | None = None
+) -> MessageExt:
+    """Return the (already validated) record at ``buf[pos:]`` as a ``MessageExt``.
 
-    The physical offset and offset id come from the record itself.
+    ``size`` is the record's total size when the caller knows it (a consume-queue
+    unit); fields are decoded lazily from a copy of the record's bytes.
     """
-    sysflag = struct.unpack_from(">i", buf, pos + 36)[0]
-    if sysflag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
-        hdr = _HEADER_V6[
-            (bool(sysflag & SYSFLAG_BORNHOST_V6), bool(sysflag & SYSFLAG_STOREHOST_V6))
-        ]
-    else:
-        hdr = HEADER
-    (
-        total,
-        magic,
-        crc,
-        queue_id,
-        flag,
-        queue_offset,
-        phys,
-        sysflag,
-        born_ts,
-        born_ip,
-        born_port,
-        store_ts,
-        store_ip,
-        store_port,
-        reconsume,
-        prepared,
-        body_len,
-    ) = hdr.unpack_from(buf, pos)
-    bpos = pos + hdr.size
-    tpos = bpos + body_len
-    if magic == MAGIC_V1:
-        tl = buf[tpos]
-        tpos += 1
-    else:
-        tl = TOPIC_LEN_V2.unpack_from(buf, tpos)[0]
-        tpos += 2
-    ppos = tpos + tl
-    props_len = PROPS_LEN.unpack_from(buf, ppos)[0]
-    return MessageExt(
-        str(buf[tpos:ppos], "utf-8"),
-        queue_id,
-        flag,
-        queue_offset,
-        phys,
-        sysflag,
-        born_ts,
-        born_ip,
-        born_port,
-        store_ts,
-        store_ip,
-        store_port,
-        reconsume,
-        prepared,
-        bytes(buf[bpos : bpos + body_len]),
-        crc,
-        total,
-        bytes(buf[ppos + 2 : ppos + 2 + props_len]),
-    )
+    if size is None:
+        size = TOTAL_SIZE.unpack_from(buf, pos)[0]
+    return MessageExt(bytes(buf[pos : pos + size]))
 
 
 def decode_buffer(

@@ -336,7 +336,7 @@ class MessageStore(StoreAdminMixin):
                     prep,
                     blen,
                 )
-                rcrc = crc32(suffix, crc32(body, crc32(head))) & 0x7FFFFFFF
+                rcrc = crc32(suffix, crc32(head)) & 0x7FFFFFFF
                 parts.append(head)
                 parts.append(body)
                 parts.append(suffix)
