@@ -22,6 +22,7 @@ from broker_core.errors import (
     TopicNotFoundError,
     ValidationError,
 )
+from broker_core.filter import TAG, Matcher, build_matcher
 from broker_core.message import (
     PROPERTY_UNIQ_KEY,
     Message,
@@ -210,10 +211,14 @@ class Broker:
         offset: int,
         max_messages: int = 32,
         expression: str | None = "*",
+        expression_type: str | None = None,
     ) -> PullResult:
         """Read up to ``max_messages`` from a queue starting at logical ``offset``.
 
-        ``expression`` is a tag subscription (``*`` or ``a || b``). Statuses:
+        ``expression`` is a tag subscription (``*`` or ``a || b``), or with
+        ``expression_type="SQL92"`` an SQL92 selector over the message's
+        properties (``broker_core.filter.build_matcher``: only TRUE matches;
+        ``FilterSyntaxError`` for a bad expression). Statuses:
         FOUND, NO_NEW_MSG (offset == max), NO_MATCHED_MSG (all filtered out;
         ``next_offset`` skips them), OFFSET_ILLEGAL (outside [min, max];
         ``next_offset`` is the nearest valid offset). Raises ``InvalidGroupError``,
@@ -230,6 +235,10 @@ class Broker:
             )
         if max_messages < 1:
             raise ValidationError("max_messages must be at least 1")
+        sql: Matcher | None = None
+        if expression_type is not None and expression_type.upper() != TAG:
+            sql = build_matcher(expression_type, expression)
+            expression = "*"
         flt = parse_subscription(expression)
         cq = store.cqs.get(topic, queue_id)
         lo, hi = cq.min_offset(), cq.max_offset()
@@ -241,7 +250,7 @@ class Broker:
         decode = store.commitlog.decode_at
         msgs: list[MessageExt] = []
         pos = offset
-        if flt.match_all:
+        if flt.match_all and sql is None:
             msgs = [
                 decode(phys, size)
                 for phys, size, _code in cq.read_units(offset, max_messages)
@@ -258,7 +267,9 @@ class Broker:
                     budget -= 1
                     if flt.matches_code(code):
                         m = decode(phys, _size)
-                        if flt.matches_tag(m.tags):
+                        if flt.matches_tag(m.tags) and (
+                            sql is None or sql(m.properties)
+                        ):
                             msgs.append(m)
                             if len(msgs) >= max_messages:
                                 break
