@@ -1,0 +1,182 @@
+"""Delivery progress of the schedule service, persisted atomically.
+
+``{root}/config/delayOffset.json`` keeps RocketMQ's ``offsetTable`` (level ->
+next consume-queue offset of ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``) and
+adds what RocketMQ lacks: recalled level offsets, the timer queue's done set
+(a low-water mark plus the offsets above it already delivered or recalled),
+per-minute delivery counts, and ``logPos``, the commit-log position up to which
+every delivered copy and recall marker is reflected in the file.
+
+The file is a cache of what the log says: each delivered copy and each recall
+marker carries ``DELAY_SRC``, so whatever happened after ``logPos`` (a process
+killed between its puts and its persist) is recovered by scanning the log from
+there. ``{root}/config/delaySchedule.token`` holds 8 random bytes rewritten by
+whichever process last took over delivery; a process whose own token is still
+there knows nobody else changed the progress since it last looked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker_core.metadata import atomic_write_json
+
+PROGRESS_FILE = "delayOffset.json"
+TOKEN_FILE = "delaySchedule.token"
+LOCK_FILE = "delaySchedule.lock"
+_TOKEN = struct.Struct("<Q")
+#: fastjson writes integer map keys unquoted (``{1:35}``); quote them for ``json``.
+_BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+_MINUTES_KEPT = 60
+
+
+def _ranges(values: set[int]) -> list[list[int]]:
+    """Compress a set of ints to sorted ``[first, last]`` runs."""
+    out: list[list[int]] = []
+    for v in sorted(values):
+        if out and out[-1][1] == v - 1:
+            out[-1][1] = v
+        else:
+            out.append([v, v])
+    return out
+
+
+def _unranges(runs: list[list[int]]) -> set[int]:
+    out: set[int] = set()
+    for first, last in runs:
+        out.update(range(int(first), int(last) + 1))
+    return out
+
+
+@dataclass
+class Progress:
+    """What has been delivered or recalled, as of commit-log position ``log_pos``."""
+
+    offsets: dict[int, int] = field(default_factory=dict)
+    cancelled: dict[int, set[int]] = field(default_factory=dict)
+    timer_low: int = 0
+    timer_done: set[int] = field(default_factory=set)
+    log_pos: int = -1
+    delivered: dict[int, int] = field(default_factory=dict)
+
+    # -- levels --------------------------------------------------------------
+    def level_offset(self, level: int) -> int:
+        return self.offsets.get(level, 0)
+
+    def level_pending(self, level: int, queue_offset: int) -> bool:
+        """True if the level message at ``queue_offset`` is neither delivered nor recalled."""
+        return queue_offset >= self.level_offset(
+            level
+        ) and queue_offset not in self.cancelled.get(level, ())
+
+    def advance_level(self, level: int, next_offset: int) -> None:
+        if next_offset > self.level_offset(level):
+            self.offsets[level] = next_offset
+            dead = self.cancelled.get(level)
+            if dead:
+                dead.difference_update([o for o in dead if o < next_offset])
+                if not dead:
+                    del self.cancelled[level]
+
+    def cancel_level(self, level: int, queue_offset: int) -> None:
+        if queue_offset >= self.level_offset(level):
+            self.cancelled.setdefault(level, set()).add(queue_offset)
+
+    # -- timers --------------------------------------------------------------
+    def timer_is_done(self, queue_offset: int) -> bool:
+        return queue_offset < self.timer_low or queue_offset in self.timer_done
+
+    def mark_timer_done(self, queue_offset: int) -> None:
+        if queue_offset < self.timer_low:
+            return
+        self.timer_done.add(queue_offset)
+        if queue_offset == self.timer_low:
+            low = self.timer_low
+            done = self.timer_done
+            while low in done:
+                done.discard(low)
+                low += 1
+            self.timer_low = low
+
+    # -- counters ------------------------------------------------------------
+    def count_delivered(self, now_ms: int, n: int) -> None:
+        minute = now_ms // 60_000
+        self.delivered[minute] = self.delivered.get(minute, 0) + n
+        if len(self.delivered) > _MINUTES_KEPT:
+            for m in sorted(self.delivered)[:-_MINUTES_KEPT]:
+                del self.delivered[m]
+
+    # -- persistence ---------------------------------------------------------
+    def to_json(self) -> dict[str, object]:
+        return {
+            "offsetTable": {str(k): v for k, v in sorted(self.offsets.items())},
+            "cancelled": {
+                str(k): _ranges(v) for k, v in sorted(self.cancelled.items()) if v
+            },
+            "timerLow": self.timer_low,
+            "timerDone": _ranges(self.timer_done),
+            "logPos": self.log_pos,
+            "deliveredPerMinute": {
+                str(k): v for k, v in sorted(self.delivered.items())
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Progress:
+        def table(name: str) -> dict[int, object]:
+            raw = data.get(name) or {}
+            assert isinstance(raw, dict)
+            return {int(k): v for k, v in raw.items()}
+
+        done = data.get("timerDone") or []
+        assert isinstance(done, list)
+        p = cls(
+            offsets={k: int(v) for k, v in table("offsetTable").items()},  # type: ignore[call-overload]
+            cancelled={k: _unranges(v) for k, v in table("cancelled").items()},  # type: ignore[arg-type]
+            timer_low=int(data.get("timerLow", 0)),  # type: ignore[call-overload]
+            timer_done=_unranges(done),
+            log_pos=int(data.get("logPos", -1)),  # type: ignore[call-overload]
+            delivered={k: int(v) for k, v in table("deliveredPerMinute").items()},  # type: ignore[call-overload]
+        )
+        return p
+
+
+class ProgressFile:
+    """The progress JSON and the takeover token of one store's ``config`` directory."""
+
+    def __init__(self, config_dir: Path) -> None:
+        self.path = config_dir / PROGRESS_FILE
+        self.lock_path = config_dir / LOCK_FILE
+        self._token_fd = os.open(config_dir / TOKEN_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def load(self) -> Progress | None:
+        """Return the persisted progress, or None if there is none (or it is unreadable)."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            data = json.loads(_BARE_KEY.sub(r'\1"\2"\3', text))
+            return Progress.from_json(data)
+        except (ValueError, TypeError, AssertionError):
+            # A damaged cache: the caller rebuilds from the log.
+            return None
+
+    def save(self, progress: Progress) -> None:
+        """Persist atomically (temporary file, fsync, rename, fsync the directory)."""
+        atomic_write_json(self.path, progress.to_json())
+
+    def read_token(self) -> int:
+        raw = os.pread(self._token_fd, _TOKEN.size, 0)
+        return _TOKEN.unpack(raw)[0] if len(raw) == _TOKEN.size else 0
+
+    def write_token(self, token: int) -> None:
+        os.pwrite(self._token_fd, _TOKEN.pack(token), 0)
+
+    def close(self) -> None:
+        os.close(self._token_fd)

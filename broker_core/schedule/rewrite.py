@@ -1,0 +1,206 @@
+"""Rewriting on send: a ``DELAY`` level or a timer property parks a message.
+
+RocketMQ 5 ``HookUtils.handleScheduleMessage`` (§2.2, §2.6): a delay level moves
+the message to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``; a delivery time
+(``TIMER_DELIVER_MS`` absolute, ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS``
+relative) moves it to ``rmq_sys_wheel_timer`` queue 0 with ``TIMER_OUT_MS``.
+Both keep the real destination in ``REAL_TOPIC`` / ``REAL_QID``. Unlike
+RocketMQ, a level and a time together, a negative delay and a delay beyond the
+maximum are rejected (``InvalidDelayError``) instead of silently adjusted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from broker_core.errors import InvalidDelayError
+from broker_core.message import (
+    PROPERTY_DELAY,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    MessageInner,
+)
+from broker_core.validation import SCHEDULE_TOPIC, TIMER_TOPIC
+
+if TYPE_CHECKING:
+    from broker_core.broker import Broker
+
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+#: On a delivered copy: which scheduled record it delivers ("L<level>:<queue
+#: offset>" or "T:<queue offset>"); on a recall marker: which one it cancels.
+#: It makes delivery progress derivable from the log after a crash.
+PROPERTY_DELAY_SRC = "DELAY_SRC"
+
+TIMER_PROPERTIES = (
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELAY_MS,
+)
+DEFAULT_MAX_DELAY_MS = 30 * 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpec:
+    """What a message asks for: a level (clamped) or an absolute delivery time."""
+
+    level: int = 0
+    deliver_ms: int = 0
+
+    @property
+    def is_timer(self) -> bool:
+        return self.deliver_ms > 0
+
+
+def _int_property(props: dict[str, str], name: str) -> int | None:
+    raw = props.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidDelayError(f"{name}={raw!r} is not an integer") from None
+
+
+def parse_schedule(
+    props: dict[str, str],
+    now_ms: int,
+    levels_ms: Sequence[int],
+    max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+) -> ScheduleSpec | None:
+    """Return what ``props`` schedule, or None for an immediate message.
+
+    A level above the highest is clamped to it (RocketMQ); level 0 means none.
+    Relative delays count from ``now_ms``; an absolute time at or before
+    ``now_ms`` is an immediate message (RocketMQ 5). Raises ``InvalidDelayError``
+    for a negative level or delay, a delay beyond ``max_delay_ms``, a level
+    together with a time, or a value that is not an integer.
+    """
+    level = _int_property(props, PROPERTY_DELAY)
+    sec = _int_property(props, PROPERTY_TIMER_DELAY_SEC)
+    rel = _int_property(props, PROPERTY_TIMER_DELAY_MS)
+    absolute = _int_property(props, PROPERTY_TIMER_DELIVER_MS)
+    has_time = sec is not None or rel is not None or absolute is not None
+    if level is not None and level < 0:
+        raise InvalidDelayError(f"delay level {level} is negative")
+    if level and has_time:
+        raise InvalidDelayError("a delay level and a delivery time cannot be combined")
+    if level:
+        return ScheduleSpec(level=min(level, len(levels_ms)))
+    if not has_time:
+        return None
+    # RocketMQ's precedence: TIMER_DELAY_SEC, then TIMER_DELAY_MS, then TIMER_DELIVER_MS.
+    if sec is not None:
+        if sec < 0:
+            raise InvalidDelayError(f"delay of {sec} s is negative")
+        deliver = now_ms + sec * 1000
+    elif rel is not None:
+        if rel < 0:
+            raise InvalidDelayError(f"delay of {rel} ms is negative")
+        deliver = now_ms + rel
+    else:
+        assert absolute is not None
+        if absolute < 0:
+            raise InvalidDelayError(f"delivery time {absolute} is negative")
+        deliver = absolute
+    if deliver - now_ms > max_delay_ms:
+        raise InvalidDelayError(
+            f"delay of {deliver - now_ms} ms exceeds the maximum of {max_delay_ms} ms"
+        )
+    if deliver <= now_ms:
+        return None
+    return ScheduleSpec(deliver_ms=deliver)
+
+
+def rewrite_for_schedule(
+    inner: MessageInner,
+    now_ms: int,
+    levels_ms: Sequence[int],
+    max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+) -> MessageInner:
+    """Return ``inner`` parked for later delivery, or unchanged if not scheduled.
+
+    PREPARED and ROLLBACK records are left alone: a transactional message is
+    scheduled when its commit is written (call this on the commit copy).
+    Raises ``InvalidDelayError`` (see ``parse_schedule``).
+    """
+    tv = inner.sysflag & TRANSACTION_MASK
+    if tv in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+        return inner
+    if inner.topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
+        return inner
+    props = inner.properties
+    if not any(k in props for k in (PROPERTY_DELAY, *TIMER_PROPERTIES)):
+        return inner
+    spec = parse_schedule(props, now_ms, levels_ms, max_delay_ms)
+    if spec is None:
+        return inner
+    props = dict(props)
+    props[PROPERTY_REAL_TOPIC] = inner.topic
+    props[PROPERTY_REAL_QID] = str(inner.queue_id)
+    if spec.is_timer:
+        props[PROPERTY_TIMER_OUT_MS] = str(spec.deliver_ms)
+        return replace(inner, topic=TIMER_TOPIC, queue_id=0, properties=props)
+    props[PROPERTY_DELAY] = str(spec.level)
+    return replace(
+        inner, topic=SCHEDULE_TOPIC, queue_id=spec.level - 1, properties=props
+    )
+
+
+def make_send_hook(
+    levels_ms: Sequence[int], max_delay_ms: int = DEFAULT_MAX_DELAY_MS
+) -> Callable[[MessageInner], MessageInner]:
+    """Return a ``Broker.add_send_hook`` callable applying ``rewrite_for_schedule``."""
+    levels = list(levels_ms)
+
+    def hook(inner: MessageInner) -> MessageInner:
+        return rewrite_for_schedule(
+            inner, int(time.time() * 1000), levels, max_delay_ms
+        )
+
+    return hook
+
+
+def schedule_properties(
+    level: int | None = None, deliver_at_ms: int | None = None, delay_ms: int | None = None
+) -> dict[str, str]:
+    """Return the properties that schedule a send; exactly one argument must be set.
+
+    Raises ``InvalidDelayError`` when none or several are given or one is negative.
+    """
+    given = [(n, v) for n, v in (("level", level), ("deliver_at_ms", deliver_at_ms),
+                                  ("delay_ms", delay_ms)) if v is not None]
+    if len(given) != 1:
+        raise InvalidDelayError("give exactly one of level, deliver_at_ms and delay_ms")
+    name, value = given[0]
+    if value < 0:
+        raise InvalidDelayError(f"{name} {value} is negative")
+    if name == "level":
+        if value == 0:
+            raise InvalidDelayError("delay level 0 schedules nothing")
+        return {PROPERTY_DELAY: str(value)}
+    if name == "deliver_at_ms":
+        return {PROPERTY_TIMER_DELIVER_MS: str(value)}
+    return {PROPERTY_TIMER_DELAY_MS: str(value)}
+
+
+def install_send_hook(broker: Broker, max_delay_ms: int = DEFAULT_MAX_DELAY_MS) -> None:
+    """Make ``broker.send`` park scheduled messages; idempotent per broker.
+
+    Every process that sends through a ``Broker`` (web, Celery, gRPC) calls this
+    once after ``Broker.open``; ``DelayService`` does it by default.
+    """
+    if getattr(broker, "_schedule_hook", False):
+        return
+    broker.add_send_hook(make_send_hook(broker.store.config.delay_levels_ms, max_delay_ms))
+    broker._schedule_hook = True  # type: ignore[attr-defined]
