@@ -1,6 +1,6 @@
 """Produce/consume benchmark: this store beside Redis Streams and SQLite (WAL).
 
-Usage: python bench/produce.py [--seconds 3] [--redis redis://127.0.0.1:6379/15] [--json out.json]
+Usage: python bench/produce.py [--seconds 3] [--redis URL] [--json out.json]
 Prints a table (with our ratio to each peer) and the JSON result.
 """
 

@@ -202,7 +202,7 @@ def bench_redis(seconds: float, url: str) -> dict[str, Any]:
     return res
 
 
-# -- SQLite (WAL) ------------------------------------------------------------------------
+# -- SQLite (WAL) -------------------------------------------------------------
 def _sqlite_open(path: Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
     con = sqlite3.connect(
         path, timeout=60, isolation_level=None, check_same_thread=False
@@ -251,7 +251,8 @@ def bench_sqlite(seconds: float, workdir: Path) -> dict[str, Any]:
     last = 0
     while True:
         got = con.execute(
-            "SELECT id, body FROM msg WHERE id > ? AND topic = 'Bench' ORDER BY id LIMIT 1000",
+            "SELECT id, body FROM msg WHERE id > ? AND topic = 'Bench' "
+            "ORDER BY id LIMIT 1000",
             (last,),
         ).fetchall()
         if not got:
@@ -325,7 +326,7 @@ def table(result: dict[str, Any]) -> str:
         def fmt(v: Any) -> str:
             return f"{v:,.0f}" if isinstance(v, int | float) else "-"
 
-        def ratio(v: Any) -> str:
+        def ratio(v: Any, o: Any = o) -> str:
             return f"{o / v:.2f}" if isinstance(v, int | float) and v and o else "-"
 
         lines.append(

@@ -277,7 +277,7 @@ class Broker:
         return PullResult(msgs, pos, status, lo, hi)
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Persist a group's next offset on a queue (see ``MessageStore.commit_offset``)."""
+        """Persist a group's next offset on a queue (``MessageStore.commit_offset``)."""
         self.store.commit_offset(group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
@@ -286,7 +286,7 @@ class Broker:
 
     # -- look-ups ------------------------------------------------------------
     def get_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
-        """Return a message by offset id or by ``UNIQ_KEY`` (optionally within ``topic``).
+        """Return a message by offset id or ``UNIQ_KEY`` (optionally within ``topic``).
 
         Raises ``MessageNotFoundError``.
         """
@@ -359,7 +359,7 @@ class Broker:
         )
 
     def update_topic(self, topic: str, **changes: Any) -> TopicConfig:
-        """Update ``read_queue_nums``, ``write_queue_nums``, ``perm`` or ``message_type``."""
+        """Update ``read_queue_nums``, ``write_queue_nums``, ``perm``, ``message_type``."""
         return self.store.update_topic(topic, **changes)
 
     def delete_topic(self, topic: str) -> None:

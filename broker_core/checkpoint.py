@@ -70,7 +70,7 @@ def write_checkpoint(path: Path, cp: Checkpoint) -> None:
 
 
 def create_abort(root: Path) -> None:
-    """Create ``{root}/abort`` holding this pid: present means "not shut down cleanly"."""
+    """Create ``{root}/abort`` holding this pid: "not shut down cleanly"."""
     path = root / "abort"
     path.write_text(str(os.getpid()))
     fd = os.open(root, os.O_RDONLY)

@@ -103,15 +103,18 @@ def _print_inspect(info: dict[str, Any]) -> None:
     print(f"segments ({info['segment_size']} bytes each):")
     for s in info["segments"]:
         print(
-            f"  {s['base']:020d}  records {s['records']:>9}  used {s['used']:>12}  {s['ends_with']}"
+            f"  {s['base']:020d}  records {s['records']:>9}  "
+            f"used {s['used']:>12}  {s['ends_with']}"
         )
     print(
-        f"records: {info['records']}  CRC: {'OK' if info['crc_ok'] else 'DAMAGED at ' + str(info['first_bad_offset'])}"
+        f"records: {info['records']}  CRC: "
+        + ("OK" if info["crc_ok"] else f"DAMAGED at {info['first_bad_offset']}")
     )
     print("topics:")
     for name, t in info["topics"].items():
         print(
-            f"  {name:<40} queues {t['read_queue_nums']}/{t['write_queue_nums']}  depths {t['depths']}"
+            f"  {name:<40} queues {t['read_queue_nums']}/{t['write_queue_nums']}  "
+            f"depths {t['depths']}"
         )
 
 

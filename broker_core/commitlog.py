@@ -50,7 +50,8 @@ class CommitLog:
     def check_fits_segment(self, total: int) -> None:
         if total + 8 > self.segment_size:
             raise MessageTooLargeError(
-                f"a record of {total} bytes does not fit a {self.segment_size}-byte segment"
+                f"a record of {total} bytes does not fit "
+                f"a {self.segment_size}-byte segment"
             )
 
     def write(self, start: int, parts: list[bytes]) -> None:

@@ -109,7 +109,7 @@ class ConsumeQueue:
 
     # -- reading -------------------------------------------------------------
     def read_units(self, start: int, count: int) -> list[tuple[int, int, int]]:
-        """Return up to ``count`` units from logical offset ``start`` (stops at the end)."""
+        """Return up to ``count`` units from logical offset ``start``."""
         per = self.units_per_file
         out: list[tuple[int, int, int]] = []
         off = start

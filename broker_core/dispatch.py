@@ -84,7 +84,7 @@ _I = struct.Struct(">i")
 def decode_dispatch(
     view: memoryview, pos: int, delay_ms: Callable[[int], int]
 ) -> DispatchRequest:
-    """Build the ``DispatchRequest`` of the (validated, IPv4) record at ``view[pos:]``."""
+    """Build the ``DispatchRequest`` of the validated record at ``view[pos:]``."""
     (
         total,
         magic,

@@ -118,7 +118,7 @@ class FlushService:
                 log.exception("flush cycle failed")
 
     def cycle(self, index_budget_s: float = 0.2) -> None:
-        """Flush the log (async mode), the queues and the index; write the checkpoint."""
+        """Flush the log (async mode), queues and index; write the checkpoint."""
         store = self.store
         if store.closed:
             return

@@ -190,7 +190,7 @@ class IndexService:
         return out
 
     def truncate_beyond(self, log_end: int) -> None:
-        """Delete index files that begin at or past ``log_end`` (after the log is cut)."""
+        """Delete index files that begin at or past ``log_end`` (log was cut)."""
         for name in self._names():
             f = self._open(name)
             begin_ts, _, begin_off, _, _, count = f.header()

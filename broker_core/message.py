@@ -50,12 +50,12 @@ def reset_transaction_value(sysflag: int, value: int) -> int:
 
 
 def encode_properties(properties: dict[str, str]) -> str:
-    """Encode properties as ``name\\x01value\\x02`` pairs; ``None`` values are skipped."""
+    """Encode properties as ``name\\x01value\\x02`` pairs, skipping ``None``."""
     return "".join(f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None)
 
 
 def decode_properties(text: str) -> dict[str, str]:
-    """Decode a properties string the way ``MessageDecoder.string2messageProperties`` does.
+    """Decode properties as ``MessageDecoder.string2messageProperties`` does.
 
     A segment is kept only when its first ``\\x01`` leaves a non-empty name and a
     non-empty value (the value may contain further ``\\x01``).

@@ -20,7 +20,7 @@ PERM_WRITE = 0x2
 PERM_INHERIT = 0x1
 
 
-class MessageType(str, enum.Enum):
+class MessageType(enum.StrEnum):
     NORMAL = "NORMAL"
     FIFO = "FIFO"
     DELAY = "DELAY"

@@ -142,7 +142,7 @@ def encode_record(
 
 
 def offset_msg_id(store_host: bytes, store_port: int, physical_offset: int) -> str:
-    """Return the offset message id: hex of store IP, port and physical offset (§3.6)."""
+    """Return the offset message id: hex of store IP, port, log offset (§3.6)."""
     return (store_host + struct.pack(">iq", store_port, physical_offset)).hex().upper()
 
 

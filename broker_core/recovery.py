@@ -43,7 +43,7 @@ class RecoveryInfo:
 
 
 def _boundary_near(store: MessageStore, target: int, floor: int) -> int:
-    """Return the largest record start in ``[floor, target]`` known to a consume queue."""
+    """Return the largest record start in ``[floor, target]`` known to a queue."""
     best = floor
     for topic, qid in store.cqs.on_disk():
         cq: ConsumeQueue = store.cqs.get(topic, qid)
@@ -148,7 +148,7 @@ def recover(store: MessageStore) -> RecoveryInfo:
 
 
 def _zero_tail(store: MessageStore, end: int) -> None:
-    """Zero from ``end`` while the bytes are not already zero, then drop later segments."""
+    """Zero from ``end`` while bytes are non-zero, then drop later segments."""
     segs = store.commitlog.segments
     seg = segs.segment(end)
     if seg is not None:

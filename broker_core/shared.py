@@ -91,7 +91,7 @@ class SharedState:
 
     # -- presence ------------------------------------------------------------
     def try_exclusive_presence(self) -> bool:
-        """Return True if no other process has the store open (call under append_lock)."""
+        """Return True if no other process has the store open (under append_lock)."""
         try:
             fcntl.flock(self._presence_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -113,7 +113,7 @@ class MessageStore(StoreAdminMixin):
         self._dispatching = threading.local()
         self._reput_thread: threading.Thread | None = None
         self._reput_stop = threading.Event()
-        #: What the open found: ``recovery.RecoveryInfo`` (None if not the first opener).
+        #: What the open found: ``recovery.RecoveryInfo`` (None unless first opener).
         self.recovery_info: recovery.RecoveryInfo | None = None
         with self.state.append_lock:
             if self.state.try_exclusive_presence():
@@ -160,7 +160,7 @@ class MessageStore(StoreAdminMixin):
             raise StoreClosedError("the store is closed")
 
     def _repair_dispatch(self) -> None:
-        """Write the consume-queue units a killed appender left out (append lock held)."""
+        """Write the queue units a killed appender left out (append lock held)."""
         state = self.state
         start, end = state.dispatched_pos, state.commit_pos
         if start >= end:
@@ -392,14 +392,14 @@ class MessageStore(StoreAdminMixin):
         return self.state.dispatched_pos
 
     def read_message(self, offset: int) -> MessageExt:
-        """Return the record at commit-log ``offset``; ``MessageNotFoundError`` if none."""
+        """Return the record at log ``offset``; ``MessageNotFoundError`` if none."""
         self._check_open()
         return self.commitlog.read_message(offset, self.state.dispatched_pos)
 
     def iter_messages(
         self, start: int = 0, end: int | None = None, verify_crc: bool = False
     ) -> Iterator[MessageExt]:
-        """Yield decoded records from log offset ``start`` (a record boundary) to ``end``.
+        """Yield decoded records from log offset ``start`` (a boundary) to ``end``.
 
         ``start`` below the first segment begins at the first segment.
         """
@@ -443,7 +443,7 @@ class MessageStore(StoreAdminMixin):
         return self.cqs.get(topic, queue_id).min_offset()
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        """The next logical offset of a queue (its message count when nothing is purged)."""
+        """The next logical offset of a queue (its message count, nothing purged)."""
         return self.cqs.get(topic, queue_id).max_offset()
 
     # -- dispatchers ---------------------------------------------------------
@@ -510,7 +510,7 @@ class MessageStore(StoreAdminMixin):
 
     # -- index ---------------------------------------------------------------
     def build_index(self, time_budget_s: float | None = None) -> None:
-        """Index records up to the dispatched position (all, or within a time budget)."""
+        """Index records up to the dispatched position (all, or within a budget)."""
         state = self.state
         if state.indexed_pos >= state.dispatched_pos:
             return
@@ -545,7 +545,7 @@ class MessageStore(StoreAdminMixin):
             state.indexed_pos = max(pos, end) if pos >= start else start
 
     def flush_derived(self) -> None:
-        """Flush consume queues and index, then record their progress in the checkpoint."""
+        """Flush consume queues and index; record their progress in the checkpoint."""
         recovery.write_progress(self)
 
     # -- lifecycle -----------------------------------------------------------

@@ -73,7 +73,10 @@ class StoreAdminMixin:
         perm: int | None = None,
         message_type: str | None = None,
     ) -> TopicConfig:
-        """Change a topic's settings. Raises ``TopicNotFoundError``, ``ValidationError``."""
+        """Change a topic's settings.
+
+        Raises ``TopicNotFoundError``, ``ValidationError``.
+        """
         self._check_open()
         with self.state.append_lock:
             self._reload_topics()
@@ -152,7 +155,8 @@ class StoreAdminMixin:
         max_off = self.cqs.get(topic, queue_id).max_offset()
         if not 0 <= offset <= max_off:
             raise InvalidOffsetError(
-                f"offset {offset} is outside [0, {max_off}] for {topic!r} queue {queue_id}"
+                f"offset {offset} is outside [0, {max_off}] "
+                f"for {topic!r} queue {queue_id}"
             )
         with self.state.offsets_lock:
             self._reload_offsets()

@@ -113,7 +113,7 @@ def validate_body(body: object, max_size: int) -> None:
 
 
 def validate_properties_size(encoded: bytes, max_size: int) -> None:
-    """Raise ``MessageTooLargeError`` for an encoded properties string over the limit."""
+    """Raise ``MessageTooLargeError`` for encoded properties over the limit."""
     if len(encoded) > max_size or len(encoded) > 0xFFFF:
         raise MessageTooLargeError(
             f"the properties size {len(encoded)} exceeds the maximum {max_size}"

@@ -1,4 +1,4 @@
-"""Fixtures for broker_core tests: small segments so rolling and recovery are exercised."""
+"""Fixtures for broker_core tests: small segments exercise rolling and recovery."""
 
 from __future__ import annotations
 

@@ -1,0 +1,401 @@
+"""Message search for the console and the API.
+
+``search_messages(broker, MessageQuery(...), limit, cursor, scan_budget)`` finds
+messages by id, by key or by topic and store-time range, optionally filtered by
+a tag expression and an SQL92 selector, newest (most recently stored) first.
+A call examines at most ``scan_budget`` candidates and returns a page with an
+opaque cursor to continue; the cursor is None when the search is complete.
+
+The SQL92 selector sees every message property as a string (``TAGS``,
+``KEYS``, ``UNIQ_KEY``, user properties) and these system fields as typed
+values, which take precedence over a property of the same name: ``topic``
+(string), ``queueId``, ``queueOffset``, ``commitLogOffset``, ``bornTimestamp``,
+``storeTimestamp``, ``storeSize``, ``reconsumeTimes``, ``sysFlag`` (numbers).
+
+A topic scan walks the topic's consume queues backwards, merged by commit-log
+offset, and reads only the header and properties of each candidate record;
+tag filters are first checked against the consume queue's tag hash code.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import heapq
+import json
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker_core.broker import Broker
+from broker_core.errors import (
+    FilterEvaluationError,
+    InvalidQueueError,
+    MessageNotFoundError,
+    ValidationError,
+)
+from broker_core.filter import Selector, compile
+from broker_core.message import (
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    MessageExt,
+    decode_properties,
+)
+from broker_core.record import MAGIC_V1
+from broker_core.tags import TagFilter, parse_subscription
+
+# Record head with IPv4 hosts (§3.1): totalSize i | magic i | bodyCRC i |
+# queueId i | flag i | queueOffset q | physicalOffset q | sysFlag i |
+# bornTimestamp q | bornHost 4s | bornPort i | storeTimestamp q | storeHost 4s |
+# storePort i | reconsumeTimes i | preparedTransactionOffset q | bodyLength i.
+# The body follows at byte 88, then the topic and the properties.
+_HEAD_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
+_V6_HOSTS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+
+#: Typed system fields visible to an SQL92 search filter.
+SYSTEM_FIELDS = frozenset(
+    (
+        "topic",
+        "queueId",
+        "queueOffset",
+        "commitLogOffset",
+        "bornTimestamp",
+        "storeTimestamp",
+        "storeSize",
+        "reconsumeTimes",
+        "sysFlag",
+    )
+)
+# Store timestamps are taken in append order, so they rise along a queue; the
+# slack absorbs small steps back (several writer processes, clock adjustments).
+TIME_SLACK_MS = 1000
+_BATCH = 512
+_NO_END = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class MessageQuery:
+    """What to search for.
+
+    Exactly one way in: ``msg_id`` (offset id or ``UNIQ_KEY``), ``key`` (a key of
+    ``KEYS``; all topics when ``topic`` is None) or ``topic`` (a scan of its
+    queues, or of ``queue_id`` only). ``begin_ms``/``end_ms`` bound the store
+    time (inclusive); ``tag`` is a tag expression (``a || b``); ``sql`` an
+    SQL92 selector. All filters must match.
+    """
+
+    topic: str | None = None
+    msg_id: str | None = None
+    key: str | None = None
+    queue_id: int | None = None
+    begin_ms: int | None = None
+    end_ms: int | None = None
+    tag: str | None = None
+    sql: str | None = None
+
+    def fingerprint(self) -> str:
+        """Return a short digest tying a cursor to this query."""
+        return hashlib.sha1(repr(self).encode()).hexdigest()[:12]
+
+
+@dataclass(slots=True)
+class SearchPage:
+    """One page of results, newest first."""
+
+    messages: list[MessageExt]
+    #: Pass back to continue; None when nothing is left to examine.
+    cursor: str | None
+    #: Candidates examined by this call (consume-queue units or index hits).
+    scanned: int
+    #: Messages whose SQL92 evaluation failed (counted as no match).
+    errors: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def message_fields(msg: MessageExt) -> dict[str, object]:
+    """Return the typed system fields of ``msg`` (see ``SYSTEM_FIELDS``)."""
+    return {
+        "topic": msg.topic,
+        "queueId": msg.queue_id,
+        "queueOffset": msg.queue_offset,
+        "commitLogOffset": msg.commit_log_offset,
+        "bornTimestamp": msg.born_timestamp,
+        "storeTimestamp": msg.store_timestamp,
+        "storeSize": msg.store_size,
+        "reconsumeTimes": msg.reconsume_times,
+        "sysFlag": msg.sysflag,
+    }
+
+
+def _head_fields(h: tuple[Any, ...], topic: str) -> dict[str, object]:
+    return {
+        "topic": topic,
+        "queueId": h[3],
+        "queueOffset": h[5],
+        "commitLogOffset": h[6],
+        "bornTimestamp": h[8],
+        "storeTimestamp": h[11],
+        "storeSize": h[0],
+        "reconsumeTimes": h[14],
+        "sysFlag": h[7],
+    }
+
+
+def _encode_cursor(data: dict[str, Any]) -> str:
+    raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, fingerprint: str) -> dict[str, Any]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = json.loads(raw)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ValidationError("invalid search cursor") from None
+    if not isinstance(data, dict) or data.get("f") != fingerprint:
+        raise ValidationError("the search cursor belongs to another query")
+    return data
+
+
+class _Filters:
+    """The time, tag and SQL92 tests of a query."""
+
+    def __init__(self, query: MessageQuery) -> None:
+        self.begin = query.begin_ms if query.begin_ms is not None else -_NO_END
+        self.end = query.end_ms if query.end_ms is not None else _NO_END
+        if self.begin > self.end:
+            raise ValidationError("begin_ms is after end_ms")
+        tag = parse_subscription(query.tag) if query.tag is not None else None
+        self.tag: TagFilter | None = None if tag is None or tag.match_all else tag
+        self.selector: Selector | None = None
+        self.typed = False
+        if query.sql is not None:
+            self.selector = compile(query.sql)
+            self.typed = bool(self.selector.properties & SYSTEM_FIELDS)
+        self.errors = 0
+
+    def accept_props(self, props: Mapping[str, Any], fields: Any) -> bool:
+        """Return whether decoded properties pass the tag and SQL92 tests.
+
+        ``fields`` is a zero-argument callable returning the typed system
+        fields, called only when the selector reads one of them.
+        """
+        if self.tag is not None and props.get("TAGS") not in self.tag.tags:
+            return False
+        sel = self.selector
+        if sel is None:
+            return True
+        ctx = {**props, **fields()} if self.typed else props
+        try:
+            return sel.evaluate(ctx) is True
+        except FilterEvaluationError:
+            self.errors += 1
+            return False
+
+    def accept(self, msg: MessageExt) -> bool:
+        """Return whether a decoded message passes every test."""
+        if not self.begin <= msg.store_timestamp <= self.end:
+            return False
+        return self.accept_props(msg.properties, lambda: message_fields(msg))
+
+
+def search_messages(
+    broker: Broker,
+    query: MessageQuery,
+    limit: int = 20,
+    cursor: str | None = None,
+    scan_budget: int = 100_000,
+) -> SearchPage:
+    """Return up to ``limit`` messages matching ``query``, newest first.
+
+    ``cursor`` continues a previous call with the same query. Raises
+    ``ValidationError`` (bad limits, time range or cursor, no topic, id or
+    key), ``TopicNotFoundError``, ``InvalidQueueError`` and
+    ``FilterSyntaxError`` (an invalid ``sql``).
+    """
+    if limit < 1:
+        raise ValidationError("limit must be at least 1")
+    if scan_budget < 1:
+        raise ValidationError("scan_budget must be at least 1")
+    filters = _Filters(query)
+    state = _decode_cursor(cursor, query.fingerprint()) if cursor else None
+    if query.msg_id is not None:
+        return _by_id(broker, query, filters)
+    if query.key is not None:
+        return _by_key(broker, query, filters, limit, state, scan_budget)
+    if query.topic is None:
+        raise ValidationError("a search needs a topic, a message id or a key")
+    return _TopicScan(broker, query, filters).run(limit, state, scan_budget)
+
+
+def _by_id(broker: Broker, query: MessageQuery, filters: _Filters) -> SearchPage:
+    try:
+        msg = broker.get_message(query.msg_id or "", query.topic)
+    except MessageNotFoundError:
+        return SearchPage([], None, 1)
+    ok = (query.queue_id is None or msg.queue_id == query.queue_id) and filters.accept(
+        msg
+    )
+    return SearchPage([msg] if ok else [], None, 1, filters.errors)
+
+
+def _by_key(
+    broker: Broker,
+    query: MessageQuery,
+    filters: _Filters,
+    limit: int,
+    state: dict[str, Any] | None,
+    budget: int,
+) -> SearchPage:
+    key = query.key or ""
+    if query.topic is not None:
+        topics = [broker.store.get_topic(query.topic).topic_name]
+    else:
+        topics = [t.topic_name for t in broker.list_topics()]
+    below = int(state["o"]) if state else _NO_END
+    end = None if query.end_ms is None else query.end_ms
+    found: list[MessageExt] = []
+    for topic in topics:
+        begin = max(query.begin_ms or 0, 0)
+        found += broker.query_by_key(topic, key, begin, end, budget)
+    found.sort(key=lambda m: m.commit_log_offset, reverse=True)
+    out: list[MessageExt] = []
+    scanned = 0
+    last = None
+    for msg in found:
+        if msg.commit_log_offset >= below:
+            continue
+        if scanned >= budget or len(out) >= limit:
+            break
+        scanned += 1
+        last = msg.commit_log_offset
+        if query.queue_id is not None and msg.queue_id != query.queue_id:
+            continue
+        if filters.accept(msg):
+            out.append(msg)
+    more = last is not None and any(m.commit_log_offset < last for m in found)
+    nxt = _encode_cursor({"f": query.fingerprint(), "o": last}) if more else None
+    return SearchPage(out, nxt, scanned, filters.errors)
+
+
+class _TopicScan:
+    """A newest-first scan of a topic's consume queues."""
+
+    def __init__(self, broker: Broker, query: MessageQuery, filters: _Filters) -> None:
+        self.store = broker.store
+        self.query = query
+        self.filters = filters
+        cfg = self.store.get_topic(query.topic or "")
+        self.topic = cfg.topic_name
+        if query.queue_id is not None:
+            if not 0 <= query.queue_id < cfg.queue_nums:
+                raise InvalidQueueError(f"queue id {query.queue_id} is out of range")
+            self.queues = [query.queue_id]
+        else:
+            self.queues = list(range(cfg.queue_nums))
+        self.segments = self.store.commitlog.segments
+
+    # -- record access -------------------------------------------------------
+    def _head(self, phys: int) -> tuple[memoryview, int, tuple[Any, ...]]:
+        seg = self.segments.segment(phys)
+        if seg is None:
+            raise MessageNotFoundError(f"no commit-log segment holds offset {phys}")
+        pos = phys - seg.base
+        return seg.view, pos, _HEAD_V4.unpack_from(seg.view, pos)
+
+    def _store_ts(self, queue_id: int, offset: int) -> int:
+        phys, size, _ = self.store.get_queue_units(self.topic, queue_id, offset, 1)[0]
+        _view, _pos, h = self._head(phys)
+        if h[7] & _V6_HOSTS:
+            return self.store.commitlog.decode_at(phys, size).store_timestamp
+        return int(h[11])
+
+    def _first_after(self, queue_id: int, lo: int, hi: int, ts: int) -> int:
+        """Return the first offset in [lo, hi) stored after ``ts`` (hi if none)."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._store_ts(queue_id, mid) > ts:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _bounds(self, queue_id: int, state: dict[str, Any] | None) -> tuple[int, int]:
+        lo = self.store.min_offset(self.topic, queue_id)
+        hi = self.store.max_offset(self.topic, queue_id)
+        f = self.filters
+        if state is not None:
+            hi = min(hi, int(state["q"].get(str(queue_id), lo)))
+        elif f.end != _NO_END:
+            hi = self._first_after(queue_id, lo, hi, f.end + TIME_SLACK_MS)
+        if f.begin != -_NO_END:
+            lo = self._first_after(queue_id, lo, hi, f.begin - TIME_SLACK_MS - 1)
+        return lo, hi
+
+    def _units(self, queue_id: int, lo: int, hi: int) -> Iterator[tuple[int, ...]]:
+        """Yield (phys, size, tag code, queue id, offset), newest first."""
+        read = self.store.get_queue_units
+        topic = self.topic
+        while hi > lo:
+            start = max(lo, hi - _BATCH)
+            units = read(topic, queue_id, start, hi - start)
+            for k in range(len(units) - 1, -1, -1):
+                phys, size, code = units[k]
+                yield phys, size, code, queue_id, start + k
+            hi = start
+
+    # -- the scan ------------------------------------------------------------
+    def run(self, limit: int, state: dict[str, Any] | None, budget: int) -> SearchPage:
+        bounds = {q: self._bounds(q, state) for q in self.queues}
+        iters = [self._units(q, lo, hi) for q, (lo, hi) in bounds.items() if hi > lo]
+        merged = iters[0] if len(iters) == 1 else heapq.merge(*iters, reverse=True)
+        nexts = {q: hi for q, (_lo, hi) in bounds.items()}
+        f = self.filters
+        tag = f.tag
+        begin, end = f.begin, f.end
+        segment = self.segments.segment
+        decode_at = self.store.commitlog.decode_at
+        topic = self.topic
+        out: list[MessageExt] = []
+        scanned = 0
+        for phys, size, code, q, qoff in merged:
+            if scanned >= budget or len(out) >= limit:
+                break
+            scanned += 1
+            nexts[q] = qoff
+            if tag is not None and code not in tag.codes:
+                continue
+            seg = segment(phys)
+            if seg is None:
+                continue  # purged under the scan
+            view = seg.view
+            pos = phys - seg.base
+            h = _HEAD_V4.unpack_from(view, pos)
+            if h[7] & _V6_HOSTS:
+                msg = decode_at(phys, size)
+                if f.accept(msg):
+                    out.append(msg)
+                continue
+            if not begin <= h[11] <= end:
+                continue
+            at = pos + _HEAD_V4.size + h[16]
+            if h[1] == MAGIC_V1:
+                at += 1 + view[at]
+            else:
+                at += 2 + ((view[at] << 8) | view[at + 1])
+            plen = (view[at] << 8) | view[at + 1]
+            props = decode_properties(str(view[at + 2 : at + 2 + plen], "utf-8"))
+            if f.accept_props(props, lambda h=h: _head_fields(h, topic)):
+                out.append(decode_at(phys, size))
+        done = all(nexts[q] <= lo for q, (lo, _hi) in bounds.items())
+        nxt = None
+        if not done:
+            nxt = _encode_cursor(
+                {
+                    "f": self.query.fingerprint(),
+                    "q": {str(q): n for q, n in nexts.items()},
+                }
+            )
+        return SearchPage(out, nxt, scanned, f.errors)
