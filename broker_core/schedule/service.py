@@ -139,8 +139,10 @@ class DelayService(BrowseMixin):
         if self._token and self._file.read_token() == self._token:
             return
         loaded = self._file.load()
-        if loaded is None or loaded.log_pos < 0:
-            loaded = Progress(log_pos=self._first_schedule_log_pos())
+        if loaded is None:
+            loaded = Progress()
+        if loaded.log_pos < 0:
+            loaded.log_pos = self._first_schedule_log_pos()
         self._correct(loaded)
         self.progress = loaded
         self._level_next.clear()

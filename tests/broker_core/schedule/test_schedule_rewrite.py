@@ -1,0 +1,93 @@
+"""Parsing and rewriting of scheduled sends, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_core import Broker, Message
+from broker_core.errors import InvalidDelayError
+from broker_core.schedule import DelayService, parse_schedule, schedule_properties
+
+LV = [1000, 5000, 10_000]
+NOW = 1_700_000_000_000
+
+
+def test_level_parsed_and_clamped() -> None:
+    assert parse_schedule({"DELAY": "2"}, NOW, LV).level == 2
+    assert parse_schedule({"DELAY": "99"}, NOW, LV).level == 3
+    assert parse_schedule({"DELAY": "0"}, NOW, LV) is None
+    assert parse_schedule({}, NOW, LV) is None
+
+
+def test_timer_properties_in_rocketmq_precedence() -> None:
+    assert parse_schedule({"TIMER_DELAY_MS": "250"}, NOW, LV).deliver_ms == NOW + 250
+    assert parse_schedule({"TIMER_DELAY_SEC": "3"}, NOW, LV).deliver_ms == NOW + 3000
+    spec = parse_schedule({"TIMER_DELIVER_MS": str(NOW + 7)}, NOW, LV)
+    assert spec is not None and spec.deliver_ms == NOW + 7 and spec.is_timer
+    both = {"TIMER_DELAY_SEC": "1", "TIMER_DELAY_MS": "5"}
+    assert parse_schedule(both, NOW, LV).deliver_ms == NOW + 1000
+    # An absolute time already passed is an immediate message (RocketMQ 5).
+    assert parse_schedule({"TIMER_DELIVER_MS": str(NOW - 1)}, NOW, LV) is None
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        {"DELAY": "-1"},
+        {"TIMER_DELAY_MS": "-5"},
+        {"TIMER_DELAY_SEC": "-1"},
+        {"TIMER_DELIVER_MS": "-1"},
+        {"TIMER_DELAY_MS": str(30 * 86_400_000 + 1)},
+        {"TIMER_DELIVER_MS": str(NOW + 31 * 86_400_000)},
+        {"DELAY": "2", "TIMER_DELAY_MS": "100"},
+        {"DELAY": "x"},
+        {"TIMER_DELAY_MS": "1.5"},
+    ],
+)
+def test_bad_input_rejected(props: dict[str, str]) -> None:
+    with pytest.raises(InvalidDelayError):
+        parse_schedule(props, NOW, LV)
+
+
+def test_max_delay_configurable() -> None:
+    assert parse_schedule({"TIMER_DELAY_MS": "2000"}, NOW, LV, max_delay_ms=2000)
+    with pytest.raises(InvalidDelayError):
+        parse_schedule({"TIMER_DELAY_MS": "2001"}, NOW, LV, max_delay_ms=2000)
+
+
+def test_schedule_properties_needs_exactly_one() -> None:
+    assert schedule_properties(level=3) == {"DELAY": "3"}
+    assert schedule_properties(delay_ms=5) == {"TIMER_DELAY_MS": "5"}
+    for kwargs in ({}, {"level": 1, "delay_ms": 5}, {"delay_ms": -1}, {"level": 0}):
+        with pytest.raises(InvalidDelayError):
+            schedule_properties(**kwargs)
+
+
+def test_bad_send_writes_nothing(broker: Broker, svc: DelayService) -> None:
+    before = broker.store.max_physical_offset()
+    bad = [
+        Message("Orders", b"x", properties={"DELAY": "-2"}),
+        Message("Orders", b"x", properties={"DELAY": "1", "TIMER_DELAY_MS": "10"}),
+        Message("Orders", b"x", properties={"TIMER_DELAY_MS": str(40 * 86_400_000)}),
+    ]
+    for m in bad:
+        with pytest.raises(InvalidDelayError):
+            broker.send(m)
+    with pytest.raises(InvalidDelayError):
+        svc.send_delayed(Message("Orders", b"x"), level=2, delay_ms=10)
+    with pytest.raises(InvalidDelayError):
+        broker.send_batch([Message("Orders", b"ok"), bad[0]])
+    assert broker.store.max_physical_offset() == before
+
+
+def test_send_parks_in_schedule_topic(broker: Broker, svc: DelayService) -> None:
+    r = broker.send(Message("Orders", b"x", tags="paid", properties={"DELAY": "3"}))
+    assert (r.topic, r.queue_id) == ("SCHEDULE_TOPIC_XXXX", 2)
+    m = broker.get_message(r.offset_msg_id)
+    assert m.properties["REAL_TOPIC"] == "Orders"
+    assert m.properties["DELAY"] == "3"
+    unit = broker.store.get_queue_units("SCHEDULE_TOPIC_XXXX", 2, r.queue_offset, 1)[0]
+    assert unit[2] == m.store_timestamp + 5000  # due time in the tag field (§2.3)
+    t = svc.send_delayed(Message("Orders", b"y"), delay_ms=60_000)
+    assert (t.topic, t.queue_id) == ("rmq_sys_wheel_timer", 0)
+    assert int(broker.get_message(t.offset_msg_id).properties["TIMER_OUT_MS"]) > 0
