@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",
     "rest_framework",
     "rest_framework.authtoken",
     "django_filters",
@@ -60,6 +61,8 @@ INSTALLED_APPS = [
     "console.accounts",
     "console.audit",
     "console.topics",
+    "console.messages",
+    "console.consumers",
 ]
 
 MIDDLEWARE = [

@@ -19,6 +19,9 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("audit/", include("console.audit.urls")),
+    path("topics/", include("console.topics.urls")),
+    path("messages/", include("console.messages.urls")),
+    path("consumer-groups/", include("console.consumers.urls")),
     path("api/", include(api_patterns)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # DRF marks its views login_not_required; the docs page is a page, so it

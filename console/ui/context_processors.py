@@ -28,7 +28,7 @@ NAV = (
     ("Transactions", "transactions:list"),
     ("Delay queues", "delays:list"),
     ("Topics", "topics:list"),
-    ("Messages", "topics:search"),
+    ("Messages", "messages:search"),
     ("Consumer groups", "consumers:list"),
     ("Producer groups", "producers:list"),
     ("Reports", "reports:list"),

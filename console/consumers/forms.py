@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from django import forms
+
+from console.ui.forms import LocalDateTimeField, ReasonField
+
+
+class ResetForm(forms.Form):
+    topic = forms.ChoiceField(choices=[])
+    mode = forms.ChoiceField(choices=[("time", "to a time"), ("offset", "to an offset")],
+                             widget=forms.RadioSelect, initial="time")
+    at = LocalDateTimeField(required=False, label="Time")
+    offset = forms.IntegerField(required=False, min_value=0)
+    queue_id = forms.IntegerField(required=False, min_value=0, label="Queue",
+                                  help_text="empty: every queue")
+    reason = ReasonField(required=False)
+
+    def __init__(self, *args, topics: list[str], need_reason: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["topic"].choices = [(t, t) for t in topics]
+        self.fields["reason"].required = need_reason
+
+    def clean(self):
+        d = super().clean()
+        if d.get("mode") == "time" and not d.get("at"):
+            self.add_error("at", "Give the time to reset to.")
+        if d.get("mode") == "offset" and d.get("offset") is None:
+            self.add_error("offset", "Give the offset to reset to.")
+        return d

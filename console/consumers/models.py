@@ -1,0 +1,29 @@
+"""Consumer offsets as the console sees them: a table kept in step with the
+store's ``consumerOffset.json`` and queue depths (see docs/console.md)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class ConsumerQueue(models.Model):
+    """One consumer group's position on one queue of one topic."""
+
+    group = models.CharField(max_length=255, db_index=True)
+    topic = models.CharField(max_length=255, db_index=True)
+    queue_id = models.PositiveIntegerField()
+    #: The next offset the group will consume (RocketMQ's committed offset).
+    committed_offset = models.BigIntegerField()
+    max_offset = models.BigIntegerField()
+    lag = models.BigIntegerField(db_index=True)
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["group", "topic", "queue_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["group", "topic", "queue_id"],
+                                    name="consumer_queue_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group} {self.topic}[{self.queue_id}]"

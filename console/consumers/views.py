@@ -1,0 +1,97 @@
+"""Consumer group pages: the list with lag, a group's queues, and offset reset
+with a preview (operator)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from broker_core.errors import BrokerError
+from console.consumers import services
+from console.consumers.filtersets import ConsumerQueueFilterSet
+from console.consumers.forms import ResetForm
+from console.consumers.models import ConsumerQueue
+from console.ui.forms import to_ms
+from console.ui.pagination import paginate
+from console.ui.permissions import operator_required, viewer_required
+
+SORTABLE = ("group", "topics", "queues", "total_lag", "max_lag")
+
+
+@viewer_required
+def group_list(request: HttpRequest) -> HttpResponse:
+    services.sync_offsets()
+    fs = ConsumerQueueFilterSet(request.GET, queryset=ConsumerQueue.objects.all())
+    sort = request.GET.get("sort") or "group"
+    if sort.lstrip("-") not in SORTABLE:
+        sort = "group"
+    groups = services.group_summaries(fs.qs).order_by(sort, "group")
+    return render(request, "consumers/group_list.html",
+                  {"filter": fs, "page": paginate(request, groups), "sort": sort})
+
+
+def _topics_of(group: str) -> list[str]:
+    return sorted({q["topic"] for q in services.group_queues(group)})
+
+
+@viewer_required
+def group_detail(request: HttpRequest, group: str) -> HttpResponse:
+    queues = services.group_queues(group)
+    if not queues:
+        raise Http404(f"no consumer group {group!r}")
+    topics = sorted({q["topic"] for q in queues})
+    return render(request, "consumers/group.html", {
+        "group": group, "queues": queues, "total_lag": sum(q["lag"] for q in queues),
+        "form": ResetForm(topics=topics, initial={"topic": topics[0]}),
+    })
+
+
+def _reset_args(form: ResetForm) -> dict:
+    d = form.cleaned_data
+    args = {"queue_id": d["queue_id"]}
+    if d["mode"] == "time":
+        args["to_ms"] = to_ms(d["at"])
+    else:
+        args["to_offset"] = d["offset"]
+    return args
+
+
+@require_POST
+@operator_required
+def reset_preview(request: HttpRequest, group: str) -> HttpResponse:
+    """The htmx partial: each queue's current and new offset, nothing changed."""
+    form = ResetForm(request.POST, topics=_topics_of(group))
+    changes, error = None, None
+    if form.is_valid():
+        try:
+            changes = services.preview_reset(group, form.cleaned_data["topic"],
+                                             **_reset_args(form))
+        except BrokerError as exc:
+            error = str(exc)
+    else:
+        error = "; ".join(" ".join(v) for v in form.errors.values())
+    return render(request, "consumers/_reset_preview.html",
+                  {"changes": changes, "error": error})
+
+
+@require_POST
+@operator_required
+def reset_offsets(request: HttpRequest, group: str) -> HttpResponse:
+    form = ResetForm(request.POST, topics=_topics_of(group), need_reason=True)
+    if not form.is_valid():
+        messages.error(request, "Not reset: " + "; ".join(
+            f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        return redirect("consumers:detail", group=group)
+    try:
+        changes = services.reset_offsets(
+            actor=request.user, request=request, group=group,
+            topic=form.cleaned_data["topic"], reason=form.cleaned_data["reason"],
+            **_reset_args(form))
+    except BrokerError as exc:
+        messages.error(request, f"Not reset: {exc}")
+    else:
+        messages.success(request, f"Reset {len(changes)} queue(s) of {group} on "
+                                  f"{form.cleaned_data['topic']}.")
+    return redirect("consumers:detail", group=group)

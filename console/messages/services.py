@@ -1,0 +1,222 @@
+"""Message operations: browse a queue, look a message up, search, send a test
+message and resend one to a consumer group. Messages are read from the store
+on demand, never copied into the database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker_core import Message, MessageExt, MessageInner
+from broker_core.errors import InvalidQueueError, ValidationError
+from broker_core.tags import parse_subscription
+from broker_core.validation import validate_group
+from console.audit.services import audited
+from console.brokerlink import get_broker
+
+#: Messages decoded at most per search; a search reports when it stopped early.
+SEARCH_SCAN_BUDGET = 50_000
+BROWSE_MAX = 200
+
+
+def summary(m: MessageExt) -> dict[str, Any]:
+    """The fields every role may see (no body)."""
+    return {
+        "msg_id": m.msg_id,
+        "offset_msg_id": m.offset_msg_id,
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "commit_log_offset": m.commit_log_offset,
+        "tags": m.tags,
+        "keys": m.keys,
+        "body_size": len(m.body),
+        "born_timestamp": m.born_timestamp,
+        "store_timestamp": m.store_timestamp,
+        "born_host": m.born_host,
+        "store_host": m.store_host,
+        "reconsume_times": m.reconsume_times,
+    }
+
+
+def user_properties(m: MessageExt) -> dict[str, str]:
+    return dict(sorted(m.properties.items()))
+
+
+def _check_queue(topic: str, queue_id: int) -> tuple[int, int]:
+    broker = get_broker()
+    cfg = broker.store.get_topic(topic)
+    if not 0 <= queue_id < cfg.queue_nums:
+        raise InvalidQueueError(f"queue id {queue_id} is out of range for {topic!r}")
+    return broker.store.min_offset(topic, queue_id), broker.store.max_offset(topic, queue_id)
+
+
+def _read(topic: str, queue_id: int, start: int, count: int) -> list[MessageExt]:
+    store = get_broker().store
+    return [store.read_message(phys)
+            for phys, _size, _code in store.get_queue_units(topic, queue_id, start, count)]
+
+
+def offset_for_time(topic: str, queue_id: int, at_ms: int) -> int:
+    """Return the first queue offset stored at or after ``at_ms`` (binary search)."""
+    lo, hi = _check_queue(topic, queue_id)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        msgs = _read(topic, queue_id, mid, 1)
+        if not msgs or msgs[0].store_timestamp >= at_ms:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@dataclass(slots=True)
+class QueuePage:
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    start: int
+    messages: list[MessageExt] = field(default_factory=list)
+
+    @property
+    def next_start(self) -> int | None:
+        nxt = self.start + len(self.messages)
+        return nxt if nxt < self.max_offset else None
+
+
+def browse_queue(
+    topic: str, queue_id: int, offset: int | None = None, at_ms: int | None = None,
+    count: int = 50,
+) -> QueuePage:
+    """Return ``count`` messages of one queue from ``offset`` or from time ``at_ms``.
+
+    Neither given: the newest ``count`` messages.
+    """
+    lo, hi = _check_queue(topic, queue_id)
+    count = max(1, min(count, BROWSE_MAX))
+    if at_ms is not None:
+        start = offset_for_time(topic, queue_id, at_ms)
+    elif offset is not None:
+        start = offset
+    else:
+        start = max(lo, hi - count)
+    start = max(lo, min(start, hi))
+    return QueuePage(topic, queue_id, lo, hi, start, _read(topic, queue_id, start, count))
+
+
+def find_message(msg_id: str, topic: str | None = None) -> MessageExt:
+    """Return a message by UNIQ_KEY or offset id; ``MessageNotFoundError`` if none."""
+    return get_broker().get_message(msg_id.strip(), topic or None)
+
+
+@dataclass(slots=True)
+class SearchResult:
+    messages: list[MessageExt]
+    scanned: int = 0
+    complete: bool = True
+
+
+def search_messages(
+    *, topic: str = "", msg_id: str = "", key: str = "", tag: str = "", sql: str = "",
+    begin_ms: int = 0, end_ms: int | None = None, limit: int = 50,
+) -> SearchResult:
+    """Find messages by id, by key (index), or by tag and/or SQL92 (newest first scan).
+
+    Tag and SQL searches read the newest messages of ``topic`` backwards and
+    stop after ``SEARCH_SCAN_BUDGET`` messages (``complete`` is then False).
+    Raises ``ValidationError`` for a missing topic and ``FilterSyntaxError``
+    for a bad SQL92 expression.
+    """
+    broker = get_broker()
+    end = end_ms if end_ms is not None else 1 << 62
+    if msg_id:
+        msg = find_message(msg_id, topic or None)
+        return SearchResult([msg], 1)
+    if not topic:
+        raise ValidationError("a topic is needed to search by key, tag or SQL92")
+    if key:
+        found = broker.query_by_key(topic, key.strip(), begin_ms, end, limit)
+        return SearchResult(list(reversed(found)), len(found))
+    tag_filter = parse_subscription(tag.strip() or "*")
+    selector = None
+    if sql.strip():
+        from broker_core.filter import compile as compile_sql
+
+        selector = compile_sql(sql)
+    cfg = broker.store.get_topic(topic)
+    out: list[MessageExt] = []
+    scanned = 0
+    budget = SEARCH_SCAN_BUDGET
+    per_queue = max(1, budget // max(1, cfg.queue_nums))
+    complete = True
+    for q in range(cfg.queue_nums):
+        lo, hi = broker.store.min_offset(topic, q), broker.store.max_offset(topic, q)
+        start = max(lo, hi - per_queue)
+        pos, found_here = hi, 0
+        # The newest ``limit`` matches of each queue are enough for the merge.
+        while pos > start and found_here < limit:
+            batch_start = max(start, pos - 256)
+            batch = _read(topic, q, batch_start, pos - batch_start)
+            scanned += len(batch)
+            for m in reversed(batch):
+                if not begin_ms <= m.store_timestamp <= end:
+                    continue
+                if not tag_filter.match_all and not tag_filter.matches_tag(m.tags):
+                    continue
+                if selector is not None and not selector.matches(m.properties):
+                    continue
+                out.append(m)
+                found_here += 1
+            pos = batch_start
+        if pos > lo and found_here < limit:
+            complete = False
+    out.sort(key=lambda m: m.store_timestamp, reverse=True)
+    return SearchResult(out[:limit], scanned, complete)
+
+
+def send_test_message(
+    *, actor: Any, topic: str, body: bytes, tags: str = "", keys: str = "",
+    properties: dict[str, str] | None = None, request: Any = None,
+) -> Any:
+    """Send one message as a client would (operator), audited."""
+    broker = get_broker()
+    msg = Message(topic, body, tags=tags or None, keys=keys or None,
+                  properties=properties or None)
+    return audited(
+        lambda: broker.send(msg),
+        actor=actor, request=request, action="message.send_test", object_type="topic",
+        object_id=topic,
+        after=lambda r: {"msg_id": r.msg_id, "queue_id": r.queue_id,
+                         "queue_offset": r.queue_offset, "body_size": len(body),
+                         "tags": tags, "keys": keys},
+    )
+
+
+def resend_message(
+    *, actor: Any, msg_id: str, group: str, reason: str = "", request: Any = None,
+) -> Any:
+    """Redeliver a message to one consumer group through its retry topic.
+
+    As RocketMQ's retry, the copy goes to ``%RETRY%<group>``, which only that
+    group subscribes to, with ``RETRY_TOPIC`` naming the original topic.
+    """
+    validate_group(group)
+    broker = get_broker()
+    original = find_message(msg_id)
+    props = dict(original.properties)
+    props.setdefault("RETRY_TOPIC", original.topic)
+    props["ORIGIN_MESSAGE_ID"] = original.msg_id
+    inner = MessageInner(
+        topic=f"%RETRY%{group}", queue_id=0, body=original.body, properties=props,
+        flag=original.flag, reconsume_times=original.reconsume_times + 1,
+    )
+    return audited(
+        lambda: broker.store.put_inner(inner),
+        actor=actor, request=request, action="message.resend", object_type="message",
+        object_id=original.msg_id, reason=reason,
+        before={"topic": original.topic, "queue_id": original.queue_id,
+                "queue_offset": original.queue_offset},
+        after=lambda r: {"group": group, "retry_topic": inner.topic,
+                         "queue_offset": r.queue_offset},
+    )

@@ -1,0 +1,22 @@
+"""Real headless Chromium: signing in and the role badge."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_sign_in_shows_role_and_nav(page, users, sign_in, screenshot) -> None:
+    page.goto("/audit/")
+    assert "/login/" in page.url
+    page.fill("input[name=username]", "operator")
+    page.fill("input[name=password]", "wrong password")
+    page.click("button[type=submit]")
+    assert page.locator("[role=alert]").is_visible()
+    sign_in(page, "operator")
+    assert page.locator("[data-testid=role-badge]").inner_text().strip().lower() == "operator"
+    page.goto("/audit/")
+    assert page.locator("h1").inner_text() == "Audit log"
+    assert page.evaluate("typeof htmx") == "object"
+    screenshot(page, "audit-log")
