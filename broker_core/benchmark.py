@@ -335,6 +335,57 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _open_probe(store: str) -> None:
+    """Child process: open the store, print the open time and peak RSS, close."""
+    import resource
+
+    from broker_core import Broker
+
+    t0 = time.perf_counter()
+    b = Broker.open(store, index_in_background=False)
+    opened = time.perf_counter() - t0
+    depth = sum(sum(t["depths"]) for t in b.stats()["topics"].values())
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    b.close()
+    print(
+        json.dumps({"open_seconds": opened, "max_rss_mib": rss_mib, "messages": depth})
+    )
+
+
+def open_test(count: int, workdir: Path | None) -> dict[str, Any]:
+    """Write ``count`` small messages, close, then time a fresh process's open."""
+    import subprocess
+    import sys
+
+    from broker_core import Broker, Message
+
+    tmp = Path(tempfile.mkdtemp(prefix="broker-open-", dir=workdir))
+    try:
+        t0 = time.perf_counter()
+        with Broker.open(tmp, index_in_background=False) as b:
+            batch = [Message("Big", b"0123456789abcdef") for _ in range(1024)]
+            for _ in range(count // 1024):
+                b.send_batch(batch)
+            if count % 1024:
+                b.send_batch(batch[: count % 1024])
+        write_s = time.perf_counter() - t0
+        code = (
+            "import sys; sys.path.insert(0, %r); "
+            "from broker_core.benchmark import _open_probe; _open_probe(%r)"
+        ) % (str(Path(__file__).resolve().parents[1]), str(tmp))
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        res["write_seconds"] = write_s
+        res["log_bytes"] = sum(
+            f.stat().st_blocks * 512 for f in (tmp / "commitlog").iterdir()
+        )
+        return res
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m broker_core bench", description=__doc__
@@ -349,7 +400,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--json", default=None, help="also write the JSON result to this file"
     )
+    ap.add_argument(
+        "--open-test",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only: write N small messages, then time opening the store",
+    )
     args = ap.parse_args(argv)
+    if args.open_test:
+        res = open_test(args.open_test, Path(args.workdir) if args.workdir else None)
+        print(json.dumps(res, indent=2))
+        return 0
     result = run(
         args.seconds, args.redis or None, Path(args.workdir) if args.workdir else None
     )

@@ -359,7 +359,7 @@ class Broker:
         )
 
     def update_topic(self, topic: str, **changes: Any) -> TopicConfig:
-        """Update ``read_queue_nums``, ``write_queue_nums``, ``perm``, ``message_type``."""
+        """Update ``read_queue_nums``, ``write_queue_nums``, ``perm``, type."""
         return self.store.update_topic(topic, **changes)
 
     def delete_topic(self, topic: str) -> None:

@@ -55,7 +55,7 @@ def inspect_store(root: Path, segment_size: int | None = None) -> dict[str, Any]
         segs.close()
     topics = TopicTable(root / "config" / "topics.json").topics
     cqs = ConsumeQueueTable(root, 300_000)
-    depths: dict[str, list[int]] = {}
+    depths: dict[str, dict[int, int]] = {}
     try:
         for topic, qid in cqs.on_disk():
             bases = cqs.get(topic, qid).segments.list_bases()
@@ -68,7 +68,7 @@ def inspect_store(root: Path, segment_size: int | None = None) -> dict[str, Any]
             )
             cqs.units_per_file = max(1, size // 20)
             cqs.queues.pop((topic, qid), None)
-            depths.setdefault(topic, []).append(cqs.get(topic, qid).max_offset())
+            depths.setdefault(topic, {})[qid] = cqs.get(topic, qid).max_offset()
     finally:
         cqs.close()
     cp = read_checkpoint(root / "checkpoint")
@@ -91,7 +91,7 @@ def inspect_store(root: Path, segment_size: int | None = None) -> dict[str, Any]
                 "write_queue_nums": c.write_queue_nums,
                 "perm": c.perm,
                 "message_type": c.message_type,
-                "depths": depths.get(name, []),
+                "depths": [depths.get(name, {}).get(q, 0) for q in range(c.queue_nums)],
             }
             for name, c in sorted(topics.items())
         },

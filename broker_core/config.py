@@ -52,7 +52,7 @@ class StoreConfig:
     store_host: str = "127.0.0.1:10911"
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     #: Normal recovery CRC-checks at most this many bytes at the log's tail.
-    recover_verify_max_bytes: int = 32 * 1024 * 1024
+    recover_verify_max_bytes: int = 4 * 1024 * 1024
     #: How often a process with dispatchers polls for other processes' appends.
     reput_interval_ms: int = 20
     delay_levels_ms: list[int] = field(default_factory=list)

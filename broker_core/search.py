@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import heapq
+import bisect
 import json
 import struct
 from collections.abc import Iterator, Mapping
@@ -112,6 +112,67 @@ class SearchPage:
     #: Messages whose SQL92 evaluation failed (counted as no match).
     errors: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class LazyProperties(Mapping[str, Any]):
+    """Properties read straight from a record's encoded properties string.
+
+    ``get`` finds one name without decoding the rest, with the result
+    ``decode_properties`` would give (the last segment with a non-empty value
+    wins). ``fields`` (typed system fields) take precedence when set.
+    """
+
+    __slots__ = ("text", "fields", "_all")
+
+    def __init__(self, text: str, fields: dict[str, object] | None = None) -> None:
+        self.text = text
+        self.fields = fields
+        self._all: dict[str, str] | None = None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        fields = self.fields
+        if fields is not None and name in fields:
+            return fields[name]
+        text = self.text
+        pattern = "\x02" + name + "\x01"
+        end = len(text)
+        while True:
+            i = text.rfind(pattern, 0, end)
+            if i < 0:
+                break
+            start = i + len(pattern)
+            j = text.find("\x02", start)
+            value = text[start:j] if j >= 0 else text[start:]
+            if value:
+                return value
+            end = i
+        if "\x02" not in name and text.startswith(name + "\x01"):
+            start = len(name) + 1
+            j = text.find("\x02", start)
+            value = text[start:j] if j >= 0 else text[start:]
+            if value and name and name != "__CRC32#":
+                return value
+        return default
+
+    def _decoded(self) -> dict[str, object]:
+        if self._all is None:
+            self._all = decode_properties(self.text)
+        return {**self._all, **(self.fields or {})}
+
+    def __getitem__(self, name: str) -> Any:
+        value = self.get(name, _MISSING)
+        if value is _MISSING:
+            raise KeyError(name)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+
+_MISSING = object()
 
 
 def message_fields(msg: MessageExt) -> dict[str, object]:
@@ -334,45 +395,77 @@ class _TopicScan:
             lo = self._first_after(queue_id, lo, hi, f.begin - TIME_SLACK_MS - 1)
         return lo, hi
 
-    def _units(self, queue_id: int, lo: int, hi: int) -> Iterator[tuple[int, ...]]:
-        """Yield (phys, size, tag code, queue id, offset), newest first."""
-        read = self.store.get_queue_units
-        topic = self.topic
-        while hi > lo:
-            start = max(lo, hi - _BATCH)
-            units = read(topic, queue_id, start, hi - start)
-            for k in range(len(units) - 1, -1, -1):
-                phys, size, code = units[k]
-                yield phys, size, code, queue_id, start + k
-            hi = start
+    def _read_desc(self, queue_id: int, lo: int, hi: int) -> list[tuple[int, ...]]:
+        """Return units [max(lo, hi - batch), hi) as (phys, size, code, q, offset), newest first."""
+        start = max(lo, hi - _BATCH)
+        units = self.store.get_queue_units(self.topic, queue_id, start, hi - start)
+        out = [(*u, queue_id, start + k) for k, u in enumerate(units)]
+        out.reverse()
+        return out
+
+    def _merged(self, bounds: dict[int, tuple[int, int]]) -> Iterator[tuple[int, ...]]:
+        """Yield every unit in ``bounds`` by descending commit-log offset.
+
+        Queues are read in batches; each round emits, in one sort, every
+        buffered unit newer than the oldest buffered unit of any queue that
+        still has unread units, so nothing newer can follow.
+        """
+        los = {q: lo for q, (lo, _hi) in bounds.items()}
+        his = {q: hi for q, (_lo, hi) in bounds.items()}
+        bufs: dict[int, list[tuple[int, ...]]] = {}
+        for q in bounds:
+            if his[q] > los[q]:
+                bufs[q] = self._read_desc(q, los[q], his[q])
+                his[q] = max(los[q], his[q] - _BATCH)
+        while bufs:
+            floor = max(
+                (b[-1][0] for q, b in bufs.items() if his[q] > los[q]), default=-1
+            )
+            batch: list[tuple[int, ...]] = []
+            for q in list(bufs):
+                buf = bufs[q]
+                cut = bisect.bisect_right(buf, -floor, key=lambda u: -u[0])
+                batch += buf[:cut]
+                del buf[:cut]
+                if not buf:
+                    if his[q] > los[q]:
+                        bufs[q] = self._read_desc(q, los[q], his[q])
+                        his[q] = max(los[q], his[q] - _BATCH)
+                    else:
+                        del bufs[q]
+            batch.sort(reverse=True)
+            yield from batch
 
     # -- the scan ------------------------------------------------------------
     def run(self, limit: int, state: dict[str, Any] | None, budget: int) -> SearchPage:
         bounds = {q: self._bounds(q, state) for q in self.queues}
-        iters = [self._units(q, lo, hi) for q, (lo, hi) in bounds.items() if hi > lo]
-        merged = iters[0] if len(iters) == 1 else heapq.merge(*iters, reverse=True)
         nexts = {q: hi for q, (_lo, hi) in bounds.items()}
         f = self.filters
-        tag = f.tag
+        tags = f.tag.tags if f.tag is not None else None
+        codes = f.tag.codes if f.tag is not None else None
+        evaluator = f.selector.evaluator if f.selector is not None else None
+        typed = f.typed
         begin, end = f.begin, f.end
         segment = self.segments.segment
         decode_at = self.store.commitlog.decode_at
         topic = self.topic
+        head_size = _HEAD_V4.size
+        unpack = _HEAD_V4.unpack_from
         out: list[MessageExt] = []
         scanned = 0
-        for phys, size, code, q, qoff in merged:
+        for phys, size, code, q, qoff in self._merged(bounds):
             if scanned >= budget or len(out) >= limit:
                 break
             scanned += 1
             nexts[q] = qoff
-            if tag is not None and code not in tag.codes:
+            if codes is not None and code not in codes:
                 continue
             seg = segment(phys)
             if seg is None:
                 continue  # purged under the scan
             view = seg.view
             pos = phys - seg.base
-            h = _HEAD_V4.unpack_from(view, pos)
+            h = unpack(view, pos)
             if h[7] & _V6_HOSTS:
                 msg = decode_at(phys, size)
                 if f.accept(msg):
@@ -380,15 +473,25 @@ class _TopicScan:
                 continue
             if not begin <= h[11] <= end:
                 continue
-            at = pos + _HEAD_V4.size + h[16]
+            at = pos + head_size + h[16]
             if h[1] == MAGIC_V1:
                 at += 1 + view[at]
             else:
                 at += 2 + ((view[at] << 8) | view[at + 1])
             plen = (view[at] << 8) | view[at + 1]
-            props = decode_properties(str(view[at + 2 : at + 2 + plen], "utf-8"))
-            if f.accept_props(props, lambda h=h: _head_fields(h, topic)):
-                out.append(decode_at(phys, size))
+            props = LazyProperties(str(view[at + 2 : at + 2 + plen], "utf-8"))
+            if tags is not None and props.get("TAGS") not in tags:
+                continue
+            if evaluator is not None:
+                if typed:
+                    props.fields = _head_fields(h, topic)
+                try:
+                    if evaluator(props) is not True:
+                        continue
+                except FilterEvaluationError:
+                    f.errors += 1
+                    continue
+            out.append(decode_at(phys, size))
         done = all(nexts[q] <= lo for q, (lo, _hi) in bounds.items())
         nxt = None
         if not done:
