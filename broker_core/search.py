@@ -133,6 +133,8 @@ class LazyProperties(Mapping[str, Any]):
         fields = self.fields
         if fields is not None and name in fields:
             return fields[name]
+        if not name or name == "__CRC32#" or "\x01" in name or "\x02" in name:
+            return default  # never a key of decode_properties
         text = self.text
         pattern = "\x02" + name + "\x01"
         end = len(text)
@@ -140,17 +142,13 @@ class LazyProperties(Mapping[str, Any]):
             i = text.rfind(pattern, 0, end)
             if i < 0:
                 break
-            start = i + len(pattern)
-            j = text.find("\x02", start)
-            value = text[start:j] if j >= 0 else text[start:]
+            value = _segment_value(text, i + len(pattern))
             if value:
                 return value
             end = i
-        if "\x02" not in name and text.startswith(name + "\x01"):
-            start = len(name) + 1
-            j = text.find("\x02", start)
-            value = text[start:j] if j >= 0 else text[start:]
-            if value and name and name != "__CRC32#":
+        if text.startswith(pattern[1:]):
+            value = _segment_value(text, len(name) + 1)
+            if value:
                 return value
         return default
 
@@ -173,6 +171,11 @@ class LazyProperties(Mapping[str, Any]):
 
 
 _MISSING = object()
+
+
+def _segment_value(text: str, start: int) -> str:
+    end = text.find("\x02", start)
+    return text[start:end] if end >= 0 else text[start:]
 
 
 def message_fields(msg: MessageExt) -> dict[str, object]:
