@@ -10,6 +10,9 @@ from console.core import views as core_views
 
 api_patterns = [
     path("", include("console.audit.api.urls")),
+    path("", include("console.topics.api.urls")),
+    path("", include("console.messages.api.urls")),
+    path("", include("console.consumers.api.urls")),
 ]
 
 urlpatterns = [

@@ -9,7 +9,8 @@ from typing import Any
 
 from broker_core import Message, MessageExt, MessageInner
 from broker_core.errors import InvalidQueueError, ValidationError
-from broker_core.tags import parse_subscription
+from broker_core.search import MessageQuery, SearchPage
+from broker_core.search import search_messages as core_search
 from broker_core.validation import validate_group
 from console.audit.services import audited
 from console.brokerlink import get_broker
@@ -110,69 +111,24 @@ def find_message(msg_id: str, topic: str | None = None) -> MessageExt:
     return get_broker().get_message(msg_id.strip(), topic or None)
 
 
-@dataclass(slots=True)
-class SearchResult:
-    messages: list[MessageExt]
-    scanned: int = 0
-    complete: bool = True
-
-
 def search_messages(
     *, topic: str = "", msg_id: str = "", key: str = "", tag: str = "", sql: str = "",
-    begin_ms: int = 0, end_ms: int | None = None, limit: int = 50,
-) -> SearchResult:
-    """Find messages by id, by key (index), or by tag and/or SQL92 (newest first scan).
+    queue_id: int | None = None, begin_ms: int | None = None, end_ms: int | None = None,
+    limit: int = 50, cursor: str | None = None,
+) -> SearchPage:
+    """Find messages by id, key, or topic and time, filtered by tag and SQL92.
 
-    Tag and SQL searches read the newest messages of ``topic`` backwards and
-    stop after ``SEARCH_SCAN_BUDGET`` messages (``complete`` is then False).
-    Raises ``ValidationError`` for a missing topic and ``FilterSyntaxError``
-    for a bad SQL92 expression.
+    Delegates to ``broker_core.search``: newest first, at most
+    ``SEARCH_SCAN_BUDGET`` candidates a call; ``page.cursor`` continues.
+    Raises ``ValidationError`` (nothing to search by, bad cursor),
+    ``TopicNotFoundError`` and ``FilterSyntaxError``.
     """
-    broker = get_broker()
-    end = end_ms if end_ms is not None else 1 << 62
-    if msg_id:
-        msg = find_message(msg_id, topic or None)
-        return SearchResult([msg], 1)
-    if not topic:
-        raise ValidationError("a topic is needed to search by key, tag or SQL92")
-    if key:
-        found = broker.query_by_key(topic, key.strip(), begin_ms, end, limit)
-        return SearchResult(list(reversed(found)), len(found))
-    tag_filter = parse_subscription(tag.strip() or "*")
-    selector = None
-    if sql.strip():
-        from broker_core.filter import compile as compile_sql
-
-        selector = compile_sql(sql)
-    cfg = broker.store.get_topic(topic)
-    out: list[MessageExt] = []
-    scanned = 0
-    budget = SEARCH_SCAN_BUDGET
-    per_queue = max(1, budget // max(1, cfg.queue_nums))
-    complete = True
-    for q in range(cfg.queue_nums):
-        lo, hi = broker.store.min_offset(topic, q), broker.store.max_offset(topic, q)
-        start = max(lo, hi - per_queue)
-        pos, found_here = hi, 0
-        # The newest ``limit`` matches of each queue are enough for the merge.
-        while pos > start and found_here < limit:
-            batch_start = max(start, pos - 256)
-            batch = _read(topic, q, batch_start, pos - batch_start)
-            scanned += len(batch)
-            for m in reversed(batch):
-                if not begin_ms <= m.store_timestamp <= end:
-                    continue
-                if not tag_filter.match_all and not tag_filter.matches_tag(m.tags):
-                    continue
-                if selector is not None and not selector.matches(m.properties):
-                    continue
-                out.append(m)
-                found_here += 1
-            pos = batch_start
-        if pos > lo and found_here < limit:
-            complete = False
-    out.sort(key=lambda m: m.store_timestamp, reverse=True)
-    return SearchResult(out[:limit], scanned, complete)
+    query = MessageQuery(
+        topic=topic.strip() or None, msg_id=msg_id.strip() or None,
+        key=key.strip() or None, queue_id=queue_id, begin_ms=begin_ms or None,
+        end_ms=end_ms, tag=tag.strip() or None, sql=sql.strip() or None,
+    )
+    return core_search(get_broker(), query, limit, cursor or None, SEARCH_SCAN_BUDGET)
 
 
 def send_test_message(

@@ -27,9 +27,8 @@ def message_search(request: HttpRequest) -> HttpResponse:
         try:
             result = services.search_messages(
                 topic=d["topic"], msg_id=d["msg_id"], key=d["key"], tag=d["tag"],
-                sql=d["sql"], begin_ms=to_ms(d["begin"]) or 0, end_ms=to_ms(d["end"]))
-        except MessageNotFoundError:
-            result = services.SearchResult([], 0)
+                sql=d["sql"], begin_ms=to_ms(d["begin"]), end_ms=to_ms(d["end"]),
+                cursor=request.GET.get("cursor"))
         except BrokerError as exc:
             error = str(exc)
     sync_topics()

@@ -1,0 +1,69 @@
+"""``/api/consumer-groups/``: per-queue offsets and lag (the page's FilterSet),
+one group, and ``reset-offset`` (operator; ``dry_run`` previews)."""
+
+from __future__ import annotations
+
+from django.http import Http404
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics
+from rest_framework.filters import OrderingFilter
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console.consumers import services
+from console.consumers.api.serializers import ConsumerQueueSerializer, ResetSerializer
+from console.consumers.filtersets import ConsumerQueueFilterSet
+from console.consumers.models import ConsumerQueue
+from console.ui.permissions import HasRole
+from console.ui.roles import OPERATOR, VIEWER
+
+
+class ConsumerQueueListView(generics.ListAPIView):
+    """Every (group, topic, queue) with its committed offset and lag."""
+
+    serializer_class = ConsumerQueueSerializer
+    filterset_class = ConsumerQueueFilterSet
+    filter_backends = [DjangoFilterBackend, OrderingFilter]
+    ordering_fields = ["group", "topic", "queue_id", "lag"]
+    ordering = ["group", "topic", "queue_id"]
+    permission_classes = [HasRole]
+    read_role = VIEWER
+
+    def get_queryset(self):
+        services.sync_offsets()
+        return ConsumerQueue.objects.all()
+
+
+class ConsumerGroupDetailView(APIView):
+    permission_classes = [HasRole]
+    read_role = VIEWER
+
+    @extend_schema(responses=dict)
+    def get(self, request, group: str):
+        queues = services.group_queues(group)
+        if not queues:
+            raise Http404(f"no consumer group {group!r}")
+        return Response({"group": group, "lag": sum(q["lag"] for q in queues),
+                         "queues": queues})
+
+
+class ResetOffsetView(APIView):
+    permission_classes = [HasRole]
+    write_role = OPERATOR
+
+    @extend_schema(request=ResetSerializer, responses=dict)
+    def post(self, request, group: str):
+        s = ResetSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        d = s.validated_data
+        target = {"to_offset": d.get("to_offset"), "to_ms": d.get("to_ms"),
+                  "queue_id": d.get("queue_id")}
+        if d["dry_run"]:
+            changes = services.preview_reset(group, d["topic"], **target)
+        else:
+            changes = services.reset_offsets(actor=request.user, request=request,
+                                             group=group, topic=d["topic"],
+                                             reason=d["reason"], **target)
+        return Response({"group": group, "topic": d["topic"], "applied": not d["dry_run"],
+                         "changes": services.change_dicts(changes)})

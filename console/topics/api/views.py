@@ -1,0 +1,116 @@
+"""``/api/topics/``: list and read for every role; create, update and delete for
+admins; ``send`` and queue browsing as actions."""
+
+from __future__ import annotations
+
+from django.http import Http404
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.filters import OrderingFilter
+from rest_framework.response import Response
+
+from console.messages import services as message_services
+from console.messages.api.serializers import message_json
+from console.topics import services
+from console.topics.api.serializers import (
+    SendSerializer,
+    TopicDeleteSerializer,
+    TopicSerializer,
+    TopicUpdateSerializer,
+    TopicWriteSerializer,
+)
+from console.topics.filtersets import TopicFilterSet
+from console.topics.models import Topic
+from console.topics.views import SORTABLE
+from console.ui.permissions import HasRole
+from console.ui.roles import ADMIN, OPERATOR, VIEWER, can_see_bodies
+
+
+class TopicViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Topic.objects.all()
+    serializer_class = TopicSerializer
+    lookup_field = "name"
+    lookup_value_regex = r"[%|a-zA-Z0-9_-]+"
+    filterset_class = TopicFilterSet
+    filter_backends = [DjangoFilterBackend, OrderingFilter]
+    ordering_fields = SORTABLE
+    ordering = ["name"]
+    permission_classes = [HasRole]
+    action_roles = {"list": VIEWER, "retrieve": VIEWER, "messages": VIEWER,
+                    "create": ADMIN, "partial_update": ADMIN, "destroy": ADMIN,
+                    "send": OPERATOR}
+
+    def get_queryset(self):
+        services.sync_topics()
+        return super().get_queryset()
+
+    @extend_schema(request=TopicWriteSerializer, responses={201: TopicSerializer})
+    def create(self, request):
+        s = TopicWriteSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        services.create_topic(actor=request.user, request=request, **s.validated_data)
+        topic = Topic.objects.get(name=s.validated_data["name"])
+        return Response(TopicSerializer(topic).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=TopicUpdateSerializer, responses=TopicSerializer)
+    def partial_update(self, request, name=None):
+        topic = self.get_object()
+        s = TopicUpdateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        data = dict(s.validated_data)
+        reason = data.pop("reason", "")
+        if data:
+            services.update_topic(actor=request.user, request=request, name=topic.name,
+                                  reason=reason, **data)
+        return Response(TopicSerializer(Topic.objects.get(name=topic.name)).data)
+
+    @extend_schema(request=TopicDeleteSerializer, responses={204: None})
+    def destroy(self, request, name=None):
+        topic = self.get_object()
+        s = TopicDeleteSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        services.delete_topic(actor=request.user, request=request, name=topic.name,
+                              reason=s.validated_data["reason"])
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=SendSerializer, responses={201: dict})
+    @action(detail=True, methods=["post"])
+    def send(self, request, name=None):
+        topic = self.get_object()
+        s = SendSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        d = s.validated_data
+        r = message_services.send_test_message(
+            actor=request.user, request=request, topic=topic.name, body=d["body"].encode(),
+            tags=d["tags"], keys=d["keys"], properties=d["properties"])
+        return Response({"msg_id": r.msg_id, "offset_msg_id": r.offset_msg_id,
+                         "queue_id": r.queue_id, "queue_offset": r.queue_offset,
+                         "status": r.status.value}, status=status.HTTP_201_CREATED)
+
+    @extend_schema(parameters=[
+        OpenApiParameter("queue_id", int, required=True),
+        OpenApiParameter("offset", int), OpenApiParameter("at_ms", int),
+        OpenApiParameter("count", int)], responses=dict)
+    @action(detail=True, methods=["get"])
+    def messages(self, request, name=None):
+        """Browse one queue from an offset or a time (ms); bodies for operators."""
+        topic = self.get_object()
+        try:
+            qid = int(request.query_params["queue_id"])
+            offset = request.query_params.get("offset")
+            at_ms = request.query_params.get("at_ms")
+            count = int(request.query_params.get("count", 50))
+            page = message_services.browse_queue(
+                topic.name, qid, offset=int(offset) if offset else None,
+                at_ms=int(at_ms) if at_ms else None, count=count)
+        except (KeyError, ValueError) as exc:
+            raise Http404("queue_id, offset, at_ms and count must be integers") from exc
+        with_body = can_see_bodies(request.user)
+        return Response({
+            "topic": topic.name, "queue_id": qid, "min_offset": page.min_offset,
+            "max_offset": page.max_offset, "start": page.start,
+            "next_offset": page.next_start,
+            "messages": [message_json(m, with_body) for m in page.messages],
+        })
