@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import bisect
+import hashlib
 import json
 import struct
 from collections.abc import Iterator, Mapping
@@ -72,6 +72,8 @@ SYSTEM_FIELDS = frozenset(
 # slack absorbs small steps back (several writer processes, clock adjustments).
 TIME_SLACK_MS = 1000
 _BATCH = 512
+#: A consume-queue unit in a scan: (phys, size, tag code, queue id, queue offset).
+_Unit = tuple[int, int, int, int, int]
 _NO_END = 1 << 62
 
 
@@ -133,24 +135,23 @@ class LazyProperties(Mapping[str, Any]):
         fields = self.fields
         if fields is not None and name in fields:
             return fields[name]
-        if not name or name == "__CRC32#" or "\x01" in name or "\x02" in name:
-            return default  # never a key of decode_properties
+        pattern = _PATTERNS.get(name) or _pattern(name)
+        if pattern is None:
+            return default
         text = self.text
-        pattern = "\x02" + name + "\x01"
-        end = len(text)
-        while True:
-            i = text.rfind(pattern, 0, end)
-            if i < 0:
-                break
-            value = _segment_value(text, i + len(pattern))
+        i = text.rfind(pattern)
+        if i >= 0:
+            start = i + len(pattern)
+            j = text.find("\x02", start)
+            value = text[start:j] if j >= 0 else text[start:]
             if value:
                 return value
-            end = i
-        if text.startswith(pattern[1:]):
-            value = _segment_value(text, len(name) + 1)
-            if value:
-                return value
-        return default
+        elif not text.startswith(pattern[1:]):
+            return default
+        # Rare: an empty last value or the first segment; decode like the store.
+        if self._all is None:
+            self._all = decode_properties(text)
+        return self._all.get(name, default)
 
     def _decoded(self) -> dict[str, object]:
         if self._all is None:
@@ -173,9 +174,16 @@ class LazyProperties(Mapping[str, Any]):
 _MISSING = object()
 
 
-def _segment_value(text: str, start: int) -> str:
-    end = text.find("\x02", start)
-    return text[start:end] if end >= 0 else text[start:]
+_PATTERNS: dict[str, str] = {}
+
+
+def _pattern(name: str) -> str | None:
+    """Return the search pattern of a property name; None if no key can have it."""
+    if not name or name == "__CRC32#" or "\x01" in name or "\x02" in name:
+        return None
+    if len(_PATTERNS) < 4096:
+        _PATTERNS[name] = "\x02" + name + "\x01"
+    return "\x02" + name + "\x01"
 
 
 def message_fields(msg: MessageExt) -> dict[str, object]:
@@ -398,15 +406,15 @@ class _TopicScan:
             lo = self._first_after(queue_id, lo, hi, f.begin - TIME_SLACK_MS - 1)
         return lo, hi
 
-    def _read_desc(self, queue_id: int, lo: int, hi: int) -> list[tuple[int, ...]]:
-        """Return units [max(lo, hi - batch), hi) as (phys, size, code, q, offset), newest first."""
+    def _read_desc(self, queue_id: int, lo: int, hi: int) -> list[_Unit]:
+        """Return units ``[max(lo, hi - batch), hi)``, newest first."""
         start = max(lo, hi - _BATCH)
         units = self.store.get_queue_units(self.topic, queue_id, start, hi - start)
         out = [(*u, queue_id, start + k) for k, u in enumerate(units)]
         out.reverse()
         return out
 
-    def _merged(self, bounds: dict[int, tuple[int, int]]) -> Iterator[tuple[int, ...]]:
+    def _merged(self, bounds: dict[int, tuple[int, int]]) -> Iterator[_Unit]:
         """Yield every unit in ``bounds`` by descending commit-log offset.
 
         Queues are read in batches; each round emits, in one sort, every
@@ -415,7 +423,7 @@ class _TopicScan:
         """
         los = {q: lo for q, (lo, _hi) in bounds.items()}
         his = {q: hi for q, (_lo, hi) in bounds.items()}
-        bufs: dict[int, list[tuple[int, ...]]] = {}
+        bufs: dict[int, list[_Unit]] = {}
         for q in bounds:
             if his[q] > los[q]:
                 bufs[q] = self._read_desc(q, los[q], his[q])
@@ -424,7 +432,7 @@ class _TopicScan:
             floor = max(
                 (b[-1][0] for q, b in bufs.items() if his[q] > los[q]), default=-1
             )
-            batch: list[tuple[int, ...]] = []
+            batch: list[_Unit] = []
             for q in list(bufs):
                 buf = bufs[q]
                 cut = bisect.bisect_right(buf, -floor, key=lambda u: -u[0])
@@ -455,24 +463,29 @@ class _TopicScan:
         head_size = _HEAD_V4.size
         unpack = _HEAD_V4.unpack_from
         out: list[MessageExt] = []
-        scanned = 0
+        found = scanned = 0
+        seg_lo = seg_hi = 0
+        view = memoryview(b"")
         for phys, size, code, q, qoff in self._merged(bounds):
-            if scanned >= budget or len(out) >= limit:
+            if scanned >= budget or found >= limit:
                 break
             scanned += 1
             nexts[q] = qoff
             if codes is not None and code not in codes:
                 continue
-            seg = segment(phys)
-            if seg is None:
-                continue  # purged under the scan
-            view = seg.view
-            pos = phys - seg.base
+            if not seg_lo <= phys < seg_hi:
+                seg = segment(phys)
+                if seg is None:
+                    continue  # purged under the scan
+                view, seg_lo = seg.view, seg.base
+                seg_hi = seg_lo + len(view)
+            pos = phys - seg_lo
             h = unpack(view, pos)
             if h[7] & _V6_HOSTS:
                 msg = decode_at(phys, size)
                 if f.accept(msg):
                     out.append(msg)
+                    found += 1
                 continue
             if not begin <= h[11] <= end:
                 continue
@@ -495,6 +508,7 @@ class _TopicScan:
                     f.errors += 1
                     continue
             out.append(decode_at(phys, size))
+            found += 1
         done = all(nexts[q] <= lo for q, (lo, _hi) in bounds.items())
         nxt = None
         if not done:

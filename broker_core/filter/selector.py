@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker_core.errors import FilterError, FilterEvaluationError, FilterSyntaxError
-from broker_core.filter.codegen import build_evaluator
+from broker_core.filter.codegen import Evaluator, build_evaluator
 from broker_core.filter.nodes import Node, Prop, render
 from broker_core.filter.parser import parse
 from broker_core.tags import parse_subscription
@@ -41,6 +41,11 @@ class Selector:
         self._fn, self.source = build_evaluator(tree)
         #: Property names the expression reads.
         self.properties: frozenset[str] = frozenset(_names(tree))
+
+    @property
+    def evaluator(self) -> Evaluator:
+        """The generated function behind ``evaluate`` (for tight loops)."""
+        return self._fn
 
     def evaluate(self, properties: Mapping[str, Any]) -> bool | None:
         """Return TRUE, FALSE or None (SQL NULL) for ``properties``.
