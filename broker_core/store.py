@@ -10,6 +10,7 @@ for derived state, and min/max offsets per queue. ``Broker`` is the client facad
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -361,6 +362,28 @@ class MessageStore(StoreAdminMixin):
         if self._dispatchers:
             self.run_dispatchers()
         return offsets, sizes, qoffs, now, status
+
+    @contextlib.contextmanager
+    def exclusive_appends(self) -> Iterator[None]:
+        """Hold the append lock across reads and puts: check-then-append for services.
+
+        Inside, no other thread or process appends, every record in the log is
+        visible (a dead appender's undispatched range is repaired first) and
+        ``put_inner`` may be called. Dispatchers run after the lock is released,
+        not inside: a dispatcher that puts would otherwise wait for this lock.
+        """
+        self._check_open()
+        outer = getattr(self._dispatching, "active", False)
+        with self.state.append_lock:
+            if self.state.dispatched_pos != self.state.commit_pos:
+                self._repair_dispatch()
+            self._dispatching.active = True
+            try:
+                yield
+            finally:
+                self._dispatching.active = outer
+        if not outer and self._dispatchers:
+            self.run_dispatchers()
 
     def _check_queues(
         self, items: Sequence[PutItem], auto_create: bool, inner: bool
