@@ -32,6 +32,11 @@ def _start(store_dir: Path, seconds: float) -> subprocess.Popen[str]:
     return p
 
 
+def _delivered(b: Broker) -> int:
+    cfg = b.store.topic_config("Orders")
+    return 0 if cfg is None else sum(b.store.max_offset("Orders", q) for q in range(4))
+
+
 @pytest.mark.slow
 @pytest.mark.crash
 def test_sigkill_during_delivery_neither_loses_nor_duplicates(
@@ -50,13 +55,17 @@ def test_sigkill_during_delivery_neither_loses_nor_duplicates(
         svc.close()
     time.sleep(max(0.0, (due + 60 - time.time() * 1000) / 1000))
     seen: list[int] = []
-    for _ in range(4):
-        p = _start(store_dir, 30)
-        time.sleep(rng.uniform(0.01, 0.12))
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-        with Broker.open(store_dir, **STORE) as b:
-            seen.append(len(drain(b, "Orders")))
+    total = N_LEVEL + N_TIMER
+    with Broker.open(store_dir, **STORE) as watcher:
+        for _ in range(4):
+            target = (seen[-1] if seen else 0) + int(rng.uniform(0.05, 0.2) * total)
+            p = _start(store_dir, 30)
+            # Kill once the child has delivered past a random point: mid-delivery.
+            while _delivered(watcher) < target and p.poll() is None:
+                time.sleep(0.0005)
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            seen.append(_delivered(watcher))
     p = _start(store_dir, 3)
     p.wait(timeout=60)
     assert p.returncode == 0
@@ -67,5 +76,5 @@ def test_sigkill_during_delivery_neither_loses_nor_duplicates(
     assert not dupes, f"duplicated: {len(dupes)}"
     assert set(got) == sent, f"lost: {len(sent - set(got))}"
     assert sum(lv.backlog for lv in st.levels) == 0 and st.timers.pending == 0
-    # At least one kill landed in the middle of delivery.
-    assert any(0 < n < len(sent) for n in seen), seen
+    # The kills landed in the middle of delivery.
+    assert 0 < seen[0] < seen[-1] < len(sent), seen
