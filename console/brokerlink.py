@@ -22,6 +22,7 @@ from broker_core import Broker
 _lock = threading.Lock()
 _broker: Broker | None = None
 _key: tuple[int, str] | None = None
+_services: dict[str, Any] = {}
 
 
 def _options() -> dict[str, Any]:
@@ -42,7 +43,9 @@ def get_broker() -> Broker:
         if _broker is not None and _key == key:
             return _broker
         if _broker is not None and _key is not None and _key[0] == key[0]:
+            _close_services()
             _broker.close()
+        _services.clear()
         # After a fork the parent's Broker is dropped, not closed: closing would
         # release locks and unmap files the parent still uses.
         _broker = Broker.open(key[1], **_options())
@@ -50,12 +53,39 @@ def get_broker() -> Broker:
         return _broker
 
 
+def get_delay_service() -> Any:
+    """Return this process's ``DelayService`` over ``get_broker()``.
+
+    Creating it installs the send hook that parks ``DELAY`` and timer sends, so
+    a test message with a delay level is scheduled, not delivered at once.
+    Delivery itself is left to the scheduled task (``deliver_due``).
+    """
+    broker = get_broker()
+    with _lock:
+        service = _services.get("delay")
+        if service is None or service.broker is not broker:
+            from broker_core.schedule import DelayService
+
+            service = _services["delay"] = DelayService(broker)
+        return service
+
+
+def _close_services() -> None:
+    for service in _services.values():
+        close = getattr(service, "close", None)
+        if close is not None:
+            close()
+    _services.clear()
+
+
 def close_broker() -> None:
     """Close the store if this process opened it; the next ``get_broker`` reopens."""
     global _broker, _key
     with _lock:
         if _broker is not None and _key is not None and _key[0] == os.getpid():
+            _close_services()
             _broker.close()
+        _services.clear()
         _broker = None
         _key = None
 

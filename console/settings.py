@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "console.topics",
     "console.messages",
     "console.consumers",
+    "console.delays",
 ]
 
 MIDDLEWARE = [

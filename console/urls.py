@@ -13,6 +13,7 @@ api_patterns = [
     path("", include("console.topics.api.urls")),
     path("", include("console.messages.api.urls")),
     path("", include("console.consumers.api.urls")),
+    path("", include("console.delays.api.urls")),
 ]
 
 urlpatterns = [
@@ -25,6 +26,7 @@ urlpatterns = [
     path("topics/", include("console.topics.urls")),
     path("messages/", include("console.messages.urls")),
     path("consumer-groups/", include("console.consumers.urls")),
+    path("delays/", include("console.delays.urls")),
     path("api/", include(api_patterns)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # DRF marks its views login_not_required; the docs page is a page, so it

@@ -13,7 +13,7 @@ from broker_core.search import MessageQuery, SearchPage
 from broker_core.search import search_messages as core_search
 from broker_core.validation import validate_group
 from console.audit.services import audited
-from console.brokerlink import get_broker
+from console.brokerlink import get_broker, get_delay_service
 
 #: Messages decoded at most per search; a search reports when it stopped early.
 SEARCH_SCAN_BUDGET = 50_000
@@ -137,6 +137,7 @@ def send_test_message(
 ) -> Any:
     """Send one message as a client would (operator), audited."""
     broker = get_broker()
+    get_delay_service()  # its send hook parks a test message sent with DELAY
     msg = Message(topic, body, tags=tags or None, keys=keys or None,
                   properties=properties or None)
     return audited(

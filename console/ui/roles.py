@@ -59,6 +59,6 @@ def set_role(user: Any, role: str) -> None:
     if role not in _RANK:
         raise ValueError(f"unknown role {role!r}")
     user.groups.remove(*Group.objects.filter(name__in=ROLES))
-    user.groups.add(Group.objects.get(name=role))
+    user.groups.add(Group.objects.get_or_create(name=role)[0])
     if hasattr(user, "_console_role"):
         del user._console_role

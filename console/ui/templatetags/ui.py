@@ -48,3 +48,24 @@ def ms_datetime(value: Any) -> Any:
     if ms <= 0:
         return None
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+
+@register.filter
+def duration_ms(value: Any) -> str:
+    """Render milliseconds as a short duration: 1.5s, 2m, 1h 30m."""
+    try:
+        ms = int(value)
+    except (TypeError, ValueError):
+        return ""
+    if ms < 1000:
+        return f"{ms}ms"
+    s = ms / 1000
+    if s < 60:
+        return f"{s:g}s"
+    m, s = divmod(int(s), 60)
+    if m < 60:
+        return f"{m}m {s}s" if s else f"{m}m"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h}h {m}m" if m else f"{h}h"
+    return f"{h // 24}d {h % 24}h"
