@@ -337,15 +337,16 @@ def table(result: dict[str, Any]) -> str:
 
 def _open_probe(store: str) -> None:
     """Child process: open the store, print the open time and peak RSS, close."""
-    import resource
-
     from broker_core import Broker
 
     t0 = time.perf_counter()
     b = Broker.open(store, index_in_background=False)
     opened = time.perf_counter() - t0
     depth = sum(sum(t["depths"]) for t in b.stats()["topics"].values())
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM (peak RSS of this address space); ru_maxrss would include the
+    # parent's RSS at fork time, which Linux carries across exec.
+    status = Path("/proc/self/status").read_text()
+    rss_mib = int(status.split("VmHWM:")[1].split()[0]) / 1024
     b.close()
     print(
         json.dumps({"open_seconds": opened, "max_rss_mib": rss_mib, "messages": depth})
@@ -369,10 +370,11 @@ def open_test(count: int, workdir: Path | None) -> dict[str, Any]:
             if count % 1024:
                 b.send_batch(batch[: count % 1024])
         write_s = time.perf_counter() - t0
+        root = str(Path(__file__).resolve().parents[1])
         code = (
-            "import sys; sys.path.insert(0, %r); "
-            "from broker_core.benchmark import _open_probe; _open_probe(%r)"
-        ) % (str(Path(__file__).resolve().parents[1]), str(tmp))
+            f"import sys; sys.path.insert(0, {root!r}); "
+            f"from broker_core.benchmark import _open_probe; _open_probe({str(tmp)!r})"
+        )
         out = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
         )

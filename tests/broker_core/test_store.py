@@ -26,7 +26,9 @@ def test_dispatcher_sees_other_processes_appends(store_dir: Path, small: dict) -
         deadline = time.monotonic() + 10
         while len(got) < 30 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert sorted(r.keys or "" for r in got) == sorted(f"other-{i}" for i in range(30))
+        assert sorted(r.keys or "" for r in got) == sorted(
+            f"other-{i}" for i in range(30)
+        )
         offsets = [r.commit_log_offset for r in got]
         assert offsets == sorted(offsets)
         assert all(r.topic == "MP" and r.uniq_key for r in got)
@@ -38,7 +40,9 @@ def test_dispatcher_replay_after_restart(store_dir: Path, small: dict) -> None:
     progress = first[2].commit_log_offset  # a service persisted "handled up to #1"
     with Broker.open(store_dir, **small) as b:
         seen: list[int] = []
-        b.store.register_dispatcher("svc", lambda r: seen.append(r.commit_log_offset), progress)
+        b.store.register_dispatcher(
+            "svc", lambda r: seen.append(r.commit_log_offset), progress
+        )
         assert seen == [r.commit_log_offset for r in first[2:]]
         r = b.send(Message("T", b"live"))
         assert seen[-1] == r.commit_log_offset  # live appends before send returns
@@ -64,7 +68,9 @@ def test_dispatcher_callback_may_put(store_dir: Path, small: dict) -> None:
 def test_sync_flush_shares_fsyncs_between_concurrent_senders(
     store_dir: Path, small: dict
 ) -> None:
-    with Broker.open(store_dir, flush="sync", group_commit_wait_us=200_000, **small) as b:
+    with Broker.open(
+        store_dir, flush="sync", group_commit_wait_us=200_000, **small
+    ) as b:
         results = []
         lock = threading.Lock()
 
