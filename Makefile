@@ -11,9 +11,9 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-fast setup system-packages venv redis migrate admin seed lint typecheck clean
+.PHONY: run test test-fast setup system-packages venv redis migrate admin seed demo-data lint typecheck clean
 
-run: setup migrate admin
+run: setup migrate admin demo-data
 	@$(BIN)/python manage.py print_urls
 	@exec $(BIN)/honcho start -f Procfile
 
@@ -61,6 +61,15 @@ admin: venv
 
 seed: migrate
 	$(BIN)/python manage.py seed_demo
+
+# First run: fill an empty store with demo traffic so the console is never
+# empty on first look. SEED_DEMO=0 skips it.
+demo-data: migrate
+	@store="$${BROKER_STORE_DIR:-var/store}"; \
+	if [ "$${SEED_DEMO:-1}" != 0 ] && [ -z "$$(ls -A "$$store/commitlog" 2>/dev/null)" ]; then \
+	  echo "empty store: seeding demo traffic (SEED_DEMO=0 to skip)"; \
+	  $(BIN)/python manage.py seed_demo; \
+	fi
 
 lint: venv
 	$(BIN)/ruff check broker_core console tests bench
