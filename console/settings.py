@@ -167,6 +167,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": timedelta(seconds=BEAT_HEARTBEAT_INTERVAL),
         "options": {"expires": BEAT_HEARTBEAT_INTERVAL},
     },
+    # Delayed delivery: each run delivers for one tick window with sub-second
+    # precision; a stale tick is dropped rather than run late.
+    "delays-deliver-due": {
+        "task": "delays.deliver_due",
+        "schedule": timedelta(seconds=DELAY_TICK_INTERVAL),
+        "options": {"expires": DELAY_TICK_INTERVAL},
+    },
 }
 
 # --- REST framework ---------------------------------------------------------

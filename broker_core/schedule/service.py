@@ -218,11 +218,17 @@ class DelayService(BrowseMixin):
         if cursor is None:
             cursor = max(p.timer_low, store.min_offset(TIMER_TOPIC, 0))
         batch: list[TimerEntry] = []
+        # A unit can be seen before its record is readable (another process is
+        # between writing the queue and publishing its position): stop there.
+        visible = store.max_physical_offset()
         while cursor < hi:
             units = store.get_queue_units(TIMER_TOPIC, 0, cursor, 4096)
             if not units:
                 break
             for phys, _size, _code in units:
+                if phys >= visible:
+                    hi = cursor
+                    break
                 qoff = cursor
                 cursor += 1
                 if p.timer_is_done(qoff):
@@ -302,7 +308,10 @@ class DelayService(BrowseMixin):
             copies: list[MessageInner] = []
             next_off = off
             blocked = None
+            visible = store.max_physical_offset()
             for phys, _size, due in units:
+                if phys >= visible:
+                    break
                 if next_off not in cancelled:
                     eff = self._level_due(level, next_off, due, now)
                     if eff > now:
@@ -324,6 +333,8 @@ class DelayService(BrowseMixin):
             if blocked is not None:
                 self._level_next[level] = blocked
                 return
+            if next_off - off < len(units) or len(units) < self.batch_size:
+                return  # a record not yet readable, or the queue's end
 
     def _deliver_timers(self, now: int, res: DeliveryResult) -> None:
         p, store = self.progress, self.store
