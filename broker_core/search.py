@@ -37,11 +37,11 @@ from broker_core.errors import (
     ValidationError,
 )
 from broker_core.filter import Selector, compile
+from broker_core.filter.props import find_property
 from broker_core.message import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     MessageExt,
-    decode_properties,
 )
 from broker_core.record import MAGIC_V1
 from broker_core.tags import TagFilter, parse_subscription
@@ -75,6 +75,7 @@ _BATCH = 512
 #: A consume-queue unit in a scan: (phys, size, tag code, queue id, queue offset).
 _Unit = tuple[int, int, int, int, int]
 _NO_END = 1 << 62
+_EMPTY: dict[str, object] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,76 +117,6 @@ class SearchPage:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class LazyProperties(Mapping[str, Any]):
-    """Properties read straight from a record's encoded properties string.
-
-    ``get`` finds one name without decoding the rest, with the result
-    ``decode_properties`` would give (the last segment with a non-empty value
-    wins). ``fields`` (typed system fields) take precedence when set.
-    """
-
-    __slots__ = ("text", "fields", "_all")
-
-    def __init__(self, text: str, fields: dict[str, object] | None = None) -> None:
-        self.text = text
-        self.fields = fields
-        self._all: dict[str, str] | None = None
-
-    def get(self, name: str, default: Any = None) -> Any:
-        fields = self.fields
-        if fields is not None and name in fields:
-            return fields[name]
-        pattern = _PATTERNS.get(name) or _pattern(name)
-        if pattern is None:
-            return default
-        text = self.text
-        i = text.rfind(pattern)
-        if i >= 0:
-            start = i + len(pattern)
-            j = text.find("\x02", start)
-            value = text[start:j] if j >= 0 else text[start:]
-            if value:
-                return value
-        elif not text.startswith(pattern[1:]):
-            return default
-        # Rare: an empty last value or the first segment; decode like the store.
-        if self._all is None:
-            self._all = decode_properties(text)
-        return self._all.get(name, default)
-
-    def _decoded(self) -> dict[str, object]:
-        if self._all is None:
-            self._all = decode_properties(self.text)
-        return {**self._all, **(self.fields or {})}
-
-    def __getitem__(self, name: str) -> Any:
-        value = self.get(name, _MISSING)
-        if value is _MISSING:
-            raise KeyError(name)
-        return value
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._decoded())
-
-    def __len__(self) -> int:
-        return len(self._decoded())
-
-
-_MISSING = object()
-
-
-_PATTERNS: dict[str, str] = {}
-
-
-def _pattern(name: str) -> str | None:
-    """Return the search pattern of a property name; None if no key can have it."""
-    if not name or name == "__CRC32#" or "\x01" in name or "\x02" in name:
-        return None
-    if len(_PATTERNS) < 4096:
-        _PATTERNS[name] = "\x02" + name + "\x01"
-    return "\x02" + name + "\x01"
-
-
 def message_fields(msg: MessageExt) -> dict[str, object]:
     """Return the typed system fields of ``msg`` (see ``SYSTEM_FIELDS``)."""
     return {
@@ -201,18 +132,18 @@ def message_fields(msg: MessageExt) -> dict[str, object]:
     }
 
 
-def _head_fields(h: tuple[Any, ...], topic: str) -> dict[str, object]:
-    return {
-        "topic": topic,
-        "queueId": h[3],
-        "queueOffset": h[5],
-        "commitLogOffset": h[6],
-        "bornTimestamp": h[8],
-        "storeTimestamp": h[11],
-        "storeSize": h[0],
-        "reconsumeTimes": h[14],
-        "sysFlag": h[7],
-    }
+# Where each system field sits in a _HEAD_V4 tuple (topic, -1, is not in it).
+_HEAD_INDEX = {
+    "topic": -1,
+    "queueId": 3,
+    "queueOffset": 5,
+    "commitLogOffset": 6,
+    "bornTimestamp": 8,
+    "storeTimestamp": 11,
+    "storeSize": 0,
+    "reconsumeTimes": 14,
+    "sysFlag": 7,
+}
 
 
 def _encode_cursor(data: dict[str, Any]) -> str:
@@ -454,8 +385,12 @@ class _TopicScan:
         f = self.filters
         tags = f.tag.tags if f.tag is not None else None
         codes = f.tag.codes if f.tag is not None else None
-        evaluator = f.selector.evaluator if f.selector is not None else None
-        typed = f.typed
+        evaluator = f.selector.text_evaluator if f.selector is not None else None
+        refs = (
+            [(n, _HEAD_INDEX[n]) for n in f.selector.properties & SYSTEM_FIELDS]
+            if f.selector is not None
+            else []
+        )
         begin, end = f.begin, f.end
         segment = self.segments.segment
         decode_at = self.store.commitlog.decode_at
@@ -495,14 +430,15 @@ class _TopicScan:
             else:
                 at += 2 + ((view[at] << 8) | view[at + 1])
             plen = (view[at] << 8) | view[at + 1]
-            props = LazyProperties(str(view[at + 2 : at + 2 + plen], "utf-8"))
-            if tags is not None and props.get("TAGS") not in tags:
+            text = str(view[at + 2 : at + 2 + plen], "utf-8")
+            if tags is not None and find_property(text, "TAGS") not in tags:
                 continue
             if evaluator is not None:
-                if typed:
-                    props.fields = _head_fields(h, topic)
+                typed = (
+                    {n: topic if i < 0 else h[i] for n, i in refs} if refs else _EMPTY
+                )
                 try:
-                    if evaluator(props) is not True:
+                    if evaluator(text, typed) is not True:
                         continue
                 except FilterEvaluationError:
                     f.errors += 1

@@ -35,6 +35,7 @@ from broker_core.filter.nodes import (
     Prop,
     StrOp,
 )
+from broker_core.filter.props import find_property
 
 Evaluator = Callable[[Mapping[str, Any]], "bool | None"]
 
@@ -50,6 +51,7 @@ _HELPERS: dict[str, object] = {
     "_equal": javatypes.equal,
     "_ordered": javatypes.ordered,
     "_negate": javatypes.negate,
+    "_find": find_property,
 }
 
 # How a string property is parsed when compared with a literal of each type.
@@ -214,16 +216,52 @@ class _Gen:
         )
 
 
-def generate(node: Node) -> tuple[str, dict[str, object]]:
-    """Return the source of a factory building the evaluator, and its constants."""
+def _text_head(name: str, var: str) -> list[str]:
+    # Inline form of find_property for one identifier (no \x01/\x02 in it).
+    pattern = "\x02" + name + "\x01"
+    n = len(pattern)
+    return [
+        f"if {name!r} in f:",
+        f"    {var} = f[{name!r}]",
+        "else:",
+        f"    i = p.rfind({pattern!r})",
+        "    if i >= 0:",
+        f"        j = p.find('\\x02', i + {n})",
+        f"        {var} = p[i + {n}:j] if j >= 0 else p[i + {n}:]",
+        f"        if not {var}:",
+        f"            {var} = _find(p, {name!r})",
+        f"    elif p.startswith({pattern[1:]!r}):",
+        f"        j = p.find('\\x02', {n - 1})",
+        f"        {var} = (p[{n - 1}:j] if j >= 0 else p[{n - 1}:]) or None",
+        "    else:",
+        f"        {var} = None",
+    ]
+
+
+def generate(node: Node, text_mode: bool = False) -> tuple[str, dict[str, object]]:
+    """Return the source of a factory building the evaluator, and its constants.
+
+    The evaluator takes a properties mapping ``p``; in ``text_mode`` it takes
+    the encoded properties string ``p`` and a dict ``f`` of typed values that
+    take precedence.
+    """
     gen = _Gen()
     result = gen.boolean(node, 2)
-    head = [f"        {var} = p.get({name!r})" for name, var in gen.props.items()]
+    if text_mode:
+        head = [
+            "        " + line
+            for name, var in gen.props.items()
+            for line in _text_head(name, var)
+        ]
+        signature = "    def _selector(p, f):"
+    else:
+        head = [f"        {var} = p.get({name!r})" for name, var in gen.props.items()]
+        signature = "    def _selector(p):"
     names = [*_HELPERS, *gen.consts]
     src = "\n".join(
         [
             f"def _factory({', '.join(names)}):",
-            "    def _selector(p):",
+            signature,
             *head,
             *gen.lines,
             f"        return {result}",
@@ -233,14 +271,16 @@ def generate(node: Node) -> tuple[str, dict[str, object]]:
     return src, gen.consts
 
 
-def build_evaluator(node: Node, filename: str = "<selector>") -> tuple[Evaluator, str]:
+def build_evaluator(
+    node: Node, filename: str = "<selector>", text_mode: bool = False
+) -> tuple[Any, str]:
     """Compile ``node`` into an evaluator function; return it and its source."""
-    src, consts = generate(node)
+    src, consts = generate(node, text_mode)
     namespace: dict[str, Any] = {}
     with warnings.catch_warnings():
         # A warning here means the generator emitted questionable code.
         warnings.simplefilter("error")
         code = compile(src, filename, "exec")
     exec(code, namespace)  # noqa: S102 - source built above
-    fn: Evaluator = namespace["_factory"](*_HELPERS.values(), *consts.values())
+    fn = namespace["_factory"](*_HELPERS.values(), *consts.values())
     return fn, src

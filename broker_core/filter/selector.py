@@ -24,6 +24,7 @@ SQL92 = "SQL92"
 CACHE_SIZE = 1024
 
 Matcher = Callable[[Mapping[str, Any]], bool]
+TextEvaluator = Callable[[str, Mapping[str, Any]], "bool | None"]
 
 
 class Selector:
@@ -33,12 +34,13 @@ class Selector:
     ``float``, ``bool`` in typed contexts; a missing name is NULL.
     """
 
-    __slots__ = ("expression", "tree", "source", "properties", "_fn")
+    __slots__ = ("expression", "tree", "source", "properties", "_fn", "_text_fn")
 
     def __init__(self, expression: str, tree: Node) -> None:
         self.expression = expression
         self.tree = tree
         self._fn, self.source = build_evaluator(tree)
+        self._text_fn: TextEvaluator | None = None
         #: Property names the expression reads.
         self.properties: frozenset[str] = frozenset(_names(tree))
 
@@ -46,6 +48,20 @@ class Selector:
     def evaluator(self) -> Evaluator:
         """The generated function behind ``evaluate`` (for tight loops)."""
         return self._fn
+
+    @property
+    def text_evaluator(self) -> TextEvaluator:
+        """An evaluator over the encoded properties string of a record.
+
+        Called as ``fn(text, typed)``: ``text`` is the ``name\\x01value\\x02``
+        string the store keeps, ``typed`` a dict of typed values that take
+        precedence over properties of the same name. It returns what
+        ``evaluate`` returns for ``{**decode_properties(text), **typed}``.
+        """
+        fn = self._text_fn
+        if fn is None:
+            fn = self._text_fn = build_evaluator(self.tree, text_mode=True)[0]
+        return fn
 
     def evaluate(self, properties: Mapping[str, Any]) -> bool | None:
         """Return TRUE, FALSE or None (SQL NULL) for ``properties``.

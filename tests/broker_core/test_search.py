@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from broker_core import Broker, Message
 from broker_core import search as search_module
@@ -16,9 +14,8 @@ from broker_core.errors import (
     TopicNotFoundError,
     ValidationError,
 )
-from broker_core.message import MessageExt, decode_properties
+from broker_core.message import MessageExt
 from broker_core.search import (
-    LazyProperties,
     MessageQuery,
     SearchPage,
     search_messages,
@@ -217,24 +214,3 @@ def test_messages_sent_after_a_cursor_do_not_disturb_it(loaded: Broker) -> None:
         loaded, MessageQuery(topic="Shop"), limit=100, cursor=page.cursor
     )
     assert numbers(rest) == list(range(29, -1, -1))
-
-
-_segments = st.lists(st.text(alphabet="ab\x01x", max_size=6), max_size=8)
-
-
-@settings(max_examples=300, deadline=None)
-@given(_segments, st.sampled_from(["a", "b", "ab", "x", "a\x01", "", "__CRC32#"]))
-def test_lazy_properties_agree_with_decode_properties(
-    segments: list[str], name: str
-) -> None:
-    text = "\x02".join(segments)
-    lazy = LazyProperties(text)
-    assert lazy.get(name) == decode_properties(text).get(name)
-    assert dict(lazy) == decode_properties(text)
-
-
-def test_lazy_properties_typed_fields_take_precedence() -> None:
-    lazy = LazyProperties("queueId\x01x\x02TAGS\x01t\x02", {"queueId": 3})
-    assert lazy.get("queueId") == 3 and lazy["TAGS"] == "t"
-    with pytest.raises(KeyError):
-        lazy["missing"]

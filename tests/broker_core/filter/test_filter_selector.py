@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from broker_core.errors import FilterError, FilterSyntaxError
+from broker_core.errors import FilterError, FilterEvaluationError, FilterSyntaxError
 from broker_core.filter import build_matcher, cache_info, clear_cache, compile
+from broker_core.filter.props import find_property
+from broker_core.message import decode_properties, encode_properties
 
 
 def test_compiled_selectors_are_cached_by_text() -> None:
@@ -82,3 +86,41 @@ def test_build_matcher_for_sql92() -> None:
 def test_build_matcher_errors(kind: str, expression: str | None, error: type) -> None:
     with pytest.raises(error):
         build_matcher(kind, expression)
+
+
+_segments = st.lists(st.text(alphabet="ab\x01x", max_size=6), max_size=8)
+_names = st.sampled_from(["a", "b", "ab", "x", "a\x01", "", "__CRC32#"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(_segments, _names)
+def test_find_property_agrees_with_decode_properties(
+    segments: list[str], name: str
+) -> None:
+    text = "\x02".join(segments)
+    assert find_property(text, name) == decode_properties(text).get(name)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_segments, st.dictionaries(st.sampled_from(["a", "b", "c"]), st.integers()))
+def test_text_evaluator_agrees_with_evaluate(
+    segments: list[str], typed: dict[str, int]
+) -> None:
+    text = "\x02".join(segments)
+    sel = compile("a = 'x' OR b IS NULL OR (c > 1 AND NOT a CONTAINS 'b')")
+    try:
+        expected: object = sel.evaluate({**decode_properties(text), **typed})
+    except FilterEvaluationError:
+        expected = FilterEvaluationError
+    try:
+        actual: object = sel.text_evaluator(text, typed)
+    except FilterEvaluationError:
+        actual = FilterEvaluationError
+    assert actual is expected
+
+
+def test_text_evaluator_on_a_stored_properties_string() -> None:
+    text = encode_properties({"a": "7", "TAGS": "t", "b": "x"})
+    sel = compile("a > 5 AND b IN ('x','y') AND c IS NULL AND TAGS = 't'")
+    assert sel.text_evaluator(text, {}) is True
+    assert sel.text_evaluator(text, {"a": 3}) is False
