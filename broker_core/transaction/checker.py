@@ -1,0 +1,224 @@
+"""The transaction check (§1.7, §1.8): find due halves, check them back, discard.
+
+One run: fold new records into the index, then walk the pending halves due by
+now in ``(due_at, half_offset)`` order (an index range, so halves not yet due
+cost nothing). Each due half is discarded (checked ``check_max`` times, or older
+than the file retention) or handed to the check thread pool; the scan never
+waits for a check-back. A half that fails in any way is counted and skipped:
+it never stops the others (RocketMQ #9500). A run that hits its time budget
+stops; the next one starts again at the earliest due half, i.e. where this one
+stopped. Only one run at a time per store (``transaction/check.lock``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING
+
+from broker_core.errors import TransactionError
+from broker_core.message import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    MessageExt,
+)
+from broker_core.transaction import statetable as S
+from broker_core.transaction.transports import CheckRequest
+from broker_core.transaction.types import (
+    CheckAnswer,
+    CheckRunResult,
+    CheckRunStatus,
+    ResolutionSource,
+)
+
+if TYPE_CHECKING:
+    from broker_core.transaction.service import TransactionService
+
+log = logging.getLogger(__name__)
+
+#: Check-backs queued or running at once; past it a run stops and the next resumes.
+MAX_IN_FLIGHT = 10000
+
+
+class CheckRunner:
+    """Runs checks for one ``TransactionService``; owns the check thread pool."""
+
+    def __init__(self, service: TransactionService) -> None:
+        self.svc = service
+        self.pool = ThreadPoolExecutor(
+            max_workers=service.config.check_threads, thread_name_prefix="tx-check"
+        )
+        self._inflight: set[int] = set()
+        self._lock = threading.Lock()
+        self._lock_path = service.store.root / "transaction" / "check.lock"
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def run(
+        self,
+        time_budget_s: float | None = None,
+        now_ms: int | None = None,
+        wait_checks: bool = True,
+    ) -> CheckRunResult:
+        """Run one check; return its summary.
+
+        ``time_budget_s`` bounds the run (default ``run_time_budget_s``); ``now_ms``
+        overrides the clock for due times and ages; with ``wait_checks`` the run
+        waits (within the budget) for the check-backs it started, so their
+        outcomes are recorded when it returns. Status BUSY if another run holds
+        the store's check lock.
+        """
+        cfg = self.svc.config
+        t0 = time.monotonic()
+        budget = cfg.run_time_budget_s if time_budget_s is None else time_budget_s
+        deadline = t0 + budget
+        result = CheckRunResult(
+            CheckRunStatus.COMPLETED, started_at=int(time.time() * 1000)
+        )
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                result.status = CheckRunStatus.BUSY
+                return result
+            futures = self._scan(result, deadline, now_ms)
+            if wait_checks and futures:
+                pending = set(futures)
+                while pending and time.monotonic() < deadline:
+                    _done, pending = wait(
+                        pending,
+                        timeout=deadline - time.monotonic(),
+                        return_when=FIRST_COMPLETED,
+                    )
+            for f in futures:
+                if f.done() and not f.cancelled() and f.exception() is None:
+                    name = f.result().value
+                    result.answers[name] = result.answers.get(name, 0) + 1
+                else:
+                    result.in_flight += 1
+            if time.monotonic() < deadline:
+                self.svc.index.catch_up(deadline=deadline)
+        finally:
+            os.close(fd)  # releases the flock
+            result.duration_s = time.monotonic() - t0
+        return result
+
+    def _scan(
+        self, result: CheckRunResult, deadline: float, now_ms: int | None
+    ) -> list[Future[CheckAnswer]]:
+        svc = self.svc
+        cfg = svc.config
+        t0 = time.monotonic()
+        result.indexed_records = svc.index.catch_up(deadline=t0 + (deadline - t0) / 2)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        reserved_ms = int(cfg.file_reserved_hours * 3600 * 1000)
+        table = svc.ledger.table
+        futures: list[Future[CheckAnswer]] = []
+        for due, half_off, qoff, _group, _topic, born in svc.index.iter_due(now):
+            if time.monotonic() > deadline or len(self._inflight) >= MAX_IN_FLIGHT:
+                result.status = CheckRunStatus.BUDGET_EXHAUSTED
+                result.resume_after = (due, half_off)
+                break
+            result.scanned += 1
+            try:
+                state, checks = table.get(qoff)[:2]
+                if state != S.PENDING:
+                    continue  # resolved since the index last caught up
+                with self._lock:
+                    if half_off in self._inflight:
+                        continue
+                half = svc.store.read_message(half_off)
+                if now - born > reserved_ms:
+                    if svc.discard(
+                        half,
+                        f"older than the file retention ({cfg.file_reserved_hours} h)",
+                        None,
+                    ):
+                        result.skipped_expired += 1
+                    continue
+                if checks >= cfg.check_max:
+                    done = svc.discard(
+                        half,
+                        f"checked {checks} times (maximum {cfg.check_max})",
+                        cfg.check_max,
+                    )
+                    if done == "discarded":
+                        result.discarded += 1
+                    elif done == "rolled_back":
+                        result.rolled_back += 1
+                    continue
+                with self._lock:
+                    self._inflight.add(half_off)
+                try:
+                    futures.append(self.pool.submit(self._check_one, half, checks + 1))
+                except RuntimeError:
+                    with self._lock:
+                        self._inflight.discard(half_off)
+                    raise
+                result.checks_sent += 1
+            except Exception:
+                result.errors += 1
+                log.exception("transaction check of the half at %d failed", half_off)
+        return futures
+
+    def _check_one(self, half: MessageExt, check_no: int) -> CheckAnswer:
+        """Call the group's checker, record the check, apply a COMMIT/ROLLBACK answer."""
+        svc = self.svc
+        props = half.properties
+        group = props.get(PROPERTY_PRODUCER_GROUP, "")
+        tid = half.offset_msg_id
+        try:
+            transport = svc.checkers.for_group(group)
+            started = int(time.time() * 1000)
+            t = time.perf_counter()
+            detail: str | None = None
+            if transport is None:
+                answer, name, target = CheckAnswer.FAILED, "none", "-"
+                detail = f"no checker configured for producer group {group!r}"
+            else:
+                name, target = transport.name, transport.target
+                try:
+                    qid = int(props.get(PROPERTY_REAL_QID, "0"))
+                except ValueError:
+                    qid = 0
+                request = CheckRequest(
+                    transaction_id=tid,
+                    msg_id=half.msg_id,
+                    producer_group=group,
+                    topic=props.get(PROPERTY_REAL_TOPIC, ""),
+                    queue_id=qid,
+                    tags=half.tags,
+                    keys=half.keys,
+                    properties=dict(props),
+                    body=half.body,
+                    born_timestamp=half.born_timestamp,
+                    check_no=check_no,
+                    half_offset=half.commit_log_offset,
+                    queue_offset=half.queue_offset,
+                )
+                try:
+                    answer = transport.check(request)
+                except Exception as exc:  # any failure of the call is a failed check
+                    answer, detail = CheckAnswer.FAILED, f"{type(exc).__name__}: {exc}"
+            latency_us = int((time.perf_counter() - t) * 1e6)
+            svc.record_check(half, answer, name, target, started, latency_us, detail)
+            if answer in (CheckAnswer.COMMIT, CheckAnswer.ROLLBACK):
+                try:
+                    svc.end_transaction(
+                        tid, group, answer.value, ResolutionSource.CHECK
+                    )
+                except TransactionError as exc:
+                    log.info(
+                        "check answer %s for %s not applied: %s", answer.value, tid, exc
+                    )
+            return answer
+        finally:
+            with self._lock:
+                self._inflight.discard(half.commit_log_offset)

@@ -1,0 +1,528 @@
+"""``TransactionService``: half messages, end-transaction, resume, and the check.
+
+Layered over the store facade: every write goes through
+``MessageStore.put_inner`` inside ``exclusive_appends`` (see ``ledger.py``), so
+each half gets exactly one outcome across threads, processes and restarts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+from broker_core.broker import Broker
+from broker_core.errors import (
+    IllegalTransactionOperationError,
+    MessageNotFoundError,
+    TopicNotFoundError,
+    TransactionConflictError,
+    UnknownTransactionError,
+    ValidationError,
+    WrongProducerGroupError,
+)
+from broker_core.message import (
+    PROPERTY_KEYS,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_PREPARED,
+    Message,
+    MessageExt,
+)
+from broker_core.msgid import UniqKeyGenerator
+from broker_core.record import decode_offset_msg_id, offset_msg_id
+from broker_core.transaction import records as R
+from broker_core.transaction import statetable as S
+from broker_core.transaction.checker import CheckRunner
+from broker_core.transaction.index import PendingIndex
+from broker_core.transaction.ledger import SOURCE_CODES, SOURCE_NAMES, Ledger, event
+from broker_core.transaction.queries import QueryMixin
+from broker_core.transaction.transports import CheckerRegistry
+from broker_core.transaction.types import (
+    CheckAnswer,
+    CheckRunResult,
+    EndTransactionResult,
+    EndTransactionStatus,
+    ResolutionSource,
+    TransactionConfig,
+    TransactionResolution,
+    TransactionSendResult,
+    TransactionState,
+)
+from broker_core.validation import (
+    TRANS_HALF_TOPIC,
+    validate_body,
+    validate_group,
+    validate_properties_size,
+    validate_send_topic,
+)
+
+STATE_NAMES = {
+    S.PENDING: TransactionState.PENDING,
+    S.COMMITTED: TransactionState.COMMITTED,
+    S.ROLLED_BACK: TransactionState.ROLLED_BACK,
+    S.DISCARDED: TransactionState.DISCARDED,
+}
+
+
+class TransactionService(QueryMixin):
+    """Transactional messages over an open ``Broker``; one per process and store.
+
+    ``TransactionService(broker, config=None, **settings)``: ``settings`` are
+    ``TransactionConfig`` fields. ``checkers`` chooses check-back transports.
+    """
+
+    def __init__(
+        self, broker: Broker, config: TransactionConfig | None = None, **settings: Any
+    ) -> None:
+        if config is None:
+            config = TransactionConfig(**settings)
+        elif settings:
+            raise ValueError("pass either config or settings, not both")
+        self.broker = broker
+        self.store = broker.store
+        self.config = config
+        self.ledger = Ledger(self.store)
+        self.index = PendingIndex(
+            self.store, config.transaction_timeout_ms, config.check_interval_ms
+        )
+        self.checkers = CheckerRegistry(
+            self.store.root / "transaction" / "checkers.json"
+        )
+        self._rr: dict[str, itertools.count[int]] = {}
+        self._ids = UniqKeyGenerator()
+        self._ip, self._port = self.store.store_ip, self.store.store_port
+        info = self.store.recovery_info
+        with self.store.exclusive_appends():
+            if (
+                info is not None
+                and info.truncated
+                and info.log_end < self.ledger.table.applied_pos
+            ):
+                self.ledger.table.reset()
+            self.ledger.catch_up()
+        if (
+            info is not None
+            and info.truncated
+            and info.log_end < self.index.applied_pos
+        ):
+            self.index.rebuild()
+        self.runner = CheckRunner(self)
+
+    def close(self) -> None:
+        """Stop the check threads (waiting for calls in flight) and close the index."""
+        self.runner.close()
+        self.index.close()
+        self.ledger.table.close()
+
+    def __enter__(self) -> TransactionService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sending -------------------------------------------------------------
+    def send_half(self, producer_group: str, message: Message) -> TransactionSendResult:
+        """Store ``message`` as a half, invisible to consumers until committed.
+
+        Raises ``InvalidGroupError``, ``InvalidTopicError``, ``TopicNotAllowedError``,
+        ``InvalidMessageError``, ``MessageTooLargeError``, ``InvalidQueueError``,
+        ``TopicNotFoundError`` (unknown topic with ``auto_create_topic`` off).
+        """
+        validate_group(producer_group)
+        topic = message.topic
+        validate_send_topic(topic)
+        cfg_store = self.store.config
+        validate_body(message.body, cfg_store.max_message_size)
+        tcfg = self.store.topic_config(topic)
+        if tcfg is None and not cfg_store.auto_create_topic:
+            raise TopicNotFoundError(f"topic {topic!r} does not exist")
+        nq = tcfg.write_queue_nums if tcfg else cfg_store.default_queue_nums
+        if message.queue_id is None:
+            counter = self._rr.setdefault(topic, itertools.count())
+            qid = next(counter) % max(nq, 1)
+        else:
+            qid = message.queue_id
+            limit = tcfg.queue_nums if tcfg else cfg_store.default_queue_nums
+            if not 0 <= qid < limit:
+                from broker_core.errors import InvalidQueueError
+
+                raise InvalidQueueError(f"queue id {qid} is out of range for {topic!r}")
+        props = dict(message.properties or {})
+        if message.tags:
+            props[PROPERTY_TAGS] = message.tags
+        keys = message.keys_string()
+        if keys:
+            props[PROPERTY_KEYS] = keys
+        now = int(time.time() * 1000)
+        uniq = self._ids.next(now)
+        inner = R.half_inner(
+            topic,
+            qid,
+            bytes(message.body),
+            props,
+            producer_group,
+            uniq,
+            message.flag,
+            now,
+        )
+        validate_properties_size(
+            "".join(f"{k}\x01{v}\x02" for k, v in inner.properties.items()).encode(),
+            cfg_store.max_properties_size,
+        )
+        with self.store.exclusive_appends():
+            res = self.ledger.append([inner], [event(R.HALF, inner)])[0]
+        oid = res.offset_msg_id
+        return TransactionSendResult(
+            uniq,
+            oid,
+            qid,
+            res.queue_offset,
+            res.status,
+            topic,
+            res.commit_log_offset,
+            transaction_id=oid,
+        )
+
+    # -- looking up ----------------------------------------------------------
+    def locate(self, transaction_id: str) -> MessageExt:
+        """Return the half named by ``transaction_id`` (its offset id or its UNIQ_KEY).
+
+        Raises ``UnknownTransactionError``.
+        """
+        if not isinstance(transaction_id, str) or not transaction_id:
+            raise UnknownTransactionError("empty transaction id")
+        decoded = decode_offset_msg_id(transaction_id)
+        if decoded is not None:
+            try:
+                msg = self.store.read_message(decoded[1])
+            except MessageNotFoundError:
+                msg = None
+            if (
+                msg is not None
+                and msg.offset_msg_id == transaction_id.upper()
+                and _is_half(msg)
+            ):
+                return msg
+        try:
+            msg = self.broker.get_message(transaction_id, topic=TRANS_HALF_TOPIC)
+        except (MessageNotFoundError, ValidationError):
+            msg = None
+        if msg is not None and _is_half(msg):
+            return msg
+        raise UnknownTransactionError(
+            f"no half message with transaction id {transaction_id!r}"
+        )
+
+    def state(self, transaction_id: str) -> TransactionState:
+        """Return the half's current state, from the authoritative state table."""
+        half = self.locate(transaction_id)
+        with self.store.exclusive_appends():
+            self.ledger.catch_up()
+            st = self.ledger.table.get(half.queue_offset)[0]
+        return STATE_NAMES[st]
+
+    # -- ending --------------------------------------------------------------
+    def end_transaction(
+        self,
+        transaction_id: str,
+        producer_group: str | None,
+        resolution: TransactionResolution | str,
+        source: ResolutionSource | str = ResolutionSource.CLIENT,
+        *,
+        operator: str | None = None,
+        msg_id: str | None = None,
+        queue_offset: int | None = None,
+    ) -> EndTransactionResult:
+        """Commit, roll back, or (UNKNOWN) leave a half to the check.
+
+        COMMIT writes the message to its real topic and queue and an op record;
+        ROLLBACK writes only the op. A repeat of the recorded outcome returns it
+        (``ALREADY_RESOLVED``) without writing. ``producer_group`` must be the
+        half's (optional for OPERATOR); ``msg_id``/``queue_offset``, when given,
+        must match the half (RocketMQ's header checks).
+
+        Raises ``UnknownTransactionError`` (no such half, offsets wrong),
+        ``WrongProducerGroupError``, ``TransactionConflictError`` (another outcome
+        is recorded, or the half was discarded and the source is not OPERATOR:
+        the message names the existing state), ``IllegalTransactionOperationError``
+        (a CLIENT outcome after the half's ``CHECK_IMMUNITY_TIME_IN_SECONDS``, 604),
+        ``ValueError`` for an unknown resolution or source.
+        """
+        res = TransactionResolution.coerce(resolution)
+        src = ResolutionSource.coerce(source)
+        half = self.locate(transaction_id)
+        props = half.properties
+        tid = half.offset_msg_id
+        if producer_group is not None or src is not ResolutionSource.OPERATOR:
+            if props.get(PROPERTY_PRODUCER_GROUP) != producer_group:
+                raise WrongProducerGroupError(
+                    f"producer group {producer_group!r} does not own transaction {tid} "
+                    f"(it belongs to {props.get(PROPERTY_PRODUCER_GROUP)!r})"
+                )
+        if msg_id is not None and msg_id != half.msg_id:
+            raise UnknownTransactionError(f"message id {msg_id!r} does not match {tid}")
+        if queue_offset is not None and queue_offset != half.queue_offset:
+            raise UnknownTransactionError(
+                f"transaction state table offset {queue_offset} is wrong for {tid}"
+            )
+        if src is ResolutionSource.OPERATOR and not operator:
+            raise ValidationError("an OPERATOR resolution needs the operator's name")
+        qoff = half.queue_offset
+        store = self.store
+        with store.exclusive_appends():
+            self.ledger.catch_up()
+            state, _checks, code, commit_off, op_off = self.ledger.table.get(qoff)
+            if state == S.NONE:
+                raise UnknownTransactionError(f"transaction {tid} is not recorded")
+            current = STATE_NAMES[state]
+            if current.final:
+                same = (current is TransactionState.COMMITTED) == (
+                    res is TransactionResolution.COMMIT
+                )
+                if res is TransactionResolution.UNKNOWN or same:
+                    status = (
+                        EndTransactionStatus.UNCHANGED
+                        if res is TransactionResolution.UNKNOWN
+                        else EndTransactionStatus.ALREADY_RESOLVED
+                    )
+                    return self._result(tid, status, current, code, commit_off, op_off)
+                raise TransactionConflictError(
+                    f"transaction {tid} is already {current.value} "
+                    f"(by {SOURCE_NAMES.get(code, 'unknown source')}); "
+                    f"{res.value} refused"
+                )
+            if res is TransactionResolution.UNKNOWN:
+                return self._result(
+                    tid, EndTransactionStatus.UNCHANGED, current, code, -1, -1
+                )
+            if (
+                current is TransactionState.DISCARDED
+                and src is not ResolutionSource.OPERATOR
+            ):
+                raise TransactionConflictError(
+                    f"transaction {tid} is DISCARDED after too many checks; an operator "
+                    f"must resume or resolve it ({res.value} from {src.value} refused)"
+                )
+            if src is ResolutionSource.CLIENT:
+                raw = props.get(R.PROPERTY_CHECK_IMMUNITY)
+                limit = (
+                    R.end_immunity_ms(raw, self.config.transaction_timeout_ms)
+                    if raw
+                    else None
+                )
+                if (
+                    limit is not None
+                    and int(time.time() * 1000) - half.born_timestamp > limit
+                ):
+                    raise IllegalTransactionOperationError(
+                        f"transaction {tid} is older than its check immunity "
+                        f"({limit} ms): it is left to the check-back"
+                    )
+            extra = {
+                R.PROPERTY_OUTCOME: res.value,
+                R.PROPERTY_SOURCE: src.value,
+                R.PROPERTY_OPERATOR: operator,
+            }
+            op = R.op_inner(
+                R.TAG_OUTCOME,
+                half.commit_log_offset,
+                qoff,
+                props.get(PROPERTY_REAL_TOPIC, ""),
+                extra,
+            )
+            inners = [op]
+            events = [event(R.OUTCOME, op, half.commit_log_offset, qoff)]
+            if res is TransactionResolution.COMMIT:
+                msg = R.commit_inner(half)
+                inners.insert(0, msg)
+                events.insert(0, event(R.COMMIT_MSG, msg, half.commit_log_offset, qoff))
+            self.ledger.append(inners, events)
+            st = self.ledger.table.get(qoff)
+        return self._result(
+            tid,
+            EndTransactionStatus.RESOLVED,
+            STATE_NAMES[st[0]],
+            st[2],
+            st[3],
+            st[4],
+            operator,
+        )
+
+    def _result(
+        self,
+        tid: str,
+        status: EndTransactionStatus,
+        state: TransactionState,
+        code: int,
+        commit_off: int,
+        op_off: int,
+        operator: str | None = None,
+    ) -> EndTransactionResult:
+        src = SOURCE_NAMES.get(code)
+        if operator is None and op_off >= 0 and src == "OPERATOR":
+            try:
+                operator = self.store.read_message(op_off).properties.get(
+                    R.PROPERTY_OPERATOR
+                )
+            except MessageNotFoundError:
+                operator = None
+        return EndTransactionResult(
+            tid,
+            status,
+            state,
+            ResolutionSource[src] if src else None,
+            operator,
+            offset_msg_id(self._ip, self._port, commit_off)
+            if commit_off >= 0
+            else None,
+        )
+
+    # -- operator actions ----------------------------------------------------
+    def commit(self, transaction_id: str, operator: str) -> EndTransactionResult:
+        """Commit a half as an operator (pending or discarded)."""
+        return self.end_transaction(
+            transaction_id,
+            None,
+            TransactionResolution.COMMIT,
+            ResolutionSource.OPERATOR,
+            operator=operator,
+        )
+
+    def rollback(self, transaction_id: str, operator: str) -> EndTransactionResult:
+        """Roll back a half as an operator (pending or discarded)."""
+        return self.end_transaction(
+            transaction_id,
+            None,
+            TransactionResolution.ROLLBACK,
+            ResolutionSource.OPERATOR,
+            operator=operator,
+        )
+
+    def resume(self, transaction_id: str, operator: str) -> TransactionState:
+        """Resume a discarded half: its check count is reset and it is checked again.
+
+        Returns the new state (PENDING; also for a half that was already pending).
+        Raises ``UnknownTransactionError``, ``TransactionConflictError`` for a
+        committed or rolled-back half.
+        """
+        if not operator:
+            raise ValidationError("resume needs the operator's name")
+        half = self.locate(transaction_id)
+        qoff = half.queue_offset
+        with self.store.exclusive_appends():
+            self.ledger.catch_up()
+            state = self.ledger.table.get(qoff)[0]
+            if state in (S.COMMITTED, S.ROLLED_BACK):
+                raise TransactionConflictError(
+                    f"transaction {half.offset_msg_id} is already {STATE_NAMES[state].value}"
+                )
+            if state == S.DISCARDED:
+                op = R.op_inner(
+                    R.TAG_RESUME,
+                    half.commit_log_offset,
+                    qoff,
+                    half.properties.get(PROPERTY_REAL_TOPIC, ""),
+                    {R.PROPERTY_SOURCE: "OPERATOR", R.PROPERTY_OPERATOR: operator},
+                )
+                self.ledger.append(
+                    [op], [event(R.RESUME, op, half.commit_log_offset, qoff)]
+                )
+        return TransactionState.PENDING
+
+    # -- check ---------------------------------------------------------------
+    def run_check(
+        self,
+        time_budget_s: float | None = None,
+        now_ms: int | None = None,
+        wait: bool = True,
+    ) -> CheckRunResult:
+        """Check back the pending halves that are due; see ``checker.CheckRunner.run``."""
+        return self.runner.run(time_budget_s, now_ms, wait)
+
+    def record_check(
+        self,
+        half: MessageExt,
+        answer: CheckAnswer,
+        transport: str,
+        target: str,
+        started_ms: int,
+        latency_us: int,
+        detail: str | None,
+    ) -> int:
+        """Write one check's record (count + 1 while pending); return the count."""
+        qoff = half.queue_offset
+        with self.store.exclusive_appends():
+            self.ledger.catch_up()
+            state, checks = self.ledger.table.get(qoff)[:2]
+            n = checks + 1 if state == S.PENDING else checks
+            op = R.op_inner(
+                R.TAG_CHECK,
+                half.commit_log_offset,
+                qoff,
+                half.properties.get(PROPERTY_REAL_TOPIC, ""),
+                {
+                    R.PROPERTY_TRANSACTION_CHECK_TIMES: str(n),
+                    R.PROPERTY_CHECK_AT: str(started_ms),
+                    R.PROPERTY_CHECK_TRANSPORT: transport,
+                    R.PROPERTY_CHECK_TARGET: target,
+                    R.PROPERTY_CHECK_ANSWER: answer.value,
+                    R.PROPERTY_CHECK_LATENCY_US: str(latency_us),
+                    R.PROPERTY_DETAIL: detail,
+                },
+            )
+            self.ledger.append([op], [event(R.CHECK, op, half.commit_log_offset, qoff)])
+        return n
+
+    def discard(self, half: MessageExt, reason: str, max_checks: int | None) -> str:
+        """Discard (or, if configured and over the maximum, roll back) a pending half.
+
+        ``max_checks`` None skips the count test (file retention). Returns
+        "discarded", "rolled_back" or "" when the half was no longer eligible.
+        """
+        qoff = half.queue_offset
+        topic = half.properties.get(PROPERTY_REAL_TOPIC, "")
+        with self.store.exclusive_appends():
+            self.ledger.catch_up()
+            state, checks = self.ledger.table.get(qoff)[:2]
+            if state != S.PENDING or (max_checks is not None and checks < max_checks):
+                return ""
+            if max_checks is not None and self.config.rollback_on_max_checks:
+                op = R.op_inner(
+                    R.TAG_OUTCOME,
+                    half.commit_log_offset,
+                    qoff,
+                    topic,
+                    {
+                        R.PROPERTY_OUTCOME: "ROLLBACK",
+                        R.PROPERTY_SOURCE: "CHECK",
+                        R.PROPERTY_DETAIL: reason,
+                    },
+                )
+                self.ledger.append(
+                    [op], [event(R.OUTCOME, op, half.commit_log_offset, qoff)]
+                )
+                return "rolled_back"
+            copy = R.discard_copy(half, checks)
+            op = R.op_inner(
+                R.TAG_DISCARD,
+                half.commit_log_offset,
+                qoff,
+                topic,
+                {R.PROPERTY_SOURCE: "CHECK", R.PROPERTY_DETAIL: reason},
+            )
+            self.ledger.append(
+                [copy, op], [None, event(R.DISCARD, op, half.commit_log_offset, qoff)]
+            )
+        return "discarded"
+
+
+def _is_half(msg: MessageExt) -> bool:
+    return (
+        msg.topic == TRANS_HALF_TOPIC
+        and msg.properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
+    )
+
+
+__all__ = ["TransactionService", "SOURCE_CODES"]

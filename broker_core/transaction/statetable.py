@@ -1,0 +1,132 @@
+"""The transaction state table: one fixed-width entry per half, shared by processes.
+
+It is the authority for "has this half an outcome?". Entries are indexed by the
+half's queue offset in ``RMQ_SYS_TRANS_HALF_TOPIC`` (RocketMQ's
+``tranStateTableOffset``) and live in mapped files of ``ENTRIES_PER_FILE``
+entries, named by their 20-digit first queue offset, under
+``STORE/transaction/state/``. Every write happens under the store's append lock,
+right after the records it reflects, so a decision read under that lock sees
+every record below ``applied_pos``; records above it are folded in first. The
+table is derived data: a store whose log was cut below ``applied_pos`` is
+rebuilt from the log.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+# Entry: state u8 | check count u8 | source u8 | 5 pad | commit msg offset q | op offset q
+ENTRY = struct.Struct("<BBB5xqq")
+ENTRY_SIZE = ENTRY.size  # 24
+ENTRIES_PER_FILE = 1 << 18
+FILE_SIZE = ENTRY_SIZE * ENTRIES_PER_FILE  # 6 MiB
+
+# Header file: magic q | applied_pos q | version q (native, aligned)
+_HDR = struct.Struct("@qqq")
+_MAGIC = 0x5452414E53544154  # "TRANSTAT"
+_VERSION = 1
+
+NONE, PENDING, COMMITTED, ROLLED_BACK, DISCARDED = 0, 1, 2, 3, 4
+SOURCE_NONE, SOURCE_CLIENT, SOURCE_CHECK, SOURCE_OPERATOR = 0, 1, 2, 3
+
+
+class StateTable:
+    """Mapped entries ``(state, checks, source, commit_offset, op_offset)`` by queue offset."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = root / "transaction" / "state"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        hfd = os.open(self.dir / "header", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(hfd).st_size < 4096:
+                os.ftruncate(hfd, 4096)
+            self._hdr = mmap.mmap(hfd, 4096, mmap.MAP_SHARED)
+        finally:
+            os.close(hfd)
+        self._files: dict[int, mmap.mmap] = {}
+        if _HDR.unpack_from(self._hdr, 0)[0] != _MAGIC:
+            _HDR.pack_into(self._hdr, 0, _MAGIC, 0, _VERSION)
+
+    @property
+    def applied_pos(self) -> int:
+        """Log offset below which every record is reflected in the table."""
+        return int(_HDR.unpack_from(self._hdr, 0)[1])
+
+    @applied_pos.setter
+    def applied_pos(self, value: int) -> None:
+        struct.pack_into("@q", self._hdr, 8, value)
+
+    def _file(self, base: int, create: bool) -> mmap.mmap | None:
+        mm = self._files.get(base)
+        if mm is not None:
+            return mm
+        path = self.dir / f"{base:020d}"
+        if not create and not path.exists():
+            return None
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < FILE_SIZE:
+                os.ftruncate(fd, FILE_SIZE)
+            mm = mmap.mmap(fd, FILE_SIZE, mmap.MAP_SHARED)
+        finally:
+            os.close(fd)
+        self._files[base] = mm
+        return mm
+
+    def get(self, queue_offset: int) -> tuple[int, int, int, int, int]:
+        """Return ``(state, checks, source, commit_offset, op_offset)``; NONE if absent."""
+        if queue_offset < 0:
+            return (NONE, 0, 0, -1, -1)
+        base = queue_offset - queue_offset % ENTRIES_PER_FILE
+        mm = self._file(base, create=False)
+        if mm is None:
+            return (NONE, 0, 0, -1, -1)
+        st = ENTRY.unpack_from(mm, (queue_offset - base) * ENTRY_SIZE)
+        return (st[0], st[1], st[2], st[3], st[4])
+
+    def set(
+        self,
+        queue_offset: int,
+        state: int,
+        checks: int,
+        source: int = SOURCE_NONE,
+        commit_offset: int = -1,
+        op_offset: int = -1,
+    ) -> None:
+        """Write one entry (the caller holds the store's append lock)."""
+        base = queue_offset - queue_offset % ENTRIES_PER_FILE
+        mm = self._file(base, create=True)
+        assert mm is not None
+        ENTRY.pack_into(
+            mm,
+            (queue_offset - base) * ENTRY_SIZE,
+            state,
+            min(checks, 255),
+            source,
+            commit_offset,
+            op_offset,
+        )
+
+    def reset(self) -> None:
+        """Forget everything (before a rebuild from the log; append lock held)."""
+        for mm in self._files.values():
+            mm.close()
+        self._files.clear()
+        for p in self.dir.iterdir():
+            if p.name != "header":
+                p.unlink()
+        self.applied_pos = 0
+
+    def flush(self) -> None:
+        for mm in self._files.values():
+            mm.flush()
+        self._hdr.flush()
+
+    def close(self) -> None:
+        for mm in self._files.values():
+            mm.close()
+        self._files.clear()
+        self._hdr.close()

@@ -1,0 +1,306 @@
+"""Check-back transports: how the broker asks a producer group about a half.
+
+A transport implements ``CheckTransport.check(request) -> CheckAnswer``; it
+raises ``CheckBackError`` (or anything else) when the call failed, which counts
+as a check. Built in: ``WebhookTransport`` (HTTP POST signed with HMAC-SHA256
+of a per-group secret) and ``CallableTransport`` (an in-process function).
+Other transports (the gRPC endpoint's client checker) register a kind with
+``register_transport_kind`` and are configured per group like webhooks.
+"""
+
+from __future__ import annotations
+
+import abc
+import base64
+import hashlib
+import hmac
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker_core.errors import TransactionError
+from broker_core.transaction.types import CheckAnswer, TransactionResolution
+
+SIGNATURE_HEADER = "X-Broker-Signature"
+TIMESTAMP_HEADER = "X-Broker-Timestamp"
+MAX_ANSWER_BYTES = 64 * 1024
+
+
+class CheckBackError(TransactionError):
+    """A check-back that produced no valid answer (network, timeout, bad reply)."""
+
+    code = "check_back_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRequest:
+    """What a check-back carries: the half's ids, topic, keys, properties and body.
+
+    ``check_no`` is the number this check will have (1 for the first).
+    """
+
+    transaction_id: str
+    msg_id: str
+    producer_group: str
+    topic: str
+    queue_id: int
+    tags: str | None
+    keys: str | None
+    properties: dict[str, str]
+    body: bytes
+    born_timestamp: int
+    check_no: int
+    half_offset: int
+    queue_offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["body"] = base64.b64encode(self.body).decode()
+        return d
+
+
+class CheckTransport(abc.ABC):
+    """One way of reaching a producer group's checker."""
+
+    #: Short name recorded in each check's history ("webhook", "callable", "grpc").
+    name: str = "transport"
+
+    @property
+    def target(self) -> str:
+        """Where checks go (a URL, a function name), recorded in the history."""
+        return "-"
+
+    @abc.abstractmethod
+    def check(self, request: CheckRequest) -> CheckAnswer:
+        """Ask about one half; return the answer, or SENT for an asynchronous
+        checker whose answer comes back through ``end_transaction(source=CHECK)``.
+        Raise ``CheckBackError`` when there is no valid answer."""
+
+
+def parse_answer(value: Any) -> CheckAnswer:
+    """Return the ``CheckAnswer`` for a resolution value; ``CheckBackError`` if invalid."""
+    if isinstance(value, CheckAnswer):
+        return value
+    if value is None:
+        return CheckAnswer.UNKNOWN
+    try:
+        res = TransactionResolution.coerce(value)
+    except ValueError as exc:
+        raise CheckBackError(f"invalid check answer {value!r}") from exc
+    return CheckAnswer[res.name]
+
+
+class CallableTransport(CheckTransport):
+    """Calls ``fn(request)`` in the check thread; it returns COMMIT/ROLLBACK/UNKNOWN
+    (enum or name) or None (UNKNOWN). An exception is a failed check."""
+
+    name = "callable"
+
+    def __init__(self, fn: Callable[[CheckRequest], Any]) -> None:
+        self.fn = fn
+
+    @property
+    def target(self) -> str:
+        return getattr(self.fn, "__qualname__", repr(self.fn))
+
+    def check(self, request: CheckRequest) -> CheckAnswer:
+        return parse_answer(self.fn(request))
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """Return the signature header value: ``sha256=`` HMAC of ``timestamp.body``."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def verify_signature(
+    secret: str, timestamp: str, body: bytes, signature: str, max_skew_s: float = 300.0
+) -> bool:
+    """Check a webhook's signature and that its timestamp (ms) is recent: for receivers."""
+    try:
+        ts = int(timestamp)
+    except (TypeError, ValueError):
+        return False
+    if abs(time.time() * 1000 - ts) > max_skew_s * 1000:
+        return False
+    return hmac.compare_digest(sign(secret, timestamp, body), signature or "")
+
+
+class WebhookTransport(CheckTransport):
+    """POSTs the request as JSON; the reply must be JSON ``{"resolution": ...}``.
+
+    Headers: ``X-Broker-Timestamp`` (ms) and ``X-Broker-Signature``
+    (``sha256=`` + hex HMAC-SHA256 of ``timestamp + "." + body`` with the group's
+    secret). A non-2xx status, a timeout, or a reply without a valid
+    ``resolution`` (COMMIT, ROLLBACK, UNKNOWN) is a failed check.
+    """
+
+    name = "webhook"
+
+    def __init__(self, url: str, secret: str, timeout_s: float = 5.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("webhook url must be http:// or https://")
+        self.url = url
+        self.secret = secret
+        self.timeout_s = timeout_s
+
+    @property
+    def target(self) -> str:
+        return self.url
+
+    def check(self, request: CheckRequest) -> CheckAnswer:
+        body = json.dumps(request.to_json(), separators=(",", ":")).encode()
+        ts = str(int(time.time() * 1000))
+        req = urllib.request.Request(
+            self.url,
+            data=body,
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                TIMESTAMP_HEADER: ts,
+                SIGNATURE_HEADER: sign(self.secret, ts, body),
+                "User-Agent": "rocketbroker-transaction-check/1",
+            },
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                raw = resp.read(MAX_ANSWER_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            raise CheckBackError(f"HTTP {exc.code}") from exc
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CheckBackError(f"request failed: {reason}") from exc
+        if len(raw) > MAX_ANSWER_BYTES:
+            raise CheckBackError("answer too large")
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise CheckBackError("answer is not JSON") from exc
+        if not isinstance(data, dict) or "resolution" not in data:
+            raise CheckBackError("answer has no 'resolution'")
+        if not isinstance(data["resolution"], str):
+            raise CheckBackError("'resolution' is not a string")
+        return parse_answer(data["resolution"])
+
+
+TransportFactory = Callable[[dict[str, Any]], CheckTransport]
+_KINDS: dict[str, TransportFactory] = {}
+
+
+def register_transport_kind(kind: str, factory: TransportFactory) -> None:
+    """Let groups be configured with ``{"kind": kind, ...}`` (e.g. the gRPC checker)."""
+    _KINDS[kind] = factory
+
+
+def _webhook(cfg: dict[str, Any]) -> CheckTransport:
+    return WebhookTransport(cfg["url"], cfg["secret"], float(cfg.get("timeout_s", 5.0)))
+
+
+register_transport_kind("webhook", _webhook)
+
+
+@dataclass(slots=True)
+class _Loaded:
+    mtime: float = -1.0
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class CheckerRegistry:
+    """Which transport checks which producer group.
+
+    Transports set in this process with ``set_transport`` come first, then the
+    persisted per-group configurations (``STORE/transaction/checkers.json``, shared
+    by every process, e.g. set in the console and used by the Celery worker), then
+    the process default. The file holds webhook secrets: keep the store private.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._loaded = _Loaded()
+        self._runtime: dict[str, CheckTransport] = {}
+        self._default: CheckTransport | None = None
+        self._built: dict[str, tuple[str, CheckTransport]] = {}
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        try:
+            mtime = self.path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return {}
+        if mtime != self._loaded.mtime:
+            with self.path.open() as f:
+                groups = json.load(f).get("groups", {})
+            self._loaded = _Loaded(mtime, groups)
+            self._built.clear()
+        return self._loaded.groups
+
+    def _save(self, groups: dict[str, dict[str, Any]]) -> None:
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        with tmp.open("w") as f:
+            json.dump({"groups": groups}, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, self.path)
+
+    def configure(self, producer_group: str, kind: str, **options: Any) -> None:
+        """Persist the checker of ``producer_group`` (validated by building it once)."""
+        if kind not in _KINDS:
+            raise ValueError(f"unknown transport kind {kind!r} ({', '.join(_KINDS)})")
+        cfg = {"kind": kind, **options}
+        _KINDS[kind](cfg)
+        with self._lock:
+            groups = dict(self._load())
+            groups[producer_group] = cfg
+            self._save(groups)
+
+    def remove(self, producer_group: str) -> None:
+        """Forget the persisted and in-process checkers of ``producer_group``."""
+        with self._lock:
+            self._runtime.pop(producer_group, None)
+            groups = dict(self._load())
+            if groups.pop(producer_group, None) is not None:
+                self._save(groups)
+
+    def configured(self) -> dict[str, dict[str, Any]]:
+        """Return the persisted configurations, secrets masked."""
+        with self._lock:
+            groups = self._load()
+        return {
+            g: {k: ("***" if k == "secret" else v) for k, v in cfg.items()}
+            for g, cfg in groups.items()
+        }
+
+    def set_transport(self, producer_group: str, transport: CheckTransport) -> None:
+        """Use ``transport`` for ``producer_group`` in this process."""
+        self._runtime[producer_group] = transport
+
+    def set_default(self, transport: CheckTransport | None) -> None:
+        """Use ``transport`` for groups with no checker of their own (this process)."""
+        self._default = transport
+
+    def for_group(self, producer_group: str) -> CheckTransport | None:
+        """Return the transport of ``producer_group``, None if it has none."""
+        runtime = self._runtime.get(producer_group)
+        if runtime is not None:
+            return runtime
+        with self._lock:
+            cfg = self._load().get(producer_group)
+            if cfg is not None:
+                key = json.dumps(cfg, sort_keys=True)
+                hit = self._built.get(producer_group)
+                if hit is None or hit[0] != key:
+                    factory = _KINDS.get(cfg.get("kind", ""))
+                    if factory is not None:
+                        hit = (key, factory(cfg))
+                        self._built[producer_group] = hit
+                if hit is not None:
+                    return hit[1]
+        return self._default
