@@ -18,6 +18,12 @@ from broker_core.message import (
 )
 from broker_core.record import decode_buffer
 from broker_core.store import MessageStore
+from broker_core.transaction import (
+    ResolutionSource,
+    TransactionResolution,
+    TransactionService,
+    TransactionState,
+)
 
 __all__ = [
     "Broker",
@@ -29,8 +35,12 @@ __all__ = [
     "PullResult",
     "PullStatus",
     "PutResult",
+    "ResolutionSource",
     "SendHook",
     "SendResult",
     "SendStatus",
+    "TransactionResolution",
+    "TransactionService",
+    "TransactionState",
     "decode_buffer",
 ]
