@@ -79,7 +79,9 @@ def _lags(broker: Broker) -> dict[str, list[int]]:
                     out["timer"].append(m.store_timestamp - int(p["TIMER_OUT_MS"]))
                 else:
                     kind, _, qoff = p["DELAY_SRC"].partition(":")
-                    unit = store.get_queue_units(SCHEDULE_TOPIC, int(kind[1:]) - 1, int(qoff), 1)
+                    unit = store.get_queue_units(
+                        SCHEDULE_TOPIC, int(kind[1:]) - 1, int(qoff), 1
+                    )
                     out["level"].append(m.store_timestamp - unit[0][2])
             if r.next_offset == off:
                 break
@@ -96,8 +98,12 @@ def _pct(values: list[int]) -> dict[str, float]:
         return float(s[min(len(s) - 1, int(p * len(s)))])
 
     return {
-        "count": len(s), "p50": at(0.5), "p90": at(0.9), "p99": at(0.99),
-        "max": float(s[-1]), "early": sum(1 for v in s if v < 0),
+        "count": len(s),
+        "p50": at(0.5),
+        "p90": at(0.9),
+        "p99": at(0.99),
+        "max": float(s[-1]),
+        "early": sum(1 for v in s if v < 0),
     }
 
 
@@ -155,10 +161,16 @@ def burst(root: Path, n: int) -> dict[str, Any]:
     deliverer = _start_deliverer(store_dir, (due - _now()) / 1000 + 60)
     t0 = time.monotonic()
     for base in range(0, n, 1000):
-        broker.send_batch([
-            Message(TOPIC, b"x" * 64, properties={"TIMER_DELIVER_MS": str(due + (j % 1000))})
-            for j in range(base, min(n, base + 1000))
-        ])
+        broker.send_batch(
+            [
+                Message(
+                    TOPIC,
+                    b"x" * 64,
+                    properties={"TIMER_DELIVER_MS": str(due + (j % 1000))},
+                )
+                for j in range(base, min(n, base + 1000))
+            ]
+        )
     send_s = time.monotonic() - t0
     slack_s = (due - _now()) / 1000
     while _delivered(broker) < n and _now() < due + 60_000:
@@ -183,19 +195,25 @@ def _table(result: dict[str, Any]) -> str:
     rows = []
     st = result.get("steady")
     if st:
-        rows.append(f"steady: {st['sent']} msgs at {st['due_rate_per_s']}/s over "
-                    f"{st['duration_s']} s, delivered {st['delivered']}")
+        rows.append(
+            f"steady: {st['sent']} msgs at {st['due_rate_per_s']}/s over "
+            f"{st['duration_s']} s, delivered {st['delivered']}"
+        )
         for k in ("lag_ms_all", "lag_ms_levels", "lag_ms_timers"):
             p = st[k]
             if p:
-                rows.append(f"  {k:<14} p50 {p['p50']:>6.0f}  p90 {p['p90']:>6.0f}  "
-                            f"p99 {p['p99']:>6.0f}  max {p['max']:>6.0f}  early {p['early']}")
+                rows.append(
+                    f"  {k:<14} p50 {p['p50']:>6.0f}  p90 {p['p90']:>6.0f}  "
+                    f"p99 {p['p99']:>6.0f}  max {p['max']:>6.0f}  early {p['early']}"
+                )
         rows.append("  targets: p99 <= 100 ms, p50 <= 20 ms")
     b = result.get("burst")
     if b:
-        rows.append(f"burst: {b['messages']} timers due in one second, all delivered "
-                    f"{b['seconds_to_deliver_all']} s after it began (target <= 10 s); "
-                    f"lag p50 {b['lag_ms'].get('p50')} p99 {b['lag_ms'].get('p99')} ms")
+        rows.append(
+            f"burst: {b['messages']} timers due in one second, all delivered "
+            f"{b['seconds_to_deliver_all']} s after it began (target <= 10 s); "
+            f"lag p50 {b['lag_ms'].get('p50')} p99 {b['lag_ms'].get('p99')} ms"
+        )
     return "\n".join(rows)
 
 

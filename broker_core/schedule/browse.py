@@ -35,7 +35,8 @@ class BrowseMixin:
     wheel: TimerWheel
     last_error: str | None
 
-    def _level_due(self, level: int, qoff: int, due: int, now: int) -> int: ...
+    def _level_due(self, level: int, qoff: int, due: int, now: int) -> int:
+        raise NotImplementedError  # DelayService._level_due
 
     def find_scheduled(self, msg_id: str) -> MessageExt:
         """Return the parked record of a scheduled message; ``RecallError`` if none."""
@@ -71,7 +72,9 @@ class BrowseMixin:
             off = p.level_offset(level)
             hi = self.store.max_offset(SCHEDULE_TOPIC, q)
             head = self._level_head(level)
-            nxt = None if head is None else self._level_due(level, head[0], head[1], now)
+            nxt = (
+                None if head is None else self._level_due(level, head[0], head[1], now)
+            )
             levels.append(
                 LevelStats(
                     level=level,
@@ -95,7 +98,15 @@ class BrowseMixin:
                 if first is None or due < first:
                     first = due
                 ahead = due - now
-                i = 0 if ahead <= _MINUTE else 1 if ahead <= _HOUR else 2 if ahead <= _DAY else 3
+                i = (
+                    0
+                    if ahead <= _MINUTE
+                    else 1
+                    if ahead <= _HOUR
+                    else 2
+                    if ahead <= _DAY
+                    else 3
+                )
                 counts[i] += 1
         timers = TimerStats(
             pending=pending,
@@ -110,7 +121,9 @@ class BrowseMixin:
         last = p.delivered.get(now // _MINUTE - 1, 0)
         return DelayStats(now, levels, timers, per_minute, last, self.last_error)
 
-    def _describe(self, m: MessageExt, kind: ScheduleKind, level: int, due: int) -> ScheduledMessage:
+    def _describe(
+        self, m: MessageExt, kind: ScheduleKind, level: int, due: int
+    ) -> ScheduledMessage:
         props = m.properties
         return ScheduledMessage(
             msg_id=m.msg_id,
@@ -131,7 +144,9 @@ class BrowseMixin:
     ) -> list[ScheduledMessage]:
         want = None if kind is None else ScheduleKind(kind)
         need = max(0, start) + max(0, limit)
-        found: list[tuple[int, ScheduleKind, int, int]] = []  # due, kind, level, log offset
+        found: list[
+            tuple[int, ScheduleKind, int, int]
+        ] = []  # due, kind, level, log offset
         p = self.progress
         if want in (None, ScheduleKind.LEVEL):
             for lv in range(1, len(self.levels_ms) + 1):

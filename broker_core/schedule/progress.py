@@ -69,7 +69,7 @@ class Progress:
         return self.offsets.get(level, 0)
 
     def level_pending(self, level: int, queue_offset: int) -> bool:
-        """True if the level message at ``queue_offset`` is neither delivered nor recalled."""
+        """True if the level message at ``queue_offset`` is still to deliver."""
         return queue_offset >= self.level_offset(
             level
         ) and queue_offset not in self.cancelled.get(level, ())
@@ -155,7 +155,7 @@ class ProgressFile:
         self._token_fd = os.open(config_dir / TOKEN_FILE, os.O_RDWR | os.O_CREAT, 0o644)
 
     def load(self) -> Progress | None:
-        """Return the persisted progress, or None if there is none (or it is unreadable)."""
+        """Return the persisted progress; None if missing or unreadable."""
         try:
             text = self.path.read_text()
         except FileNotFoundError:

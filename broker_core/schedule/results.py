@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 
-class ScheduleKind(str, enum.Enum):
+class ScheduleKind(enum.StrEnum):
     LEVEL = "level"
     TIMER = "timer"
 

@@ -99,7 +99,7 @@ def parse_schedule(
         return ScheduleSpec(level=min(level, len(levels_ms)))
     if not has_time:
         return None
-    # RocketMQ's precedence: TIMER_DELAY_SEC, then TIMER_DELAY_MS, then TIMER_DELIVER_MS.
+    # RocketMQ's precedence: TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS.
     if sec is not None:
         if sec < 0:
             raise InvalidDelayError(f"delay of {sec} s is negative")
@@ -172,14 +172,23 @@ def make_send_hook(
 
 
 def schedule_properties(
-    level: int | None = None, deliver_at_ms: int | None = None, delay_ms: int | None = None
+    level: int | None = None,
+    deliver_at_ms: int | None = None,
+    delay_ms: int | None = None,
 ) -> dict[str, str]:
     """Return the properties that schedule a send; exactly one argument must be set.
 
     Raises ``InvalidDelayError`` when none or several are given or one is negative.
     """
-    given = [(n, v) for n, v in (("level", level), ("deliver_at_ms", deliver_at_ms),
-                                  ("delay_ms", delay_ms)) if v is not None]
+    given = [
+        (n, v)
+        for n, v in (
+            ("level", level),
+            ("deliver_at_ms", deliver_at_ms),
+            ("delay_ms", delay_ms),
+        )
+        if v is not None
+    ]
     if len(given) != 1:
         raise InvalidDelayError("give exactly one of level, deliver_at_ms and delay_ms")
     name, value = given[0]
@@ -202,5 +211,7 @@ def install_send_hook(broker: Broker, max_delay_ms: int = DEFAULT_MAX_DELAY_MS) 
     """
     if getattr(broker, "_schedule_hook", False):
         return
-    broker.add_send_hook(make_send_hook(broker.store.config.delay_levels_ms, max_delay_ms))
+    broker.add_send_hook(
+        make_send_hook(broker.store.config.delay_levels_ms, max_delay_ms)
+    )
     broker._schedule_hook = True  # type: ignore[attr-defined]

@@ -152,10 +152,12 @@ class DelayService(BrowseMixin):
         self._dirty = True
 
     def _first_schedule_log_pos(self) -> int:
-        """Where a rebuild without a progress file starts: the oldest scheduled record."""
+        """Where a rebuild without a progress file starts: the oldest parked record."""
         store = self.store
         firsts = []
-        queues = [(SCHEDULE_TOPIC, q) for q in range(len(self.levels_ms))] + [(TIMER_TOPIC, 0)]
+        queues = [(SCHEDULE_TOPIC, q) for q in range(len(self.levels_ms))] + [
+            (TIMER_TOPIC, 0)
+        ]
         for topic, q in queues:
             lo = store.min_offset(topic, q)
             if store.max_offset(topic, q) > lo:
@@ -165,15 +167,18 @@ class DelayService(BrowseMixin):
         return min(firsts) if firsts else store.max_physical_offset()
 
     def _correct(self, p: Progress) -> None:
-        """Clamp offsets into each queue's [min, max] (RocketMQ ``correctDelayOffset``)."""
+        """Clamp offsets into each queue's [min, max] (``correctDelayOffset``)."""
         store = self.store
         for level in range(1, len(self.levels_ms) + 1):
-            lo, hi = store.min_offset(SCHEDULE_TOPIC, level - 1), store.max_offset(
-                SCHEDULE_TOPIC, level - 1
+            lo, hi = (
+                store.min_offset(SCHEDULE_TOPIC, level - 1),
+                store.max_offset(SCHEDULE_TOPIC, level - 1),
             )
             off = p.offsets.get(level, 0)
             if off < lo or off > hi:
-                log.warning("delay level %d offset %d outside [%d, %d]", level, off, lo, hi)
+                log.warning(
+                    "delay level %d offset %d outside [%d, %d]", level, off, lo, hi
+                )
                 off = min(max(off, lo), hi)
             p.offsets[level] = off
             dead = p.cancelled.get(level)
@@ -187,7 +192,7 @@ class DelayService(BrowseMixin):
             p.timer_low, p.timer_done = hi, set()
 
     def _replay(self, start: int) -> None:
-        """Apply every delivered copy and recall marker written at or after ``start``."""
+        """Apply every delivered copy and recall marker from log offset ``start``."""
         end = self.store.max_physical_offset()
         p = self.progress
         for req in self.store.iter_dispatch(start, end):
@@ -255,14 +260,15 @@ class DelayService(BrowseMixin):
         topic = props.get(PROPERTY_REAL_TOPIC, m.topic)
         qid = int(props.get(PROPERTY_REAL_QID, "0"))
         if timer:
-            # RocketMQ 5 drops REAL_TOPIC/REAL_QID from timer deliveries; levels keep them.
+            # RocketMQ 5 drops REAL_TOPIC/REAL_QID from timers; levels keep them.
             props.pop(PROPERTY_REAL_TOPIC, None)
             props.pop(PROPERTY_REAL_QID, None)
             props[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms)
         props[PROPERTY_DELAY_SRC] = src
         cfg = self.store.topic_config(topic)
         if cfg is not None and not 0 <= qid < cfg.queue_nums:
-            # The topic shrank since the send: a queue that exists, not a message stuck forever.
+            # The topic shrank since the send: use a queue that exists rather
+            # than leave the message stuck forever (RocketMQ #4226).
             qid %= cfg.queue_nums
         return MessageInner(
             topic=topic,
@@ -387,7 +393,10 @@ class DelayService(BrowseMixin):
                 self._backoff_until = time.monotonic() + self._backoff_s
                 return
             self._backoff_s = 0.0
-            if self._dirty and time.monotonic() - self._last_persist >= self.persist_interval_s:
+            if (
+                self._dirty
+                and time.monotonic() - self._last_persist >= self.persist_interval_s
+            ):
                 self._persist()
 
     def _persist(self) -> None:
@@ -401,7 +410,7 @@ class DelayService(BrowseMixin):
         self._last_persist = time.monotonic()
 
     def next_due_ms(self) -> int | None:
-        """Return the earliest known due time of anything pending (this process's view)."""
+        """Return the earliest due time of anything pending, as this process knows."""
         cands = [v for v in self._level_next.values()]
         for level in range(1, len(self.levels_ms) + 1):
             if level not in self._level_next:
@@ -413,7 +422,9 @@ class DelayService(BrowseMixin):
             cands.append(nxt)
         return min(cands) if cands else None
 
-    def deliver_due(self, now_ms: int | None = None, budget_s: float = 0.0) -> DeliveryResult:
+    def deliver_due(
+        self, now_ms: int | None = None, budget_s: float = 0.0
+    ) -> DeliveryResult:
         """Deliver everything due; with ``budget_s`` keep delivering until it runs out.
 
         With ``now_ms`` (an injected clock) one pass runs at that time. With a
@@ -499,8 +510,13 @@ class DelayService(BrowseMixin):
         props = dict(message.properties or {})
         props.update(schedule_properties(level, deliver_at_ms, delay_ms))
         msg = Message(
-            message.topic, message.body, message.tags, message.keys, props,
-            message.queue_id, message.flag,
+            message.topic,
+            message.body,
+            message.tags,
+            message.keys,
+            props,
+            message.queue_id,
+            message.flag,
         )
         return self.broker.send(msg)
 
@@ -528,14 +544,19 @@ class DelayService(BrowseMixin):
             else:
                 level, qoff = 0, m.queue_offset
                 if p.timer_is_done(qoff):
-                    raise RecallError(f"message {msg_id!r} was already delivered or recalled")
+                    raise RecallError(
+                        f"message {msg_id!r} was already delivered or recalled"
+                    )
                 src, kind = f"T:{qoff}", ScheduleKind.TIMER
                 due = int(m.properties.get(PROPERTY_TIMER_OUT_MS, "0"))
             marker = MessageInner(
                 topic=TIMER_TOPIC,
                 queue_id=0,
                 body=b"recall",
-                properties={PROPERTY_TIMER_DEL_UNIQKEY: f"{real}+{uniq}", PROPERTY_DELAY_SRC: src},
+                properties={
+                    PROPERTY_TIMER_DEL_UNIQKEY: f"{real}+{uniq}",
+                    PROPERTY_DELAY_SRC: src,
+                },
             )
             put = self.store.put_inner(marker)
             p.mark_timer_done(put.queue_offset)
@@ -553,8 +574,11 @@ class DelayService(BrowseMixin):
             return self.collect_stats(wall_ms() if now_ms is None else now_ms)
 
     def list_scheduled(
-        self, kind: ScheduleKind | str | None = None, level: int | None = None,
-        limit: int = 50, start: int = 0,
+        self,
+        kind: ScheduleKind | str | None = None,
+        level: int | None = None,
+        limit: int = 50,
+        start: int = 0,
     ) -> list[ScheduledMessage]:
         """Return pending scheduled messages, earliest due first (for browsing)."""
         with self._lock:

@@ -84,7 +84,7 @@ class TimerWheel:
     def pop_due(
         self, now_ms: int, limit: int, skip: Callable[[TimerEntry], bool] | None = None
     ) -> list[TimerEntry]:
-        """Remove and return up to ``limit`` timers with ``due <= now_ms``, earliest first.
+        """Remove and return up to ``limit`` timers due by ``now_ms``, earliest first.
 
         Entries for which ``skip`` is true (done elsewhere) are dropped silently.
         """

@@ -35,5 +35,8 @@ def deliver_due() -> dict[str, Any]:
             lock.release()
         except LockError:  # expired meanwhile: nothing left to release
             pass
-    return {"delivered": res.delivered, "failures": res.failures,
-            "next_due_ms": res.next_due_ms}
+    return {
+        "delivered": res.delivered,
+        "failures": res.failures,
+        "next_due_ms": res.next_due_ms,
+    }

@@ -48,9 +48,13 @@ def test_sigkill_during_delivery_neither_loses_nor_duplicates(
         sent = set()
         due = int(time.time() * 1000) + 1200
         for i in range(N_LEVEL):
-            sent.add(b.send(Message("Orders", b"L%d" % i, properties={"DELAY": "1"})).msg_id)
+            sent.add(
+                b.send(Message("Orders", b"L%d" % i, properties={"DELAY": "1"})).msg_id
+            )
         for i in range(N_TIMER):
-            r = svc.send_delayed(Message("Orders", b"T%d" % i), deliver_at_ms=due + i % 50)
+            r = svc.send_delayed(
+                Message("Orders", b"T%d" % i), deliver_at_ms=due + i % 50
+            )
             sent.add(r.msg_id)
         svc.close()
     time.sleep(max(0.0, (due + 60 - time.time() * 1000) / 1000))

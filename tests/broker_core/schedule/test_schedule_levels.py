@@ -19,7 +19,12 @@ def _send_levels(broker: Broker) -> dict[int, int]:
     due = {}
     for level in range(1, len(LEVELS_MS) + 1):
         r = broker.send(
-            Message("Orders", f"L{level}".encode(), tags="t", properties={"DELAY": str(level)})
+            Message(
+                "Orders",
+                f"L{level}".encode(),
+                tags="t",
+                properties={"DELAY": str(level)},
+            )
         )
         stored = broker.get_message(r.offset_msg_id).store_timestamp
         due[level] = stored + LEVELS_MS[level - 1]
@@ -31,7 +36,9 @@ def test_every_level_delivered_exactly_at_its_delay(
 ) -> None:
     due = _send_levels(broker)
     for level in sorted(due, key=due.get):
-        assert svc.deliver_due(now_ms=due[level] - 1).levels_delivered == 0 or level == 1
+        assert (
+            svc.deliver_due(now_ms=due[level] - 1).levels_delivered == 0 or level == 1
+        )
         bodies = {m.body for m in drain(broker, "Orders")}
         assert f"L{level}".encode() not in bodies
         svc.deliver_due(now_ms=due[level])
@@ -56,7 +63,9 @@ def test_level_delivered_on_real_clock_not_early(
     assert got[0].queue_id == int(got[0].properties["REAL_QID"])
 
 
-def test_level_above_max_is_clamped(broker: Broker, svc: DelayService, drain: Any) -> None:
+def test_level_above_max_is_clamped(
+    broker: Broker, svc: DelayService, drain: Any
+) -> None:
     r = broker.send(Message("Orders", b"far", properties={"DELAY": "40"}))
     top = len(LEVELS_MS)
     assert r.queue_id == top - 1
@@ -84,10 +93,14 @@ def test_progress_persisted_atomically_and_survives_restart(
         b.send(Message("Orders", b"m5", properties={"DELAY": "1"}))
         s.deliver_due(now_ms=int(time.time() * 1000) + 5000)
         s.close()
-        assert sorted(m.body for m in drain(b, "Orders")) == [f"m{i}".encode() for i in range(6)]
+        assert sorted(m.body for m in drain(b, "Orders")) == [
+            f"m{i}".encode() for i in range(6)
+        ]
 
 
-@pytest.mark.parametrize("stored", ['{"offsetTable":{1:999}}', '{"offsetTable":{"1":-7}}'])
+@pytest.mark.parametrize(
+    "stored", ['{"offsetTable":{1:999}}', '{"offsetTable":{"1":-7}}']
+)
 def test_offset_outside_queue_range_is_corrected(
     store_dir: Path, stored: str, drain: Any
 ) -> None:

@@ -20,7 +20,9 @@ def _now() -> int:
     return int(time.time() * 1000)
 
 
-def test_timer_on_real_clock_never_early(broker: Broker, svc: DelayService, drain: Any) -> None:
+def test_timer_on_real_clock_never_early(
+    broker: Broker, svc: DelayService, drain: Any
+) -> None:
     due = _now() + 300
     svc.send_delayed(Message("Orders", b"a"), deliver_at_ms=due)
     svc.send_delayed(Message("Orders", b"b"), delay_ms=150)
@@ -40,7 +42,11 @@ def test_timers_days_ahead_survive_restart(store_dir: Path, drain: Any) -> None:
             s.send_delayed(Message("Orders", f"d{days}".encode()), delay_ms=days * DAY)
         assert s.deliver_due(now_ms=base + DAY - 1000).delivered == 0
         st = s.stats(now_ms=base)
-        assert (st.timers.pending, st.timers.due_next_day, st.timers.due_later) == (3, 0, 3)
+        assert (st.timers.pending, st.timers.due_next_day, st.timers.due_later) == (
+            3,
+            0,
+            3,
+        )
         s.close()
     with Broker.open(store_dir, **STORE) as b:
         s = DelayService(b)
@@ -56,10 +62,14 @@ def test_timers_days_ahead_survive_restart(store_dir: Path, drain: Any) -> None:
         assert sorted(m.body for m in drain(b, "Orders")) == [b"d1", b"d29", b"d3"]
 
 
-def test_clock_jumps_forward_and_back(broker: Broker, svc: DelayService, drain: Any) -> None:
+def test_clock_jumps_forward_and_back(
+    broker: Broker, svc: DelayService, drain: Any
+) -> None:
     t = _now()
     for i in (1, 2, 3):
-        svc.send_delayed(Message("Orders", f"t{i}".encode()), deliver_at_ms=t + i * 10_000)
+        svc.send_delayed(
+            Message("Orders", f"t{i}".encode()), deliver_at_ms=t + i * 10_000
+        )
     r = broker.send(Message("Orders", b"lvl", properties={"DELAY": "4"}))  # 10 s
     stored = broker.get_message(r.offset_msg_id).store_timestamp
     # Forward: everything due by then is delivered once.
@@ -116,11 +126,23 @@ def test_stats_for_the_console(broker: Broker, svc: DelayService) -> None:
         broker.send(Message("Orders", b"y", properties={"DELAY": "2"}))
     st = svc.stats(now_ms=now)
     t = st.timers
-    assert (t.pending, t.due_next_minute, t.due_next_hour, t.due_next_day, t.due_later) == (
-        4, 1, 1, 1, 1,
+    assert (
+        t.pending,
+        t.due_next_minute,
+        t.due_next_hour,
+        t.due_next_day,
+        t.due_later,
+    ) == (
+        4,
+        1,
+        1,
+        1,
+        1,
     )
     lv2 = st.levels[1]
-    assert lv2.backlog == 3 and lv2.next_due_ms is not None and lv2.oldest_overdue_ms == 0
+    assert (
+        lv2.backlog == 3 and lv2.next_due_ms is not None and lv2.oldest_overdue_ms == 0
+    )
     late = svc.stats(now_ms=now + 10_000)
     assert late.levels[1].oldest_overdue_ms > 7000
     svc.deliver_due(now_ms=now + 10_000)
