@@ -7,6 +7,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from console.core import views as core_views
+from console.ui.overview import overview
 
 api_patterns = [
     path("", include("console.audit.api.urls")),
@@ -17,7 +18,7 @@ api_patterns = [
 ]
 
 urlpatterns = [
-    path("", core_views.overview, name="overview"),
+    path("", overview, name="overview"),
     path("healthz", login_not_required(core_views.healthz), name="healthz"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

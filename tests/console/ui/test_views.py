@@ -77,3 +77,19 @@ def test_nav_and_vendor_assets_are_local(client_as) -> None:
     body = client_as("viewer").get("/audit/").content.decode()
     assert "/static/vendor/htmx-2.0.11.min.js" in body
     assert "http://" not in body.replace("http://testserver", "") and "https://" not in body
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
+def test_overview(client_as, broker, role) -> None:
+    from broker_core import Message
+
+    broker.send(Message("orders", b"x"))
+    broker.commit_offset("g", "orders", 0, 0)
+    body = client_as(role).get("/").content.decode()
+    assert "Overview" in body and "messages stored" in body and 'id="series-data"' in body
+    partial = client_as(role).get("/", HTTP_HX_REQUEST="true").content.decode()
+    assert "<html" not in partial and "consumer lag" in partial
+
+
+def test_overview_refuses_no_role(client_as, broker) -> None:
+    assert client_as("none").get("/").status_code == 403

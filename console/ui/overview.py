@@ -1,0 +1,74 @@
+"""The overview: what an operator checks first — traffic, lag, delays — with
+the last 24 hours charted. It refreshes itself every few seconds."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import Sum
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from console.ui.permissions import viewer_required
+
+
+def _traffic_series(hours: int = 24) -> dict[str, list[Any]]:
+    """Messages per minute across all non-internal topics, from depth samples."""
+    from console.topics.models import Topic, TopicSample
+
+    names = list(Topic.objects.filter(system=False).values_list("name", flat=True))
+    since = timezone.now() - timedelta(hours=hours)
+    points = list(TopicSample.objects.filter(topic__in=names, at__gte=since)
+                  .values("at").annotate(total=Sum("messages")).order_by("at")
+                  .values_list("at", "total"))
+    labels, rates = [], []
+    for (t0, n0), (t1, n1) in zip(points, points[1:], strict=False):
+        seconds = (t1 - t0).total_seconds()
+        if seconds <= 0:
+            continue
+        labels.append(t1.isoformat())
+        rates.append(round(max(0, n1 - n0) * 60 / seconds, 1))
+    return {"t": labels, "rate": rates}
+
+
+def overview_context() -> dict[str, Any]:
+    from console.consumers.services import group_summaries, sync_offsets
+    from console.delays.services import delay_stats
+    from console.topics.models import Topic
+    from console.topics.services import sync_topics
+
+    sync_topics()
+    sync_offsets()
+    topics = Topic.objects.filter(system=False)
+    totals = topics.aggregate(messages=Sum("messages"), rate=Sum("produce_rate"))
+    groups = list(group_summaries().order_by("-total_lag")[:8])
+    try:
+        stats = delay_stats()
+    except Exception as exc:  # the overview must render even if delays are down
+        stats, delay_error = None, str(exc)
+    else:
+        delay_error = None
+    return {
+        "topic_count": topics.count(),
+        "message_total": totals["messages"] or 0,
+        "rate": totals["rate"] or 0.0,
+        "busiest": topics.order_by("-produce_rate", "-messages")[:8],
+        "groups": groups,
+        "total_lag": sum(g["total_lag"] or 0 for g in group_summaries()),
+        "delay": stats,
+        "delay_backlog": sum(lv.backlog for lv in stats.levels) if stats else 0,
+        "delay_overdue": [lv for lv in stats.levels if lv.oldest_overdue_ms > 5000]
+        if stats else [],
+        "delay_error": delay_error,
+        "series": _traffic_series(),
+        "now": timezone.now(),
+    }
+
+
+@viewer_required
+def overview(request: HttpRequest) -> HttpResponse:
+    template = ("ui/_overview.html" if request.headers.get("HX-Request")
+                else "ui/overview.html")
+    return render(request, template, overview_context())
