@@ -20,7 +20,11 @@ api_patterns = [
 urlpatterns = [
     path("", overview, name="overview"),
     path("healthz", login_not_required(core_views.healthz), name="healthz"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(redirect_authenticated_user=True),
+        name="login",
+    ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("audit/", include("console.audit.urls")),

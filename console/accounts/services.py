@@ -38,13 +38,20 @@ def create_user(
         user.save(update_fields=["is_staff"])
         set_role(user, role)
         record_audit(
-            actor=actor, request=request, action="user.create", object_type="user",
-            object_id=username, reason=reason, after={"role": role},
+            actor=actor,
+            request=request,
+            action="user.create",
+            object_type="user",
+            object_id=username,
+            reason=reason,
+            after={"role": role},
         )
     return user
 
 
-def change_role(user: Any, role: str, *, actor: Any, request: Any = None, reason: str = "") -> None:
+def change_role(
+    user: Any, role: str, *, actor: Any, request: Any = None, reason: str = ""
+) -> None:
     """Give ``user`` the single role ``role``."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}")
@@ -54,7 +61,12 @@ def change_role(user: Any, role: str, *, actor: Any, request: Any = None, reason
         user.is_staff = role == ADMIN or user.is_superuser
         user.save(update_fields=["is_staff"])
         record_audit(
-            actor=actor, request=request, action="user.change_role", object_type="user",
-            object_id=user.username, reason=reason, before={"role": before},
+            actor=actor,
+            request=request,
+            action="user.change_role",
+            object_type="user",
+            object_id=user.username,
+            reason=reason,
+            before={"role": before},
             after={"role": role},
         )

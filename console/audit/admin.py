@@ -7,8 +7,14 @@ from console.audit.models import AuditRecord
 
 @admin.register(AuditRecord)
 class AuditRecordAdmin(admin.ModelAdmin):
-    list_display = ("created_at", "actor_username", "action", "object_type", "object_id",
-                    "status")
+    list_display = (
+        "created_at",
+        "actor_username",
+        "action",
+        "object_type",
+        "object_id",
+        "status",
+    )
     list_filter = ("status", "action", "object_type")
     search_fields = ("actor_username", "action", "object_id", "reason", "message")
     date_hierarchy = "created_at"

@@ -18,8 +18,16 @@ class AuditRecordFilterSet(django_filters.FilterSet):
 
     class Meta:
         model = AuditRecord
-        fields = ["q", "actor", "action", "object_type", "object_id", "status", "since",
-                  "until"]
+        fields = [
+            "q",
+            "actor",
+            "action",
+            "object_type",
+            "object_id",
+            "status",
+            "since",
+            "until",
+        ]
 
     def search(self, queryset, name, value):
         return queryset.filter(

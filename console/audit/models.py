@@ -28,7 +28,10 @@ class AuditRecord(models.Model):
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="+",
     )
     #: Kept as text so the record still names the actor after the user is deleted.
@@ -51,7 +54,8 @@ class AuditRecord(models.Model):
         indexes = [models.Index(fields=["object_type", "object_id", "-created_at"])]
 
     def __str__(self) -> str:
-        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_username} {self.action} {self.object_id}"
+        when = f"{self.created_at:%Y-%m-%d %H:%M:%S}"
+        return f"{when} {self.actor_username} {self.action} {self.object_id}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self._state.adding:

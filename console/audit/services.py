@@ -84,14 +84,25 @@ def audited(
         result = fn()
     except Exception as exc:
         record_audit(
-            actor=actor, action=action, object_type=object_type, object_id=object_id,
-            reason=reason, before=before, status=AuditRecord.Status.FAILED,
-            message=f"{type(exc).__name__}: {exc}", request=request,
+            actor=actor,
+            action=action,
+            object_type=object_type,
+            object_id=object_id,
+            reason=reason,
+            before=before,
+            status=AuditRecord.Status.FAILED,
+            message=f"{type(exc).__name__}: {exc}",
+            request=request,
         )
         raise
     record_audit(
-        actor=actor, action=action, object_type=object_type, object_id=object_id,
-        reason=reason, before=before, after=after(result) if after else None,
+        actor=actor,
+        action=action,
+        object_type=object_type,
+        object_id=object_id,
+        reason=reason,
+        before=before,
+        after=after(result) if after else None,
         request=request,
     )
     return result

@@ -14,7 +14,14 @@ from console.audit.models import AuditRecord
 from console.ui.pagination import paginate, sort_queryset
 from console.ui.permissions import viewer_required
 
-SORTABLE = ("created_at", "actor_username", "action", "object_type", "object_id", "status")
+SORTABLE = (
+    "created_at",
+    "actor_username",
+    "action",
+    "object_type",
+    "object_id",
+    "status",
+)
 
 
 @viewer_required
@@ -22,18 +29,25 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     fs = AuditRecordFilterSet(request.GET, queryset=AuditRecord.objects.all())
     qs, sort = sort_queryset(request, fs.qs, SORTABLE, "-created_at")
     page = paginate(request, qs)
-    return render(request, "audit/auditrecord_list.html",
-                  {"filter": fs, "page": page, "sort": sort})
+    return render(
+        request,
+        "audit/auditrecord_list.html",
+        {"filter": fs, "page": page, "sort": sort},
+    )
 
 
 @viewer_required
 def audit_detail(request: HttpRequest, pk: int) -> HttpResponse:
     record = get_object_or_404(AuditRecord, pk=pk)
-    return render(request, "audit/auditrecord.html", {
-        "record": record,
-        "before": json.dumps(record.before, indent=2, sort_keys=True),
-        "after": json.dumps(record.after, indent=2, sort_keys=True),
-    })
+    return render(
+        request,
+        "audit/auditrecord.html",
+        {
+            "record": record,
+            "before": json.dumps(record.before, indent=2, sort_keys=True),
+            "after": json.dumps(record.after, indent=2, sort_keys=True),
+        },
+    )
 
 
 class _Echo:
@@ -41,8 +55,21 @@ class _Echo:
         return value
 
 
-CSV_FIELDS = ("id", "created_at", "actor_username", "action", "object_type", "object_id",
-              "status", "reason", "message", "before", "after", "request_id", "ip")
+CSV_FIELDS = (
+    "id",
+    "created_at",
+    "actor_username",
+    "action",
+    "object_type",
+    "object_id",
+    "status",
+    "reason",
+    "message",
+    "before",
+    "after",
+    "request_id",
+    "ip",
+)
 
 
 def _csv_safe(value: object) -> str:
@@ -55,12 +82,23 @@ def _rows(queryset) -> Iterator[str]:
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_FIELDS)
     for r in queryset.iterator(chunk_size=2000):
-        yield writer.writerow([
-            r.id, r.created_at.isoformat(), _csv_safe(r.actor_username), r.action,
-            r.object_type, _csv_safe(r.object_id), r.status, _csv_safe(r.reason),
-            _csv_safe(r.message), json.dumps(r.before), json.dumps(r.after),
-            r.request_id, r.ip or "",
-        ])
+        yield writer.writerow(
+            [
+                r.id,
+                r.created_at.isoformat(),
+                _csv_safe(r.actor_username),
+                r.action,
+                r.object_type,
+                _csv_safe(r.object_id),
+                r.status,
+                _csv_safe(r.reason),
+                _csv_safe(r.message),
+                json.dumps(r.before),
+                json.dumps(r.after),
+                r.request_id,
+                r.ip or "",
+            ]
+        )
 
 
 @viewer_required

@@ -7,12 +7,16 @@ from console.ui.forms import LocalDateTimeField, ReasonField
 
 class ResetForm(forms.Form):
     topic = forms.ChoiceField(choices=[])
-    mode = forms.ChoiceField(choices=[("time", "to a time"), ("offset", "to an offset")],
-                             widget=forms.RadioSelect, initial="time")
+    mode = forms.ChoiceField(
+        choices=[("time", "to a time"), ("offset", "to an offset")],
+        widget=forms.RadioSelect,
+        initial="time",
+    )
     at = LocalDateTimeField(required=False, label="Time")
     offset = forms.IntegerField(required=False, min_value=0)
-    queue_id = forms.IntegerField(required=False, min_value=0, label="Queue",
-                                  help_text="empty: every queue")
+    queue_id = forms.IntegerField(
+        required=False, min_value=0, label="Queue", help_text="empty: every queue"
+    )
     reason = ReasonField(required=False)
 
     def __init__(self, *args, topics: list[str], need_reason: bool = False, **kwargs):

@@ -21,8 +21,9 @@ class ConsumerQueue(models.Model):
     class Meta:
         ordering = ["group", "topic", "queue_id"]
         constraints = [
-            models.UniqueConstraint(fields=["group", "topic", "queue_id"],
-                                    name="consumer_queue_unique"),
+            models.UniqueConstraint(
+                fields=["group", "topic", "queue_id"], name="consumer_queue_unique"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -23,8 +23,11 @@ SYNC_MAX_AGE = timedelta(seconds=5)
 def sync_offsets(force: bool = False) -> int:
     """Copy every committed offset and its queue's depth into ``ConsumerQueue``."""
     now = timezone.now()
-    latest = (ConsumerQueue.objects.order_by("-synced_at")
-              .values_list("synced_at", flat=True).first())
+    latest = (
+        ConsumerQueue.objects.order_by("-synced_at")
+        .values_list("synced_at", flat=True)
+        .first()
+    )
     if not force and latest is not None and now - latest < SYNC_MAX_AGE:
         return ConsumerQueue.objects.count()
     store = get_broker().store
@@ -36,10 +39,17 @@ def sync_offsets(force: bool = False) -> int:
             continue
         for qid, committed in queues.items():
             hi = store.max_offset(topic, int(qid))
-            rows.append(ConsumerQueue(
-                group=group, topic=topic, queue_id=int(qid), committed_offset=committed,
-                max_offset=hi, lag=max(0, hi - committed), synced_at=now,
-            ))
+            rows.append(
+                ConsumerQueue(
+                    group=group,
+                    topic=topic,
+                    queue_id=int(qid),
+                    committed_offset=committed,
+                    max_offset=hi,
+                    lag=max(0, hi - committed),
+                    synced_at=now,
+                )
+            )
     with transaction.atomic():
         ConsumerQueue.objects.all().delete()
         ConsumerQueue.objects.bulk_create(rows)
@@ -49,10 +59,17 @@ def sync_offsets(force: bool = False) -> int:
 def group_summaries(queryset: Any = None) -> Any:
     """Per-group totals: topics, queues, lag and the worst queue's lag."""
     qs = ConsumerQueue.objects.all() if queryset is None else queryset
-    return (qs.values("group").annotate(
-        topics=Count("topic", distinct=True), queues=Count("id"), total_lag=Sum("lag"),
-        max_lag=Max("lag"), synced_at=Max("synced_at"),
-    ).order_by("group"))
+    return (
+        qs.values("group")
+        .annotate(
+            topics=Count("topic", distinct=True),
+            queues=Count("id"),
+            total_lag=Sum("lag"),
+            max_lag=Max("lag"),
+            synced_at=Max("synced_at"),
+        )
+        .order_by("group")
+    )
 
 
 def group_queues(group: str) -> list[dict[str, Any]]:
@@ -72,9 +89,16 @@ def group_queues(group: str) -> list[dict[str, Any]]:
                 units = store.get_queue_units(topic, qid, committed - 1, 1)
                 if units:
                     last_ms = store.read_message(units[0][0]).store_timestamp
-            out.append({"topic": topic, "queue_id": qid, "committed_offset": committed,
-                        "max_offset": hi, "lag": max(0, hi - committed),
-                        "last_consumed_ms": last_ms})
+            out.append(
+                {
+                    "topic": topic,
+                    "queue_id": qid,
+                    "committed_offset": committed,
+                    "max_offset": hi,
+                    "lag": max(0, hi - committed),
+                    "last_consumed_ms": last_ms,
+                }
+            )
     return out
 
 
@@ -97,7 +121,11 @@ class ResetChange:
 
 
 def preview_reset(
-    group: str, topic: str, *, to_offset: int | None = None, to_ms: int | None = None,
+    group: str,
+    topic: str,
+    *,
+    to_offset: int | None = None,
+    to_ms: int | None = None,
     queue_id: int | None = None,
 ) -> list[ResetChange]:
     """Return what a reset would change on each queue, without changing anything.
@@ -120,22 +148,34 @@ def preview_reset(
             assert to_offset is not None
             if queue_id is not None and not lo <= to_offset <= hi:
                 raise InvalidOffsetError(
-                    f"offset {to_offset} is outside [{lo}, {hi}] for {topic!r} queue {q}")
+                    f"offset {to_offset} is outside [{lo}, {hi}] "
+                    f"for {topic!r} queue {q}"
+                )
             target = max(lo, min(to_offset, hi))
         current = store.committed_offset(group, topic, q)
-        changes.append(ResetChange(topic, q, current if current >= 0 else lo, target, hi))
+        changes.append(
+            ResetChange(topic, q, current if current >= 0 else lo, target, hi)
+        )
     return changes
 
 
 def reset_offsets(
-    *, actor: Any, group: str, topic: str, reason: str, to_offset: int | None = None,
-    to_ms: int | None = None, queue_id: int | None = None, request: Any = None,
+    *,
+    actor: Any,
+    group: str,
+    topic: str,
+    reason: str,
+    to_offset: int | None = None,
+    to_ms: int | None = None,
+    queue_id: int | None = None,
+    request: Any = None,
 ) -> list[ResetChange]:
     """Move a group's committed offsets (operator); consumers pick them up on
     their next pull. Returns the changes made."""
     broker = get_broker()
-    changes = preview_reset(group, topic, to_offset=to_offset, to_ms=to_ms,
-                            queue_id=queue_id)
+    changes = preview_reset(
+        group, topic, to_offset=to_offset, to_ms=to_ms, queue_id=queue_id
+    )
 
     def apply() -> list[ResetChange]:
         for c in changes:
@@ -143,11 +183,19 @@ def reset_offsets(
         return changes
 
     audited(
-        apply, actor=actor, request=request, action="consumer_group.reset_offset",
-        object_type="consumer_group", object_id=f"{group}@{topic}", reason=reason,
+        apply,
+        actor=actor,
+        request=request,
+        action="consumer_group.reset_offset",
+        object_type="consumer_group",
+        object_id=f"{group}@{topic}",
+        reason=reason,
         before={str(c.queue_id): c.current for c in changes},
-        after=lambda cs: {"to_offset": to_offset, "to_ms": to_ms,
-                          "offsets": {str(c.queue_id): c.target for c in cs}},
+        after=lambda cs: {
+            "to_offset": to_offset,
+            "to_ms": to_ms,
+            "offsets": {str(c.queue_id): c.target for c in cs},
+        },
     )
     sync_offsets(force=True)
     return changes

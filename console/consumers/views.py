@@ -28,8 +28,11 @@ def group_list(request: HttpRequest) -> HttpResponse:
     if sort.lstrip("-") not in SORTABLE:
         sort = "group"
     groups = services.group_summaries(fs.qs).order_by(sort, "group")
-    return render(request, "consumers/group_list.html",
-                  {"filter": fs, "page": paginate(request, groups), "sort": sort})
+    return render(
+        request,
+        "consumers/group_list.html",
+        {"filter": fs, "page": paginate(request, groups), "sort": sort},
+    )
 
 
 def _topics_of(group: str) -> list[str]:
@@ -42,10 +45,16 @@ def group_detail(request: HttpRequest, group: str) -> HttpResponse:
     if not queues:
         raise Http404(f"no consumer group {group!r}")
     topics = sorted({q["topic"] for q in queues})
-    return render(request, "consumers/group.html", {
-        "group": group, "queues": queues, "total_lag": sum(q["lag"] for q in queues),
-        "form": ResetForm(topics=topics, initial={"topic": topics[0]}),
-    })
+    return render(
+        request,
+        "consumers/group.html",
+        {
+            "group": group,
+            "queues": queues,
+            "total_lag": sum(q["lag"] for q in queues),
+            "form": ResetForm(topics=topics, initial={"topic": topics[0]}),
+        },
+    )
 
 
 def _reset_args(form: ResetForm) -> dict:
@@ -66,14 +75,16 @@ def reset_preview(request: HttpRequest, group: str) -> HttpResponse:
     changes, error = None, None
     if form.is_valid():
         try:
-            changes = services.preview_reset(group, form.cleaned_data["topic"],
-                                             **_reset_args(form))
+            changes = services.preview_reset(
+                group, form.cleaned_data["topic"], **_reset_args(form)
+            )
         except BrokerError as exc:
             error = str(exc)
     else:
         error = "; ".join(" ".join(v) for v in form.errors.values())
-    return render(request, "consumers/_reset_preview.html",
-                  {"changes": changes, "error": error})
+    return render(
+        request, "consumers/_reset_preview.html", {"changes": changes, "error": error}
+    )
 
 
 @require_POST
@@ -81,17 +92,27 @@ def reset_preview(request: HttpRequest, group: str) -> HttpResponse:
 def reset_offsets(request: HttpRequest, group: str) -> HttpResponse:
     form = ResetForm(request.POST, topics=_topics_of(group), need_reason=True)
     if not form.is_valid():
-        messages.error(request, "Not reset: " + "; ".join(
-            f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        messages.error(
+            request,
+            "Not reset: "
+            + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
+        )
         return redirect("consumers:detail", group=group)
     try:
         changes = services.reset_offsets(
-            actor=request.user, request=request, group=group,
-            topic=form.cleaned_data["topic"], reason=form.cleaned_data["reason"],
-            **_reset_args(form))
+            actor=request.user,
+            request=request,
+            group=group,
+            topic=form.cleaned_data["topic"],
+            reason=form.cleaned_data["reason"],
+            **_reset_args(form),
+        )
     except BrokerError as exc:
         messages.error(request, f"Not reset: {exc}")
     else:
-        messages.success(request, f"Reset {len(changes)} queue(s) of {group} on "
-                                  f"{form.cleaned_data['topic']}.")
+        messages.success(
+            request,
+            f"Reset {len(changes)} queue(s) of {group} on "
+            f"{form.cleaned_data['topic']}.",
+        )
     return redirect("consumers:detail", group=group)

@@ -29,13 +29,18 @@ def level_rows(stats: DelayStats) -> list[dict[str, Any]]:
 
 
 def list_scheduled(
-    kind: str | None = None, level: int | None = None, limit: int = 50, start: int = 0,
+    kind: str | None = None,
+    level: int | None = None,
+    limit: int = 50,
+    start: int = 0,
 ) -> list[ScheduledMessage]:
     """Return pending scheduled messages, earliest due first."""
     return get_delay_service().list_scheduled(kind or None, level, limit, start)
 
 
-def cancel_scheduled(*, actor: Any, msg_id: str, reason: str, request: Any = None) -> Any:
+def cancel_scheduled(
+    *, actor: Any, msg_id: str, reason: str, request: Any = None
+) -> Any:
     """Recall a scheduled message before it is delivered (operator).
 
     Raises ``RecallError`` when it is unknown, delivered or already cancelled.
@@ -43,8 +48,16 @@ def cancel_scheduled(*, actor: Any, msg_id: str, reason: str, request: Any = Non
     service = get_delay_service()
     return audited(
         lambda: service.recall(msg_id),
-        actor=actor, request=request, action="delay.cancel", object_type="scheduled_message",
-        object_id=msg_id, reason=reason,
-        after=lambda r: {"kind": r.kind.value, "level": r.level, "due_ms": r.due_ms,
-                         "real_topic": r.real_topic},
+        actor=actor,
+        request=request,
+        action="delay.cancel",
+        object_type="scheduled_message",
+        object_id=msg_id,
+        reason=reason,
+        after=lambda r: {
+            "kind": r.kind.value,
+            "level": r.level,
+            "due_ms": r.due_ms,
+            "real_topic": r.real_topic,
+        },
     )

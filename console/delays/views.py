@@ -18,10 +18,16 @@ PAGE = 50
 @viewer_required
 def level_list(request: HttpRequest) -> HttpResponse:
     stats = services.delay_stats()
-    context = {"stats": stats, "levels": services.level_rows(stats),
-               "backlog": sum(lv.backlog for lv in stats.levels)}
-    template = ("delays/_levels.html" if request.headers.get("HX-Request")
-                else "delays/levels.html")
+    context = {
+        "stats": stats,
+        "levels": services.level_rows(stats),
+        "backlog": sum(lv.backlog for lv in stats.levels),
+    }
+    template = (
+        "delays/_levels.html"
+        if request.headers.get("HX-Request")
+        else "delays/levels.html"
+    )
     return render(request, template, context)
 
 
@@ -36,12 +42,21 @@ def scheduled_list(request: HttpRequest) -> HttpResponse:
     except ValueError:
         level, start = None, 0
     rows = services.list_scheduled(kind, level, PAGE + 1, start)
-    return render(request, "delays/scheduled.html", {
-        "rows": rows[:PAGE], "has_more": len(rows) > PAGE, "start": start,
-        "next_start": start + PAGE, "prev_start": max(0, start - PAGE), "kind": kind or "",
-        "level": level, "levels": range(1, len(services.delay_stats().levels) + 1),
-        "cancel_form": CancelForm(),
-    })
+    return render(
+        request,
+        "delays/scheduled.html",
+        {
+            "rows": rows[:PAGE],
+            "has_more": len(rows) > PAGE,
+            "start": start,
+            "next_start": start + PAGE,
+            "prev_start": max(0, start - PAGE),
+            "kind": kind or "",
+            "level": level,
+            "levels": range(1, len(services.delay_stats().levels) + 1),
+            "cancel_form": CancelForm(),
+        },
+    )
 
 
 @require_POST
@@ -52,8 +67,12 @@ def cancel(request: HttpRequest, msg_id: str) -> HttpResponse:
         messages.error(request, "Not cancelled: a reason is required.")
     else:
         try:
-            services.cancel_scheduled(actor=request.user, request=request, msg_id=msg_id,
-                                      reason=form.cleaned_data["reason"])
+            services.cancel_scheduled(
+                actor=request.user,
+                request=request,
+                msg_id=msg_id,
+                reason=form.cleaned_data["reason"],
+            )
         except BrokerError as exc:
             messages.error(request, f"Not cancelled: {exc}")
         else:

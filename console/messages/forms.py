@@ -10,14 +10,20 @@ class SearchForm(forms.Form):
     msg_id = forms.CharField(required=False, max_length=64, label="Message id")
     key = forms.CharField(required=False, max_length=255)
     tag = forms.CharField(required=False, max_length=255, help_text="a || b")
-    sql = forms.CharField(required=False, max_length=2000, label="SQL92",
-                          widget=forms.TextInput(attrs={"size": 40}))
+    sql = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="SQL92",
+        widget=forms.TextInput(attrs={"size": 40}),
+    )
     begin = LocalDateTimeField(required=False, label="From")
     end = LocalDateTimeField(required=False, label="To")
 
     def has_query(self) -> bool:
         d = self.cleaned_data
-        return any(d.get(k) for k in ("msg_id", "key", "tag", "sql")) or bool(d.get("topic"))
+        return any(d.get(k) for k in ("msg_id", "key", "tag", "sql")) or bool(
+            d.get("topic")
+        )
 
 
 class ResendForm(forms.Form):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core import Message, MessageExt, MessageInner
-from broker_core.errors import InvalidQueueError, ValidationError
+from broker_core.errors import InvalidQueueError
 from broker_core.search import MessageQuery, SearchPage
 from broker_core.search import search_messages as core_search
 from broker_core.validation import validate_group
@@ -49,13 +49,17 @@ def _check_queue(topic: str, queue_id: int) -> tuple[int, int]:
     cfg = broker.store.get_topic(topic)
     if not 0 <= queue_id < cfg.queue_nums:
         raise InvalidQueueError(f"queue id {queue_id} is out of range for {topic!r}")
-    return broker.store.min_offset(topic, queue_id), broker.store.max_offset(topic, queue_id)
+    return broker.store.min_offset(topic, queue_id), broker.store.max_offset(
+        topic, queue_id
+    )
 
 
 def _read(topic: str, queue_id: int, start: int, count: int) -> list[MessageExt]:
     store = get_broker().store
-    return [store.read_message(phys)
-            for phys, _size, _code in store.get_queue_units(topic, queue_id, start, count)]
+    return [
+        store.read_message(phys)
+        for phys, _size, _code in store.get_queue_units(topic, queue_id, start, count)
+    ]
 
 
 def offset_for_time(topic: str, queue_id: int, at_ms: int) -> int:
@@ -87,7 +91,10 @@ class QueuePage:
 
 
 def browse_queue(
-    topic: str, queue_id: int, offset: int | None = None, at_ms: int | None = None,
+    topic: str,
+    queue_id: int,
+    offset: int | None = None,
+    at_ms: int | None = None,
     count: int = 50,
 ) -> QueuePage:
     """Return ``count`` messages of one queue from ``offset`` or from time ``at_ms``.
@@ -103,7 +110,9 @@ def browse_queue(
     else:
         start = max(lo, hi - count)
     start = max(lo, min(start, hi))
-    return QueuePage(topic, queue_id, lo, hi, start, _read(topic, queue_id, start, count))
+    return QueuePage(
+        topic, queue_id, lo, hi, start, _read(topic, queue_id, start, count)
+    )
 
 
 def find_message(msg_id: str, topic: str | None = None) -> MessageExt:
@@ -112,9 +121,17 @@ def find_message(msg_id: str, topic: str | None = None) -> MessageExt:
 
 
 def search_messages(
-    *, topic: str = "", msg_id: str = "", key: str = "", tag: str = "", sql: str = "",
-    queue_id: int | None = None, begin_ms: int | None = None, end_ms: int | None = None,
-    limit: int = 50, cursor: str | None = None,
+    *,
+    topic: str = "",
+    msg_id: str = "",
+    key: str = "",
+    tag: str = "",
+    sql: str = "",
+    queue_id: int | None = None,
+    begin_ms: int | None = None,
+    end_ms: int | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
 ) -> SearchPage:
     """Find messages by id, key, or topic and time, filtered by tag and SQL92.
 
@@ -124,34 +141,59 @@ def search_messages(
     ``TopicNotFoundError`` and ``FilterSyntaxError``.
     """
     query = MessageQuery(
-        topic=topic.strip() or None, msg_id=msg_id.strip() or None,
-        key=key.strip() or None, queue_id=queue_id, begin_ms=begin_ms or None,
-        end_ms=end_ms, tag=tag.strip() or None, sql=sql.strip() or None,
+        topic=topic.strip() or None,
+        msg_id=msg_id.strip() or None,
+        key=key.strip() or None,
+        queue_id=queue_id,
+        begin_ms=begin_ms or None,
+        end_ms=end_ms,
+        tag=tag.strip() or None,
+        sql=sql.strip() or None,
     )
     return core_search(get_broker(), query, limit, cursor or None, SEARCH_SCAN_BUDGET)
 
 
 def send_test_message(
-    *, actor: Any, topic: str, body: bytes, tags: str = "", keys: str = "",
-    properties: dict[str, str] | None = None, request: Any = None,
+    *,
+    actor: Any,
+    topic: str,
+    body: bytes,
+    tags: str = "",
+    keys: str = "",
+    properties: dict[str, str] | None = None,
+    request: Any = None,
 ) -> Any:
     """Send one message as a client would (operator), audited."""
     broker = get_broker()
     get_delay_service()  # its send hook parks a test message sent with DELAY
-    msg = Message(topic, body, tags=tags or None, keys=keys or None,
-                  properties=properties or None)
+    msg = Message(
+        topic, body, tags=tags or None, keys=keys or None, properties=properties or None
+    )
     return audited(
         lambda: broker.send(msg),
-        actor=actor, request=request, action="message.send_test", object_type="topic",
+        actor=actor,
+        request=request,
+        action="message.send_test",
+        object_type="topic",
         object_id=topic,
-        after=lambda r: {"msg_id": r.msg_id, "queue_id": r.queue_id,
-                         "queue_offset": r.queue_offset, "body_size": len(body),
-                         "tags": tags, "keys": keys},
+        after=lambda r: {
+            "msg_id": r.msg_id,
+            "queue_id": r.queue_id,
+            "queue_offset": r.queue_offset,
+            "body_size": len(body),
+            "tags": tags,
+            "keys": keys,
+        },
     )
 
 
 def resend_message(
-    *, actor: Any, msg_id: str, group: str, reason: str = "", request: Any = None,
+    *,
+    actor: Any,
+    msg_id: str,
+    group: str,
+    reason: str = "",
+    request: Any = None,
 ) -> Any:
     """Redeliver a message to one consumer group through its retry topic.
 
@@ -165,15 +207,29 @@ def resend_message(
     props.setdefault("RETRY_TOPIC", original.topic)
     props["ORIGIN_MESSAGE_ID"] = original.msg_id
     inner = MessageInner(
-        topic=f"%RETRY%{group}", queue_id=0, body=original.body, properties=props,
-        flag=original.flag, reconsume_times=original.reconsume_times + 1,
+        topic=f"%RETRY%{group}",
+        queue_id=0,
+        body=original.body,
+        properties=props,
+        flag=original.flag,
+        reconsume_times=original.reconsume_times + 1,
     )
     return audited(
         lambda: broker.store.put_inner(inner),
-        actor=actor, request=request, action="message.resend", object_type="message",
-        object_id=original.msg_id, reason=reason,
-        before={"topic": original.topic, "queue_id": original.queue_id,
-                "queue_offset": original.queue_offset},
-        after=lambda r: {"group": group, "retry_topic": inner.topic,
-                         "queue_offset": r.queue_offset},
+        actor=actor,
+        request=request,
+        action="message.resend",
+        object_type="message",
+        object_id=original.msg_id,
+        reason=reason,
+        before={
+            "topic": original.topic,
+            "queue_id": original.queue_id,
+            "queue_offset": original.queue_offset,
+        },
+        after=lambda r: {
+            "group": group,
+            "retry_topic": inner.topic,
+            "queue_offset": r.queue_offset,
+        },
     )

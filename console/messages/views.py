@@ -26,16 +26,28 @@ def message_search(request: HttpRequest) -> HttpResponse:
         d = form.cleaned_data
         try:
             result = services.search_messages(
-                topic=d["topic"], msg_id=d["msg_id"], key=d["key"], tag=d["tag"],
-                sql=d["sql"], begin_ms=to_ms(d["begin"]), end_ms=to_ms(d["end"]),
-                cursor=request.GET.get("cursor"))
+                topic=d["topic"],
+                msg_id=d["msg_id"],
+                key=d["key"],
+                tag=d["tag"],
+                sql=d["sql"],
+                begin_ms=to_ms(d["begin"]),
+                end_ms=to_ms(d["end"]),
+                cursor=request.GET.get("cursor"),
+            )
         except BrokerError as exc:
             error = str(exc)
     sync_topics()
-    return render(request, "messages/search.html", {
-        "form": form, "result": result, "error": error,
-        "topics": Topic.objects.filter(system=False).values_list("name", flat=True),
-    })
+    return render(
+        request,
+        "messages/search.html",
+        {
+            "form": form,
+            "result": result,
+            "error": error,
+            "topics": Topic.objects.filter(system=False).values_list("name", flat=True),
+        },
+    )
 
 
 @viewer_required
@@ -45,12 +57,16 @@ def message_detail(request: HttpRequest, msg_id: str) -> HttpResponse:
     except (MessageNotFoundError, BrokerError) as exc:
         raise Http404(str(exc)) from exc
     show_body = can_see_bodies(request.user)
-    return render(request, "messages/message.html", {
-        "m": services.summary(msg),
-        "properties": services.user_properties(msg),
-        "body": view_body(msg.body) if show_body else None,
-        "resend_form": ResendForm() if show_body else None,
-    })
+    return render(
+        request,
+        "messages/message.html",
+        {
+            "m": services.summary(msg),
+            "properties": services.user_properties(msg),
+            "body": view_body(msg.body) if show_body else None,
+            "resend_form": ResendForm() if show_body else None,
+        },
+    )
 
 
 @require_POST
@@ -58,18 +74,28 @@ def message_detail(request: HttpRequest, msg_id: str) -> HttpResponse:
 def message_resend(request: HttpRequest, msg_id: str) -> HttpResponse:
     form = ResendForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Not resent: " + "; ".join(
-            f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        messages.error(
+            request,
+            "Not resent: "
+            + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
+        )
         return redirect("messages:detail", msg_id=msg_id)
     try:
-        r = services.resend_message(actor=request.user, request=request, msg_id=msg_id,
-                                    group=form.cleaned_data["group"],
-                                    reason=form.cleaned_data["reason"])
+        r = services.resend_message(
+            actor=request.user,
+            request=request,
+            msg_id=msg_id,
+            group=form.cleaned_data["group"],
+            reason=form.cleaned_data["reason"],
+        )
     except MessageNotFoundError as exc:
         raise Http404(str(exc)) from exc
     except BrokerError as exc:
         messages.error(request, f"Not resent: {exc}")
     else:
-        messages.success(request, f"Resent to %RETRY%{form.cleaned_data['group']} at "
-                                  f"offset {r.queue_offset}.")
+        messages.success(
+            request,
+            f"Resent to %RETRY%{form.cleaned_data['group']} at "
+            f"offset {r.queue_offset}.",
+        )
     return redirect("messages:detail", msg_id=msg_id)

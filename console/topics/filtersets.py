@@ -7,11 +7,13 @@ from console.topics.models import Topic
 
 
 class TopicFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(field_name="name", lookup_expr="icontains",
-                                  label="Name")
+    q = django_filters.CharFilter(
+        field_name="name", lookup_expr="icontains", label="Name"
+    )
     message_type = django_filters.ChoiceFilter(choices=TYPE_CHOICES, label="Type")
     system = django_filters.BooleanFilter(
-        label="Internal", widget=django_filters.widgets.BooleanWidget())
+        label="Internal", widget=django_filters.widgets.BooleanWidget()
+    )
 
     class Meta:
         model = Topic

@@ -11,12 +11,15 @@ TYPE_CHOICES = [(t.value, t.value) for t in MessageType]
 
 class TopicForm(forms.Form):
     name = forms.CharField(max_length=127)
-    read_queue_nums = forms.IntegerField(min_value=1, max_value=1024, initial=4,
-                                         label="Read queues")
-    write_queue_nums = forms.IntegerField(min_value=1, max_value=1024, initial=4,
-                                          label="Write queues")
-    perm = forms.TypedChoiceField(choices=PERM_CHOICES, coerce=int, initial=6,
-                                  label="Permission")
+    read_queue_nums = forms.IntegerField(
+        min_value=1, max_value=1024, initial=4, label="Read queues"
+    )
+    write_queue_nums = forms.IntegerField(
+        min_value=1, max_value=1024, initial=4, label="Write queues"
+    )
+    perm = forms.TypedChoiceField(
+        choices=PERM_CHOICES, coerce=int, initial=6, label="Permission"
+    )
     message_type = forms.ChoiceField(choices=TYPE_CHOICES, initial="NORMAL")
     reason = forms.CharField(max_length=1000, required=False)
 
@@ -44,8 +47,11 @@ class SendMessageForm(forms.Form):
     body = forms.CharField(widget=forms.Textarea(attrs={"rows": 4}), strip=False)
     tags = forms.CharField(required=False, max_length=255)
     keys = forms.CharField(required=False, max_length=255, help_text="space separated")
-    properties = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
-                                 help_text="one name=value a line")
+    properties = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="one name=value a line",
+    )
 
     def clean_properties(self) -> dict[str, str]:
         out = {}

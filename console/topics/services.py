@@ -35,7 +35,9 @@ def sync_topics(force: bool = False) -> int:
     Returns the number of topics.
     """
     now = timezone.now()
-    latest = Topic.objects.order_by("-synced_at").values_list("synced_at", flat=True).first()
+    latest = (
+        Topic.objects.order_by("-synced_at").values_list("synced_at", flat=True).first()
+    )
     if not force and latest is not None and now - latest < SYNC_MAX_AGE:
         return Topic.objects.count()
     broker = get_broker()
@@ -45,7 +47,9 @@ def sync_topics(force: bool = False) -> int:
     for cfg in configs:
         depths = [store.max_offset(cfg.topic_name, q) for q in range(cfg.queue_nums)]
         rows.append((cfg, depths))
-    last_sample = (TopicSample.objects.order_by("-at").values_list("at", flat=True).first())
+    last_sample = (
+        TopicSample.objects.order_by("-at").values_list("at", flat=True).first()
+    )
     take_sample = last_sample is None or now - last_sample >= SAMPLE_EVERY
     with transaction.atomic():
         existing = {t.name: t for t in Topic.objects.all()}
@@ -55,9 +59,15 @@ def sync_topics(force: bool = False) -> int:
             seen.add(name)
             total = sum(depths)
             values = dict(
-                read_queue_nums=cfg.read_queue_nums, write_queue_nums=cfg.write_queue_nums,
-                perm=cfg.perm, message_type=cfg.message_type, system=is_internal(name),
-                queues=cfg.queue_nums, messages=total, depths=depths, synced_at=now,
+                read_queue_nums=cfg.read_queue_nums,
+                write_queue_nums=cfg.write_queue_nums,
+                perm=cfg.perm,
+                message_type=cfg.message_type,
+                system=is_internal(name),
+                queues=cfg.queue_nums,
+                messages=total,
+                depths=depths,
+                synced_at=now,
                 produce_rate=_rate(name, total, now),
             )
             topic = existing.get(name)
@@ -77,8 +87,12 @@ def sync_topics(force: bool = False) -> int:
 
 def _rate(name: str, total: int, now: Any) -> float:
     """Messages per minute since the newest sample at least RATE_WINDOW old."""
-    old = (TopicSample.objects.filter(topic=name, at__lte=now - RATE_WINDOW)
-           .order_by("-at").values_list("at", "messages").first())
+    old = (
+        TopicSample.objects.filter(topic=name, at__lte=now - RATE_WINDOW)
+        .order_by("-at")
+        .values_list("at", "messages")
+        .first()
+    )
     if old is None:
         return 0.0
     seconds = (now - old[0]).total_seconds()
@@ -88,8 +102,11 @@ def _rate(name: str, total: int, now: Any) -> float:
 def topic_history(name: str, hours: int = 24) -> list[tuple[Any, int]]:
     """Return ``(time, messages)`` samples of one topic for a chart."""
     since = timezone.now() - timedelta(hours=hours)
-    return list(TopicSample.objects.filter(topic=name, at__gte=since)
-                .order_by("at").values_list("at", "messages"))
+    return list(
+        TopicSample.objects.filter(topic=name, at__gte=since)
+        .order_by("at")
+        .values_list("at", "messages")
+    )
 
 
 def _config_dict(cfg: Any) -> dict[str, Any]:
@@ -97,31 +114,55 @@ def _config_dict(cfg: Any) -> dict[str, Any]:
 
 
 def create_topic(
-    *, actor: Any, name: str, read_queue_nums: int, write_queue_nums: int, perm: int,
-    message_type: str, reason: str = "", request: Any = None,
+    *,
+    actor: Any,
+    name: str,
+    read_queue_nums: int,
+    write_queue_nums: int,
+    perm: int,
+    message_type: str,
+    reason: str = "",
+    request: Any = None,
 ) -> Any:
     """Create a topic in the store and in the table (admin)."""
     broker = get_broker()
     cfg = audited(
-        lambda: broker.create_topic(name, read_queue_nums, write_queue_nums, perm,
-                                    message_type),
-        actor=actor, request=request, action="topic.create", object_type="topic",
-        object_id=name, reason=reason, after=_config_dict,
+        lambda: broker.create_topic(
+            name, read_queue_nums, write_queue_nums, perm, message_type
+        ),
+        actor=actor,
+        request=request,
+        action="topic.create",
+        object_type="topic",
+        object_id=name,
+        reason=reason,
+        after=_config_dict,
     )
     sync_topics(force=True)
     return cfg
 
 
 def update_topic(
-    *, actor: Any, name: str, reason: str = "", request: Any = None, **changes: Any,
+    *,
+    actor: Any,
+    name: str,
+    reason: str = "",
+    request: Any = None,
+    **changes: Any,
 ) -> Any:
     """Change a topic's queue numbers, permission or message type (admin)."""
     broker = get_broker()
     before = _config_dict(broker.store.get_topic(name))
     cfg = audited(
         lambda: broker.update_topic(name, **changes),
-        actor=actor, request=request, action="topic.update", object_type="topic",
-        object_id=name, reason=reason, before=before, after=_config_dict,
+        actor=actor,
+        request=request,
+        action="topic.update",
+        object_type="topic",
+        object_id=name,
+        reason=reason,
+        before=before,
+        after=_config_dict,
     )
     sync_topics(force=True)
     return cfg
@@ -133,8 +174,13 @@ def delete_topic(*, actor: Any, name: str, reason: str, request: Any = None) -> 
     before = _config_dict(broker.store.get_topic(name))
     audited(
         lambda: broker.delete_topic(name),
-        actor=actor, request=request, action="topic.delete", object_type="topic",
-        object_id=name, reason=reason, before=before,
+        actor=actor,
+        request=request,
+        action="topic.delete",
+        object_type="topic",
+        object_id=name,
+        reason=reason,
+        before=before,
     )
     sync_topics(force=True)
 
@@ -147,5 +193,7 @@ def queue_ranges(name: str) -> list[dict[str, int]]:
     out = []
     for q in range(cfg.queue_nums):
         lo, hi = store.min_offset(name, q), store.max_offset(name, q)
-        out.append({"queue_id": q, "min_offset": lo, "max_offset": hi, "depth": hi - lo})
+        out.append(
+            {"queue_id": q, "min_offset": lo, "max_offset": hi, "depth": hi - lo}
+        )
     return out

@@ -38,22 +38,33 @@ def topic_list(request: HttpRequest) -> HttpResponse:
     data.setdefault("system", "false")
     fs = TopicFilterSet(data, queryset=Topic.objects.all())
     qs, sort = sort_queryset(request, fs.qs, SORTABLE, "name")
-    return render(request, "topics/topic_list.html",
-                  {"filter": fs, "page": paginate(request, qs), "sort": sort})
+    return render(
+        request,
+        "topics/topic_list.html",
+        {"filter": fs, "page": paginate(request, qs), "sort": sort},
+    )
 
 
 @viewer_required
 def topic_detail(request: HttpRequest, name: str) -> HttpResponse:
     topic = _topic_or_404(name)
     history = services.topic_history(name)
-    return render(request, "topics/topic.html", {
-        "topic": topic,
-        "queues": services.queue_ranges(name),
-        "groups": ConsumerQueue.objects.filter(topic=name).values("group").distinct(),
-        "send_form": SendMessageForm(),
-        "history": {"t": [a.isoformat() for a, _ in history],
-                    "n": [n for _, n in history]},
-    })
+    return render(
+        request,
+        "topics/topic.html",
+        {
+            "topic": topic,
+            "queues": services.queue_ranges(name),
+            "groups": ConsumerQueue.objects.filter(topic=name)
+            .values("group")
+            .distinct(),
+            "send_form": SendMessageForm(),
+            "history": {
+                "t": [a.isoformat() for a, _ in history],
+                "n": [n for _, n in history],
+            },
+        },
+    )
 
 
 @admin_required
@@ -62,10 +73,16 @@ def topic_create(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         d = form.cleaned_data
         try:
-            services.create_topic(actor=request.user, request=request, name=d["name"],
-                                  read_queue_nums=d["read_queue_nums"],
-                                  write_queue_nums=d["write_queue_nums"], perm=d["perm"],
-                                  message_type=d["message_type"], reason=d["reason"])
+            services.create_topic(
+                actor=request.user,
+                request=request,
+                name=d["name"],
+                read_queue_nums=d["read_queue_nums"],
+                write_queue_nums=d["write_queue_nums"],
+                perm=d["perm"],
+                message_type=d["message_type"],
+                reason=d["reason"],
+            )
         except BrokerError as exc:
             form.add_error(None, str(exc))
         else:
@@ -77,26 +94,42 @@ def topic_create(request: HttpRequest) -> HttpResponse:
 @admin_required
 def topic_edit(request: HttpRequest, name: str) -> HttpResponse:
     topic = _topic_or_404(name)
-    initial = {"name": name, "read_queue_nums": topic.read_queue_nums,
-               "write_queue_nums": topic.write_queue_nums, "perm": topic.perm,
-               "message_type": topic.message_type}
+    initial = {
+        "name": name,
+        "read_queue_nums": topic.read_queue_nums,
+        "write_queue_nums": topic.write_queue_nums,
+        "perm": topic.perm,
+        "message_type": topic.message_type,
+    }
     form = TopicForm(request.POST or None, initial=initial, editing=True)
     if request.method == "POST" and form.is_valid():
         d = form.cleaned_data
-        changes = {k: d[k] for k in ("read_queue_nums", "write_queue_nums", "perm",
-                                     "message_type") if d[k] != initial[k]}
+        changes = {
+            k: d[k]
+            for k in ("read_queue_nums", "write_queue_nums", "perm", "message_type")
+            if d[k] != initial[k]
+        }
         try:
             if changes:
-                services.update_topic(actor=request.user, request=request, name=name,
-                                      reason=d["reason"], **changes)
+                services.update_topic(
+                    actor=request.user,
+                    request=request,
+                    name=name,
+                    reason=d["reason"],
+                    **changes,
+                )
         except BrokerError as exc:
             form.add_error(None, str(exc))
         else:
-            messages.success(request, f"Topic {name} updated." if changes
-                             else "Nothing changed.")
+            messages.success(
+                request, f"Topic {name} updated." if changes else "Nothing changed."
+            )
             return redirect("topics:detail", name=name)
-    return render(request, "topics/topic_form.html",
-                  {"form": form, "editing": True, "topic": topic})
+    return render(
+        request,
+        "topics/topic_form.html",
+        {"form": form, "editing": True, "topic": topic},
+    )
 
 
 @admin_required
@@ -105,8 +138,12 @@ def topic_delete(request: HttpRequest, name: str) -> HttpResponse:
     form = DeleteTopicForm(request.POST or None, topic=name)
     if request.method == "POST" and form.is_valid():
         try:
-            services.delete_topic(actor=request.user, request=request, name=name,
-                                  reason=form.cleaned_data["reason"])
+            services.delete_topic(
+                actor=request.user,
+                request=request,
+                name=name,
+                reason=form.cleaned_data["reason"],
+            )
         except BrokerError as exc:
             form.add_error(None, str(exc))
         else:
@@ -129,16 +166,29 @@ def queue_browse(request: HttpRequest, name: str, queue_id: int) -> HttpResponse
             error = f"Not a date and time: {at!r}"
     try:
         page = message_services.browse_queue(
-            name, queue_id, offset=int(offset) if offset.lstrip("-").isdigit() else None,
-            at_ms=at_ms, count=50)
+            name,
+            queue_id,
+            offset=int(offset) if offset.lstrip("-").isdigit() else None,
+            at_ms=at_ms,
+            count=50,
+        )
     except TopicNotFoundError as exc:
         raise Http404(str(exc)) from exc
     except BrokerError as exc:
         raise Http404(str(exc)) from exc
-    return render(request, "topics/queue.html", {
-        "topic": topic, "queue_id": queue_id, "page": page, "offset": offset, "at": at,
-        "error": error, "queue_ids": range(topic.queues),
-    })
+    return render(
+        request,
+        "topics/queue.html",
+        {
+            "topic": topic,
+            "queue_id": queue_id,
+            "page": page,
+            "offset": offset,
+            "at": at,
+            "error": error,
+            "queue_ids": range(topic.queues),
+        },
+    )
 
 
 @require_POST
@@ -147,17 +197,29 @@ def message_send(request: HttpRequest, name: str) -> HttpResponse:
     _topic_or_404(name)
     form = SendMessageForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Not sent: " + "; ".join(
-            f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        messages.error(
+            request,
+            "Not sent: "
+            + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
+        )
         return redirect("topics:detail", name=name)
     d = form.cleaned_data
     try:
         result = message_services.send_test_message(
-            actor=request.user, request=request, topic=name, body=d["body"].encode(),
-            tags=d["tags"], keys=d["keys"], properties=d["properties"])
+            actor=request.user,
+            request=request,
+            topic=name,
+            body=d["body"].encode(),
+            tags=d["tags"],
+            keys=d["keys"],
+            properties=d["properties"],
+        )
     except BrokerError as exc:
         messages.error(request, f"Not sent: {exc}")
         return redirect("topics:detail", name=name)
-    messages.success(request, f"Sent {result.msg_id} to queue {result.queue_id} at "
-                              f"offset {result.queue_offset}.")
+    messages.success(
+        request,
+        f"Sent {result.msg_id} to queue {result.queue_id} at "
+        f"offset {result.queue_offset}.",
+    )
     return redirect(reverse("messages:detail", args=[result.msg_id]))

@@ -53,5 +53,12 @@ def view_body(body: bytes, cap: int = BODY_DISPLAY_CAP) -> BodyView:
         except ValueError:
             pretty = None
     default = "json" if pretty is not None else ("text" if is_utf8 else "hex")
-    return BodyView(len(body), len(body) > cap, is_utf8, text, pretty,
-                    hexdump(body[:HEX_CAP]), default)
+    return BodyView(
+        len(body),
+        len(body) > cap,
+        is_utf8,
+        text,
+        pretty,
+        hexdump(body[:HEX_CAP]),
+        default,
+    )

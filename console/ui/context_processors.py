@@ -12,8 +12,12 @@ from console.ui.roles import ADMIN, OPERATOR, VIEWER, has_role, user_role
 def roles(request: HttpRequest) -> dict[str, Any]:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
-        return {"console_role": None, "can_view": False, "can_operate": False,
-                "can_admin": False}
+        return {
+            "console_role": None,
+            "can_view": False,
+            "can_operate": False,
+            "can_admin": False,
+        }
     return {
         "console_role": user_role(user),
         "can_view": has_role(user, VIEWER),
@@ -47,7 +51,9 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
             url = reverse(name)
         except NoReverseMatch:
             url = None
-        active = url is not None and (path == url if url == "/" else path.startswith(url))
+        active = url is not None and (
+            path == url if url == "/" else path.startswith(url)
+        )
         items.append({"label": label, "url": url, "active": active})
     from console.ui.pagination import PAGE_SIZES
 

@@ -14,20 +14,25 @@ class ReasonField(forms.CharField):
     def __init__(self, **kwargs):
         kwargs.setdefault("max_length", 1000)
         kwargs.setdefault("min_length", 3)
-        kwargs.setdefault("widget", forms.TextInput(attrs={"size": 50,
-                                                           "placeholder": "why (audited)"}))
+        kwargs.setdefault(
+            "widget",
+            forms.TextInput(attrs={"size": 50, "placeholder": "why (audited)"}),
+        )
         super().__init__(**kwargs)
 
 
 class LocalDateTimeField(forms.DateTimeField):
     """A ``datetime-local`` input, read in the server's time zone."""
 
-    widget = forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"},
-                                 format="%Y-%m-%dT%H:%M:%S")
+    widget = forms.DateTimeInput(
+        attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"
+    )
 
     def __init__(self, **kwargs):
-        kwargs.setdefault("input_formats", ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M",
-                                            "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"])
+        kwargs.setdefault(
+            "input_formats",
+            ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"],
+        )
         super().__init__(**kwargs)
 
 

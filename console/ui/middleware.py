@@ -21,7 +21,9 @@ class ConsoleLoginRequiredMiddleware(LoginRequiredMiddleware):
         view_args: Any,
         view_kwargs: Any,
     ) -> Any:
-        if request.path.startswith("/api/") and not request.path.startswith("/api/docs"):
+        if request.path.startswith("/api/") and not request.path.startswith(
+            "/api/docs"
+        ):
             return None
         return super().process_view(request, view_func, view_args, view_kwargs)
 

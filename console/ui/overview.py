@@ -20,9 +20,13 @@ def _traffic_series(hours: int = 24) -> dict[str, list[Any]]:
 
     names = list(Topic.objects.filter(system=False).values_list("name", flat=True))
     since = timezone.now() - timedelta(hours=hours)
-    points = list(TopicSample.objects.filter(topic__in=names, at__gte=since)
-                  .values("at").annotate(total=Sum("messages")).order_by("at")
-                  .values_list("at", "total"))
+    points = list(
+        TopicSample.objects.filter(topic__in=names, at__gte=since)
+        .values("at")
+        .annotate(total=Sum("messages"))
+        .order_by("at")
+        .values_list("at", "total")
+    )
     labels, rates = [], []
     for (t0, n0), (t1, n1) in zip(points, points[1:], strict=False):
         seconds = (t1 - t0).total_seconds()
@@ -60,7 +64,8 @@ def overview_context() -> dict[str, Any]:
         "delay": stats,
         "delay_backlog": sum(lv.backlog for lv in stats.levels) if stats else 0,
         "delay_overdue": [lv for lv in stats.levels if lv.oldest_overdue_ms > 5000]
-        if stats else [],
+        if stats
+        else [],
         "delay_error": delay_error,
         "series": _traffic_series(),
         "now": timezone.now(),
@@ -69,6 +74,7 @@ def overview_context() -> dict[str, Any]:
 
 @viewer_required
 def overview(request: HttpRequest) -> HttpResponse:
-    template = ("ui/_overview.html" if request.headers.get("HX-Request")
-                else "ui/overview.html")
+    template = (
+        "ui/_overview.html" if request.headers.get("HX-Request") else "ui/overview.html"
+    )
     return render(request, template, overview_context())

@@ -22,7 +22,9 @@ def _check(request: HttpRequest, role: str) -> HttpResponse | None:
     return None
 
 
-def role_required(role: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+def role_required(
+    role: str,
+) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
     """Decorate a view so that only users with ``role`` (or higher) reach it."""
 
     def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

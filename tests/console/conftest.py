@@ -56,7 +56,9 @@ def make_user(db: Any) -> Callable[..., Any]:
     from console.ui.roles import set_role
 
     def make(username: str, role: str | None) -> Any:
-        user = get_user_model().objects.create_user(username=username, password=PASSWORD)
+        user = get_user_model().objects.create_user(
+            username=username, password=PASSWORD
+        )
         if role:
             set_role(user, role)
         return user
@@ -67,8 +69,10 @@ def make_user(db: Any) -> Callable[..., Any]:
 @pytest.fixture
 def users(make_user: Callable[..., Any]) -> dict[str, Any]:
     """One user per role, plus ``none`` (signed in, no role)."""
-    return {r: make_user(r, None if r == "none" else r)
-            for r in ("viewer", "operator", "admin", "none")}
+    return {
+        r: make_user(r, None if r == "none" else r)
+        for r in ("viewer", "operator", "admin", "none")
+    }
 
 
 @pytest.fixture
@@ -119,8 +123,9 @@ def chromium() -> Iterator[Any]:
 @pytest.fixture
 def page(chromium: Any, live_server: Any) -> Iterator[Any]:
     """A fresh browser context (own cookies) whose page opens ``live_server``."""
-    context = chromium.new_context(base_url=live_server.url, viewport={"width": 1400,
-                                                                       "height": 900})
+    context = chromium.new_context(
+        base_url=live_server.url, viewport={"width": 1400, "height": 900}
+    )
     context.set_default_timeout(10_000)
     pg = context.new_page()
     yield pg

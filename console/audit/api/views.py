@@ -1,8 +1,8 @@
 """``GET /api/audit/`` and ``GET /api/audit/{id}/``: read only, for every role."""
 
+from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import viewsets
 from rest_framework.filters import OrderingFilter
-from django_filters.rest_framework import DjangoFilterBackend
 
 from console.audit.api.serializers import AuditRecordSerializer
 from console.audit.filtersets import AuditRecordFilterSet

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,26 +14,65 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='AuditRecord',
+            name="AuditRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('actor_username', models.CharField(blank=True, db_index=True, max_length=150)),
-                ('action', models.CharField(db_index=True, max_length=64)),
-                ('object_type', models.CharField(db_index=True, max_length=64)),
-                ('object_id', models.CharField(blank=True, db_index=True, max_length=255)),
-                ('reason', models.TextField(blank=True)),
-                ('before', models.JSONField(blank=True, null=True)),
-                ('after', models.JSONField(blank=True, null=True)),
-                ('status', models.CharField(choices=[('success', 'Success'), ('failed', 'Failed'), ('denied', 'Denied')], db_index=True, max_length=16)),
-                ('message', models.TextField(blank=True)),
-                ('request_id', models.CharField(blank=True, max_length=64)),
-                ('ip', models.GenericIPAddressField(blank=True, null=True)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "actor_username",
+                    models.CharField(blank=True, db_index=True, max_length=150),
+                ),
+                ("action", models.CharField(db_index=True, max_length=64)),
+                ("object_type", models.CharField(db_index=True, max_length=64)),
+                (
+                    "object_id",
+                    models.CharField(blank=True, db_index=True, max_length=255),
+                ),
+                ("reason", models.TextField(blank=True)),
+                ("before", models.JSONField(blank=True, null=True)),
+                ("after", models.JSONField(blank=True, null=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("success", "Success"),
+                            ("failed", "Failed"),
+                            ("denied", "Denied"),
+                        ],
+                        db_index=True,
+                        max_length=16,
+                    ),
+                ),
+                ("message", models.TextField(blank=True)),
+                ("request_id", models.CharField(blank=True, max_length=64)),
+                ("ip", models.GenericIPAddressField(blank=True, null=True)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['object_type', 'object_id', '-created_at'], name='audit_audit_object__bc6966_idx')],
+                "ordering": ["-created_at", "-id"],
+                "indexes": [
+                    models.Index(
+                        fields=["object_type", "object_id", "-created_at"],
+                        name="audit_audit_object__bc6966_idx",
+                    )
+                ],
             },
         ),
     ]

@@ -44,8 +44,9 @@ class ConsumerGroupDetailView(APIView):
         queues = services.group_queues(group)
         if not queues:
             raise Http404(f"no consumer group {group!r}")
-        return Response({"group": group, "lag": sum(q["lag"] for q in queues),
-                         "queues": queues})
+        return Response(
+            {"group": group, "lag": sum(q["lag"] for q in queues), "queues": queues}
+        )
 
 
 class ResetOffsetView(APIView):
@@ -57,13 +58,27 @@ class ResetOffsetView(APIView):
         s = ResetSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         d = s.validated_data
-        target = {"to_offset": d.get("to_offset"), "to_ms": d.get("to_ms"),
-                  "queue_id": d.get("queue_id")}
+        target = {
+            "to_offset": d.get("to_offset"),
+            "to_ms": d.get("to_ms"),
+            "queue_id": d.get("queue_id"),
+        }
         if d["dry_run"]:
             changes = services.preview_reset(group, d["topic"], **target)
         else:
-            changes = services.reset_offsets(actor=request.user, request=request,
-                                             group=group, topic=d["topic"],
-                                             reason=d["reason"], **target)
-        return Response({"group": group, "topic": d["topic"], "applied": not d["dry_run"],
-                         "changes": services.change_dicts(changes)})
+            changes = services.reset_offsets(
+                actor=request.user,
+                request=request,
+                group=group,
+                topic=d["topic"],
+                reason=d["reason"],
+                **target,
+            )
+        return Response(
+            {
+                "group": group,
+                "topic": d["topic"],
+                "applied": not d["dry_run"],
+                "changes": services.change_dicts(changes),
+            }
+        )

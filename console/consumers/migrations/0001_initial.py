@@ -4,28 +4,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='ConsumerQueue',
+            name="ConsumerQueue",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('group', models.CharField(db_index=True, max_length=255)),
-                ('topic', models.CharField(db_index=True, max_length=255)),
-                ('queue_id', models.PositiveIntegerField()),
-                ('committed_offset', models.BigIntegerField()),
-                ('max_offset', models.BigIntegerField()),
-                ('lag', models.BigIntegerField(db_index=True)),
-                ('synced_at', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("group", models.CharField(db_index=True, max_length=255)),
+                ("topic", models.CharField(db_index=True, max_length=255)),
+                ("queue_id", models.PositiveIntegerField()),
+                ("committed_offset", models.BigIntegerField()),
+                ("max_offset", models.BigIntegerField()),
+                ("lag", models.BigIntegerField(db_index=True)),
+                ("synced_at", models.DateTimeField()),
             ],
             options={
-                'ordering': ['group', 'topic', 'queue_id'],
-                'constraints': [models.UniqueConstraint(fields=('group', 'topic', 'queue_id'), name='consumer_queue_unique')],
+                "ordering": ["group", "topic", "queue_id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("group", "topic", "queue_id"),
+                        name="consumer_queue_unique",
+                    )
+                ],
             },
         ),
     ]

@@ -26,19 +26,30 @@ class DelayLevelsView(APIView):
     @extend_schema(responses=dict)
     def get(self, request):
         stats = services.delay_stats()
-        return Response({"now_ms": stats.now_ms, "levels": services.level_rows(stats),
-                         "timers": asdict(stats.timers),
-                         "delivered_last_minute": stats.delivered_last_minute,
-                         "last_error": stats.last_error})
+        return Response(
+            {
+                "now_ms": stats.now_ms,
+                "levels": services.level_rows(stats),
+                "timers": asdict(stats.timers),
+                "delivered_last_minute": stats.delivered_last_minute,
+                "last_error": stats.last_error,
+            }
+        )
 
 
 class ScheduledListView(APIView):
     permission_classes = [HasRole]
     read_role = VIEWER
 
-    @extend_schema(parameters=[OpenApiParameter("kind", str, enum=["level", "timer"]),
-                               OpenApiParameter("level", int), OpenApiParameter("limit", int),
-                               OpenApiParameter("start", int)], responses=dict)
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("kind", str, enum=["level", "timer"]),
+            OpenApiParameter("level", int),
+            OpenApiParameter("limit", int),
+            OpenApiParameter("start", int),
+        ],
+        responses=dict,
+    )
     def get(self, request):
         p = request.query_params
         try:
@@ -46,7 +57,9 @@ class ScheduledListView(APIView):
             limit = min(max(1, int(p.get("limit", 50))), 500)
             start = max(0, int(p.get("start", 0)))
         except ValueError as exc:
-            raise serializers.ValidationError("level, limit and start are integers") from exc
+            raise serializers.ValidationError(
+                "level, limit and start are integers"
+            ) from exc
         rows = services.list_scheduled(p.get("kind") or None, level, limit, start)
         return Response({"results": [asdict(r) | {"kind": r.kind.value} for r in rows]})
 
@@ -59,6 +72,10 @@ class CancelView(APIView):
     def post(self, request, msg_id: str):
         s = CancelSerializer(data=request.data)
         s.is_valid(raise_exception=True)
-        r = services.cancel_scheduled(actor=request.user, request=request, msg_id=msg_id,
-                                      reason=s.validated_data["reason"])
+        r = services.cancel_scheduled(
+            actor=request.user,
+            request=request,
+            msg_id=msg_id,
+            reason=s.validated_data["reason"],
+        )
         return Response(asdict(r) | {"kind": r.kind.value})

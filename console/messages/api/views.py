@@ -13,9 +13,9 @@ from console.messages.api.serializers import ResendSerializer, message_json
 from console.ui.permissions import HasRole
 from console.ui.roles import OPERATOR, VIEWER, can_see_bodies
 
-_SEARCH_PARAMS = [OpenApiParameter(n, str) for n in ("topic", "msg_id", "key", "tag", "sql",
-                                                     "cursor")] + [
-    OpenApiParameter(n, int) for n in ("queue_id", "begin_ms", "end_ms", "limit")]
+_SEARCH_PARAMS = [
+    OpenApiParameter(n, str) for n in ("topic", "msg_id", "key", "tag", "sql", "cursor")
+] + [OpenApiParameter(n, int) for n in ("queue_id", "begin_ms", "end_ms", "limit")]
 
 
 def _int(value: str | None, name: str) -> int | None:
@@ -36,14 +36,25 @@ class MessageSearchView(APIView):
         p = request.query_params
         limit = min(_int(p.get("limit"), "limit") or 50, 200)
         page = services.search_messages(
-            topic=p.get("topic", ""), msg_id=p.get("msg_id", ""), key=p.get("key", ""),
-            tag=p.get("tag", ""), sql=p.get("sql", ""),
+            topic=p.get("topic", ""),
+            msg_id=p.get("msg_id", ""),
+            key=p.get("key", ""),
+            tag=p.get("tag", ""),
+            sql=p.get("sql", ""),
             queue_id=_int(p.get("queue_id"), "queue_id"),
             begin_ms=_int(p.get("begin_ms"), "begin_ms"),
-            end_ms=_int(p.get("end_ms"), "end_ms"), limit=limit, cursor=p.get("cursor"))
+            end_ms=_int(p.get("end_ms"), "end_ms"),
+            limit=limit,
+            cursor=p.get("cursor"),
+        )
         with_body = can_see_bodies(request.user)
-        return Response({"results": [message_json(m, with_body) for m in page.messages],
-                         "cursor": page.cursor, "scanned": page.scanned})
+        return Response(
+            {
+                "results": [message_json(m, with_body) for m in page.messages],
+                "cursor": page.cursor,
+                "scanned": page.scanned,
+            }
+        )
 
 
 class MessageDetailView(APIView):
@@ -64,7 +75,13 @@ class MessageResendView(APIView):
     def post(self, request, msg_id: str):
         s = ResendSerializer(data=request.data)
         s.is_valid(raise_exception=True)
-        r = services.resend_message(actor=request.user, request=request, msg_id=msg_id,
-                                    **s.validated_data)
-        return Response({"retry_topic": f"%RETRY%{s.validated_data['group']}",
-                         "queue_offset": r.queue_offset}, status=status.HTTP_201_CREATED)
+        r = services.resend_message(
+            actor=request.user, request=request, msg_id=msg_id, **s.validated_data
+        )
+        return Response(
+            {
+                "retry_topic": f"%RETRY%{s.validated_data['group']}",
+                "queue_offset": r.queue_offset,
+            },
+            status=status.HTTP_201_CREATED,
+        )

@@ -7,8 +7,19 @@ from console.topics.models import Topic
 class TopicSerializer(serializers.ModelSerializer):
     class Meta:
         model = Topic
-        fields = ["name", "read_queue_nums", "write_queue_nums", "perm", "message_type",
-                  "system", "queues", "messages", "produce_rate", "depths", "synced_at"]
+        fields = [
+            "name",
+            "read_queue_nums",
+            "write_queue_nums",
+            "perm",
+            "message_type",
+            "system",
+            "queues",
+            "messages",
+            "produce_rate",
+            "depths",
+            "synced_at",
+        ]
         read_only_fields = fields
 
 
@@ -17,17 +28,23 @@ class TopicWriteSerializer(serializers.Serializer):
     read_queue_nums = serializers.IntegerField(min_value=1, max_value=1024, default=4)
     write_queue_nums = serializers.IntegerField(min_value=1, max_value=1024, default=4)
     perm = serializers.ChoiceField(choices=[p for p, _ in PERM_CHOICES], default=6)
-    message_type = serializers.ChoiceField(choices=[t for t, _ in TYPE_CHOICES],
-                                           default="NORMAL")
+    message_type = serializers.ChoiceField(
+        choices=[t for t, _ in TYPE_CHOICES], default="NORMAL"
+    )
     reason = serializers.CharField(max_length=1000, required=False, default="")
 
 
 class TopicUpdateSerializer(serializers.Serializer):
-    read_queue_nums = serializers.IntegerField(min_value=1, max_value=1024, required=False)
-    write_queue_nums = serializers.IntegerField(min_value=1, max_value=1024, required=False)
+    read_queue_nums = serializers.IntegerField(
+        min_value=1, max_value=1024, required=False
+    )
+    write_queue_nums = serializers.IntegerField(
+        min_value=1, max_value=1024, required=False
+    )
     perm = serializers.ChoiceField(choices=[p for p, _ in PERM_CHOICES], required=False)
-    message_type = serializers.ChoiceField(choices=[t for t, _ in TYPE_CHOICES],
-                                           required=False)
+    message_type = serializers.ChoiceField(
+        choices=[t for t, _ in TYPE_CHOICES], required=False
+    )
     reason = serializers.CharField(max_length=1000, required=False, default="")
 
 
@@ -39,5 +56,6 @@ class SendSerializer(serializers.Serializer):
     body = serializers.CharField(trim_whitespace=False)
     tags = serializers.CharField(required=False, default="", allow_blank=True)
     keys = serializers.CharField(required=False, default="", allow_blank=True)
-    properties = serializers.DictField(child=serializers.CharField(), required=False,
-                                       default=dict)
+    properties = serializers.DictField(
+        child=serializers.CharField(), required=False, default=dict
+    )

@@ -38,9 +38,15 @@ class TopicViewSet(viewsets.ReadOnlyModelViewSet):
     ordering_fields = SORTABLE
     ordering = ["name"]
     permission_classes = [HasRole]
-    action_roles = {"list": VIEWER, "retrieve": VIEWER, "messages": VIEWER,
-                    "create": ADMIN, "partial_update": ADMIN, "destroy": ADMIN,
-                    "send": OPERATOR}
+    action_roles = {
+        "list": VIEWER,
+        "retrieve": VIEWER,
+        "messages": VIEWER,
+        "create": ADMIN,
+        "partial_update": ADMIN,
+        "destroy": ADMIN,
+        "send": OPERATOR,
+    }
 
     def get_queryset(self):
         services.sync_topics()
@@ -62,8 +68,13 @@ class TopicViewSet(viewsets.ReadOnlyModelViewSet):
         data = dict(s.validated_data)
         reason = data.pop("reason", "")
         if data:
-            services.update_topic(actor=request.user, request=request, name=topic.name,
-                                  reason=reason, **data)
+            services.update_topic(
+                actor=request.user,
+                request=request,
+                name=topic.name,
+                reason=reason,
+                **data,
+            )
         return Response(TopicSerializer(Topic.objects.get(name=topic.name)).data)
 
     @extend_schema(request=TopicDeleteSerializer, responses={204: None})
@@ -71,8 +82,12 @@ class TopicViewSet(viewsets.ReadOnlyModelViewSet):
         topic = self.get_object()
         s = TopicDeleteSerializer(data=request.data)
         s.is_valid(raise_exception=True)
-        services.delete_topic(actor=request.user, request=request, name=topic.name,
-                              reason=s.validated_data["reason"])
+        services.delete_topic(
+            actor=request.user,
+            request=request,
+            name=topic.name,
+            reason=s.validated_data["reason"],
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=SendSerializer, responses={201: dict})
@@ -83,16 +98,34 @@ class TopicViewSet(viewsets.ReadOnlyModelViewSet):
         s.is_valid(raise_exception=True)
         d = s.validated_data
         r = message_services.send_test_message(
-            actor=request.user, request=request, topic=topic.name, body=d["body"].encode(),
-            tags=d["tags"], keys=d["keys"], properties=d["properties"])
-        return Response({"msg_id": r.msg_id, "offset_msg_id": r.offset_msg_id,
-                         "queue_id": r.queue_id, "queue_offset": r.queue_offset,
-                         "status": r.status.value}, status=status.HTTP_201_CREATED)
+            actor=request.user,
+            request=request,
+            topic=topic.name,
+            body=d["body"].encode(),
+            tags=d["tags"],
+            keys=d["keys"],
+            properties=d["properties"],
+        )
+        return Response(
+            {
+                "msg_id": r.msg_id,
+                "offset_msg_id": r.offset_msg_id,
+                "queue_id": r.queue_id,
+                "queue_offset": r.queue_offset,
+                "status": r.status.value,
+            },
+            status=status.HTTP_201_CREATED,
+        )
 
-    @extend_schema(parameters=[
-        OpenApiParameter("queue_id", int, required=True),
-        OpenApiParameter("offset", int), OpenApiParameter("at_ms", int),
-        OpenApiParameter("count", int)], responses=dict)
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("queue_id", int, required=True),
+            OpenApiParameter("offset", int),
+            OpenApiParameter("at_ms", int),
+            OpenApiParameter("count", int),
+        ],
+        responses=dict,
+    )
     @action(detail=True, methods=["get"])
     def messages(self, request, name=None):
         """Browse one queue from an offset or a time (ms); bodies for operators."""
@@ -103,14 +136,23 @@ class TopicViewSet(viewsets.ReadOnlyModelViewSet):
             at_ms = request.query_params.get("at_ms")
             count = int(request.query_params.get("count", 50))
             page = message_services.browse_queue(
-                topic.name, qid, offset=int(offset) if offset else None,
-                at_ms=int(at_ms) if at_ms else None, count=count)
+                topic.name,
+                qid,
+                offset=int(offset) if offset else None,
+                at_ms=int(at_ms) if at_ms else None,
+                count=count,
+            )
         except (KeyError, ValueError) as exc:
             raise Http404("queue_id, offset, at_ms and count must be integers") from exc
         with_body = can_see_bodies(request.user)
-        return Response({
-            "topic": topic.name, "queue_id": qid, "min_offset": page.min_offset,
-            "max_offset": page.max_offset, "start": page.start,
-            "next_offset": page.next_start,
-            "messages": [message_json(m, with_body) for m in page.messages],
-        })
+        return Response(
+            {
+                "topic": topic.name,
+                "queue_id": qid,
+                "min_offset": page.min_offset,
+                "max_offset": page.max_offset,
+                "start": page.start,
+                "next_offset": page.next_start,
+                "messages": [message_json(m, with_body) for m in page.messages],
+            }
+        )

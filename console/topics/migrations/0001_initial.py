@@ -4,43 +4,61 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Topic',
+            name="Topic",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=127, unique=True)),
-                ('read_queue_nums', models.PositiveIntegerField()),
-                ('write_queue_nums', models.PositiveIntegerField()),
-                ('perm', models.PositiveSmallIntegerField()),
-                ('message_type', models.CharField(db_index=True, max_length=16)),
-                ('system', models.BooleanField(db_index=True, default=False)),
-                ('queues', models.PositiveIntegerField()),
-                ('messages', models.BigIntegerField(db_index=True, default=0)),
-                ('produce_rate', models.FloatField(default=0.0)),
-                ('depths', models.JSONField(default=list)),
-                ('synced_at', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("name", models.CharField(max_length=127, unique=True)),
+                ("read_queue_nums", models.PositiveIntegerField()),
+                ("write_queue_nums", models.PositiveIntegerField()),
+                ("perm", models.PositiveSmallIntegerField()),
+                ("message_type", models.CharField(db_index=True, max_length=16)),
+                ("system", models.BooleanField(db_index=True, default=False)),
+                ("queues", models.PositiveIntegerField()),
+                ("messages", models.BigIntegerField(db_index=True, default=0)),
+                ("produce_rate", models.FloatField(default=0.0)),
+                ("depths", models.JSONField(default=list)),
+                ("synced_at", models.DateTimeField()),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='TopicSample',
+            name="TopicSample",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('topic', models.CharField(max_length=127)),
-                ('at', models.DateTimeField(db_index=True)),
-                ('messages', models.BigIntegerField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("topic", models.CharField(max_length=127)),
+                ("at", models.DateTimeField(db_index=True)),
+                ("messages", models.BigIntegerField()),
             ],
             options={
-                'indexes': [models.Index(fields=['topic', '-at'], name='topics_topi_topic_4120ac_idx')],
+                "indexes": [
+                    models.Index(
+                        fields=["topic", "-at"], name="topics_topi_topic_4120ac_idx"
+                    )
+                ],
             },
         ),
     ]

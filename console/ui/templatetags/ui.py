@@ -35,7 +35,9 @@ def sort_header(context: dict[str, Any], label: str, key: str) -> str:
     else:
         params["sort"] = key
         arrow = ""
-    return format_html('<a class="sort" href="?{}">{}{}</a>', params.urlencode(), label, arrow)
+    return format_html(
+        '<a class="sort" href="?{}">{}{}</a>', params.urlencode(), label, arrow
+    )
 
 
 @register.filter

@@ -22,9 +22,13 @@ def test_create_user(django_user_model, role) -> None:
 
 
 def test_duplicate_and_weak_password(django_user_model) -> None:
-    call_command("create_user", "bob", "--role", "viewer", "--password", "s3cret-enough")
+    call_command(
+        "create_user", "bob", "--role", "viewer", "--password", "s3cret-enough"
+    )
     with pytest.raises(CommandError, match="already exists"):
-        call_command("create_user", "bob", "--role", "viewer", "--password", "s3cret-enough")
+        call_command(
+            "create_user", "bob", "--role", "viewer", "--password", "s3cret-enough"
+        )
     with pytest.raises(CommandError):
         call_command("create_user", "carol", "--role", "viewer", "--password", "short")
     assert not django_user_model.objects.filter(username="carol").exists()

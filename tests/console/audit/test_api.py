@@ -12,10 +12,19 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def records(users):
     for i in range(3):
-        record_audit(actor=users["operator"], action="offset.reset",
-                     object_type="consumer_group", object_id=f"g{i}", reason="replay")
-    record_audit(actor=users["admin"], action="topic.create", object_type="topic",
-                 object_id="orders")
+        record_audit(
+            actor=users["operator"],
+            action="offset.reset",
+            object_type="consumer_group",
+            object_id=f"g{i}",
+            reason="replay",
+        )
+    record_audit(
+        actor=users["admin"],
+        action="topic.create",
+        object_type="topic",
+        object_id="orders",
+    )
 
 
 @pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
@@ -26,7 +35,11 @@ def test_list(api_as, records, role) -> None:
 
 
 def test_filters_match_the_page(api_as, records) -> None:
-    data = api_as("viewer").get("/api/audit/", {"action": "offset", "object_id": "g1"}).json()
+    data = (
+        api_as("viewer")
+        .get("/api/audit/", {"action": "offset", "object_id": "g1"})
+        .json()
+    )
     assert [r["object_id"] for r in data["results"]] == ["g1"]
 
 

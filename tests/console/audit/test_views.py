@@ -15,14 +15,30 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def records(users):
-    record_audit(actor=users["operator"], action="transaction.rollback",
-                 object_type="transaction", object_id="AC10000100002A9F",
-                 reason="stuck since Monday", before={"state": "pending"},
-                 after={"state": "rolled_back"})
-    record_audit(actor=users["admin"], action="topic.create", object_type="topic",
-                 object_id="orders", after={"queues": 8})
-    record_audit(actor=None, action="topic.delete", object_type="topic",
-                 object_id="=HYPERLINK(\"x\")", status="failed", message="boom")
+    record_audit(
+        actor=users["operator"],
+        action="transaction.rollback",
+        object_type="transaction",
+        object_id="AC10000100002A9F",
+        reason="stuck since Monday",
+        before={"state": "pending"},
+        after={"state": "rolled_back"},
+    )
+    record_audit(
+        actor=users["admin"],
+        action="topic.create",
+        object_type="topic",
+        object_id="orders",
+        after={"queues": 8},
+    )
+    record_audit(
+        actor=None,
+        action="topic.delete",
+        object_type="topic",
+        object_id='=HYPERLINK("x")',
+        status="failed",
+        message="boom",
+    )
     return AuditRecord.objects.all()
 
 
@@ -44,8 +60,13 @@ def test_audited_records_failures_and_reraises(users) -> None:
         raise RuntimeError("disk on fire")
 
     with pytest.raises(RuntimeError):
-        audited(boom, actor=users["admin"], action="topic.delete", object_type="topic",
-                object_id="t")
+        audited(
+            boom,
+            actor=users["admin"],
+            action="topic.delete",
+            object_type="topic",
+            object_id="t",
+        )
     r = AuditRecord.objects.get()
     assert r.status == "failed" and "disk on fire" in r.message
     assert r.actor_username == "admin"
@@ -85,7 +106,9 @@ def test_csv_export_streams_filtered_rows(client_as, records) -> None:
     rows = list(csv.DictReader(io.StringIO(text)))
     assert {r["action"] for r in rows} == {"topic.create", "topic.delete"}
     # A formula in a cell is neutralised for spreadsheets.
-    assert next(r for r in rows if r["action"] == "topic.delete")["object_id"].startswith("'=")
+    assert next(r for r in rows if r["action"] == "topic.delete")[
+        "object_id"
+    ].startswith("'=")
 
 
 def test_admin_site_is_read_only(client, django_user_model, records) -> None:

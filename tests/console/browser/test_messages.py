@@ -8,8 +8,10 @@ from broker_core import Message
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-EVIL = ('<script>window.pwned = 1</script><img src="x" onerror="window.pwned = 2">'
-        '<b id="injected">bold?</b>')
+EVIL = (
+    '<script>window.pwned = 1</script><img src="x" onerror="window.pwned = 2">'
+    '<b id="injected">bold?</b>'
+)
 
 
 @pytest.fixture
@@ -18,8 +20,9 @@ def evil(broker):
     return broker.send(Message("web", EVIL.encode(), tags="html", keys="evil")).msg_id
 
 
-def test_viewer_sees_no_body_and_no_action_buttons(page, users, sign_in, evil,
-                                                   screenshot) -> None:
+def test_viewer_sees_no_body_and_no_action_buttons(
+    page, users, sign_in, evil, screenshot
+) -> None:
     sign_in(page, "viewer")
     page.goto(f"/messages/{evil}/")
     assert page.locator("[data-testid=body-hidden]").is_visible()

@@ -15,10 +15,16 @@ def test_seeded_console(page, users, sign_in, broker, screenshot) -> None:
     page.goto("/")
     assert page.locator("h1").inner_text() == "Overview"
     assert page.evaluate("typeof Chart") == "function"
-    page.wait_for_function("Chart.getChart(document.getElementById('traffic')) !== undefined")
-    with page.expect_response(lambda r: r.url.rstrip("/").endswith(page.url.rstrip("/"))
-                              and r.request.headers.get("hx-request") == "true",
-                              timeout=15_000):
+    page.wait_for_function(
+        "Chart.getChart(document.getElementById('traffic')) !== undefined"
+    )
+    with page.expect_response(
+        lambda r: (
+            r.url.rstrip("/").endswith(page.url.rstrip("/"))
+            and r.request.headers.get("hx-request") == "true"
+        ),
+        timeout=15_000,
+    ):
         pass  # htmx polls the overview every 10 s
     screenshot(page, "overview")
     page.get_by_role("link", name="Topics", exact=True).click()

@@ -15,7 +15,10 @@ def test_sign_in_shows_role_and_nav(page, users, sign_in, screenshot) -> None:
     page.click("button[type=submit]")
     assert page.locator("[role=alert]").is_visible()
     sign_in(page, "operator")
-    assert page.locator("[data-testid=role-badge]").inner_text().strip().lower() == "operator"
+    assert (
+        page.locator("[data-testid=role-badge]").inner_text().strip().lower()
+        == "operator"
+    )
     page.goto("/audit/")
     assert page.locator("h1").inner_text() == "Audit log"
     assert page.evaluate("typeof htmx") == "object"

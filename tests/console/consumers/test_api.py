@@ -31,15 +31,27 @@ def test_reset(api_as, group, broker) -> None:
     url = "/api/consumer-groups/etl/reset-offset/"
     body = {"topic": "events", "to_offset": 0, "reason": "replay"}
     assert api_as("viewer").post(url, body, format="json").status_code == 403
-    preview = api_as("operator").post(url, body | {"dry_run": True}, format="json").json()
-    assert not preview["applied"] and [c["delta"] for c in preview["changes"]] == [3, 10]
+    preview = (
+        api_as("operator").post(url, body | {"dry_run": True}, format="json").json()
+    )
+    assert not preview["applied"] and [c["delta"] for c in preview["changes"]] == [
+        3,
+        10,
+    ]
     assert broker.committed_offset("etl", "events", 0) == 3
-    assert api_as("operator").post(url, {"topic": "events", "to_offset": 0},
-                                   format="json").status_code == 400
+    assert (
+        api_as("operator")
+        .post(url, {"topic": "events", "to_offset": 0}, format="json")
+        .status_code
+        == 400
+    )
     r = api_as("operator").post(url, body, format="json")
     assert r.status_code == 200 and r.json()["applied"]
     assert broker.committed_offset("etl", "events", 1) == 0
-    bad = api_as("operator").post(url, {"topic": "events", "to_offset": 99, "queue_id": 0,
-                                        "reason": "x" * 5}, format="json")
+    bad = api_as("operator").post(
+        url,
+        {"topic": "events", "to_offset": 99, "queue_id": 0, "reason": "x" * 5},
+        format="json",
+    )
     assert bad.status_code == 400 and bad.json()["code"] == "invalid_offset"
     assert AuditRecord.objects.filter(action="consumer_group.reset_offset").count() == 1

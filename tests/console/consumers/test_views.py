@@ -13,7 +13,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def lagging(broker):
     broker.create_topic("events", 2)
-    broker.send_batch([Message("events", b"e%d" % i, queue_id=i % 2) for i in range(40)])
+    broker.send_batch(
+        [Message("events", b"e%d" % i, queue_id=i % 2) for i in range(40)]
+    )
     broker.commit_offset("analytics", "events", 0, 5)
     broker.commit_offset("analytics", "events", 1, 20)
     return "analytics"
@@ -29,7 +31,9 @@ def test_list_and_detail(client_as, lagging, role) -> None:
 
 
 def test_filter_by_lag(client_as, lagging) -> None:
-    body = client_as("viewer").get("/consumer-groups/", {"min_lag": 100}).content.decode()
+    body = (
+        client_as("viewer").get("/consumer-groups/", {"min_lag": 100}).content.decode()
+    )
     assert "analytics" not in body
 
 
@@ -39,8 +43,10 @@ def test_unknown_group_404_and_no_role_403(client_as, lagging) -> None:
 
 
 def test_preview_changes_nothing(client_as, lagging, broker) -> None:
-    r = client_as("operator").post("/consumer-groups/analytics/reset/preview/", {
-        "topic": "events", "mode": "offset", "offset": 0})
+    r = client_as("operator").post(
+        "/consumer-groups/analytics/reset/preview/",
+        {"topic": "events", "mode": "offset", "offset": 0},
+    )
     assert r.status_code == 200
     assert b"5 consumed again" in r.content and b"20 consumed again" in r.content
     assert broker.committed_offset("analytics", "events", 0) == 5
@@ -49,13 +55,21 @@ def test_preview_changes_nothing(client_as, lagging, broker) -> None:
 
 def test_reset_to_offset_needs_reason_and_operator(client_as, lagging, broker) -> None:
     data = {"topic": "events", "mode": "offset", "offset": 2, "queue_id": 0}
-    assert client_as("viewer").post("/consumer-groups/analytics/reset/", data).status_code == 403
-    assert client_as("viewer").post("/consumer-groups/analytics/reset/preview/",
-                                    data).status_code == 403
+    assert (
+        client_as("viewer").post("/consumer-groups/analytics/reset/", data).status_code
+        == 403
+    )
+    assert (
+        client_as("viewer")
+        .post("/consumer-groups/analytics/reset/preview/", data)
+        .status_code
+        == 403
+    )
     client_as("operator").post("/consumer-groups/analytics/reset/", data)
     assert broker.committed_offset("analytics", "events", 0) == 5  # no reason: refused
-    r = client_as("operator").post("/consumer-groups/analytics/reset/",
-                                   data | {"reason": "reprocess after fix"})
+    r = client_as("operator").post(
+        "/consumer-groups/analytics/reset/", data | {"reason": "reprocess after fix"}
+    )
     assert r.status_code == 302
     assert broker.committed_offset("analytics", "events", 0) == 2
     assert broker.committed_offset("analytics", "events", 1) == 20
@@ -64,8 +78,15 @@ def test_reset_to_offset_needs_reason_and_operator(client_as, lagging, broker) -
 
 
 def test_reset_to_time(client_as, lagging, broker) -> None:
-    r = client_as("operator").post("/consumer-groups/analytics/reset/", {
-        "topic": "events", "mode": "time", "at": "2999-01-01T00:00:00", "reason": "skip all"})
+    r = client_as("operator").post(
+        "/consumer-groups/analytics/reset/",
+        {
+            "topic": "events",
+            "mode": "time",
+            "at": "2999-01-01T00:00:00",
+            "reason": "skip all",
+        },
+    )
     assert r.status_code == 302
     assert broker.committed_offset("analytics", "events", 0) == 20
     assert broker.committed_offset("analytics", "events", 1) == 20

@@ -26,7 +26,9 @@ def test_levels(api_as, msg_id, role) -> None:
 
 def test_cancel(api_as, msg_id) -> None:
     url = f"/api/delay-scheduled/{msg_id}/cancel/"
-    assert api_as("viewer").post(url, {"reason": "nope"}, format="json").status_code == 403
+    assert (
+        api_as("viewer").post(url, {"reason": "nope"}, format="json").status_code == 403
+    )
     assert api_as("operator").post(url, {}, format="json").status_code == 400
     r = api_as("operator").post(url, {"reason": "customer cancelled"}, format="json")
     assert r.status_code == 200 and r.json()["level"] == 5

@@ -16,10 +16,18 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def scheduled(broker):
     svc = get_delay_service()
-    ids = [svc.send_delayed(Message("orders", b"later %d" % lv, tags="late"), level=lv).msg_id
-           for lv in (3, 3, 18)]
-    ids.append(svc.send_delayed(Message("orders", b"timer"),
-                                deliver_at_ms=int(time.time() * 1000) + 3_600_000).msg_id)
+    ids = [
+        svc.send_delayed(
+            Message("orders", b"later %d" % lv, tags="late"), level=lv
+        ).msg_id
+        for lv in (3, 3, 18)
+    ]
+    ids.append(
+        svc.send_delayed(
+            Message("orders", b"timer"),
+            deliver_at_ms=int(time.time() * 1000) + 3_600_000,
+        ).msg_id
+    )
     return ids
 
 
@@ -41,7 +49,9 @@ def test_scheduled_list_and_filters(client_as, scheduled) -> None:
     assert all(i in body for i in scheduled)
     assert "Cancel</button>" not in body
     body = c.get("/delays/scheduled/", {"kind": "level", "level": 3}).content.decode()
-    assert scheduled[0] in body and scheduled[2] not in body and scheduled[3] not in body
+    assert (
+        scheduled[0] in body and scheduled[2] not in body and scheduled[3] not in body
+    )
     body = c.get("/delays/scheduled/", {"kind": "timer"}).content.decode()
     assert scheduled[3] in body and scheduled[0] not in body
 
@@ -49,12 +59,16 @@ def test_scheduled_list_and_filters(client_as, scheduled) -> None:
 def test_cancel(client_as, scheduled) -> None:
     url = f"/delays/scheduled/{scheduled[0]}/cancel/"
     assert client_as("viewer").post(url, {"reason": "wrong price"}).status_code == 403
-    assert "Cancel</button>" in client_as("operator").get("/delays/scheduled/").content.decode()
+    assert (
+        "Cancel</button>"
+        in client_as("operator").get("/delays/scheduled/").content.decode()
+    )
     r = client_as("operator").post(url, {"reason": "wrong price"}, follow=True)
     assert b"will not be delivered" in r.content
     body = client_as("viewer").get("/delays/scheduled/").content.decode()
     assert scheduled[0] not in body and scheduled[1] in body
     r = client_as("operator").post(url, {"reason": "again"}, follow=True)
     assert b"Not cancelled" in r.content
-    assert list(AuditRecord.objects.order_by("id").values_list("status", flat=True)) == [
-        "success", "failed"]
+    assert list(
+        AuditRecord.objects.order_by("id").values_list("status", flat=True)
+    ) == ["success", "failed"]

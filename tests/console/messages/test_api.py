@@ -13,13 +13,18 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def sent(broker):
     broker.create_topic("shop", 1)
-    a = broker.send(Message("shop", b"alpha", tags="x", keys="k1", properties={"n": "1"}))
-    b = broker.send(Message("shop", b"beta", tags="y", keys="k2", properties={"n": "9"}))
+    a = broker.send(
+        Message("shop", b"alpha", tags="x", keys="k1", properties={"n": "1"})
+    )
+    b = broker.send(
+        Message("shop", b"beta", tags="y", keys="k2", properties={"n": "9"})
+    )
     return a.msg_id, b.msg_id
 
 
-@pytest.mark.parametrize("role,bodies", [("viewer", False), ("operator", True),
-                                         ("admin", True)])
+@pytest.mark.parametrize(
+    "role,bodies", [("viewer", False), ("operator", True), ("admin", True)]
+)
 def test_detail_bodies_by_role(api_as, sent, role, bodies) -> None:
     data = api_as(role).get(f"/api/messages/{sent[0]}/").json()
     assert data["keys"] == "k1"
@@ -30,12 +35,22 @@ def test_detail_bodies_by_role(api_as, sent, role, bodies) -> None:
 
 def test_search(api_as, sent) -> None:
     c = api_as("viewer")
-    assert [m["msg_id"] for m in c.get("/api/messages/search/",
-                                       {"topic": "shop"}).json()["results"]] == [sent[1], sent[0]]
-    assert [m["msg_id"] for m in c.get("/api/messages/search/",
-                                       {"topic": "shop", "sql": "n > 5"}).json()["results"]] == [sent[1]]
-    assert [m["msg_id"] for m in c.get("/api/messages/search/",
-                                       {"topic": "shop", "key": "k1"}).json()["results"]] == [sent[0]]
+    assert [
+        m["msg_id"]
+        for m in c.get("/api/messages/search/", {"topic": "shop"}).json()["results"]
+    ] == [sent[1], sent[0]]
+    assert [
+        m["msg_id"]
+        for m in c.get(
+            "/api/messages/search/", {"topic": "shop", "sql": "n > 5"}
+        ).json()["results"]
+    ] == [sent[1]]
+    assert [
+        m["msg_id"]
+        for m in c.get("/api/messages/search/", {"topic": "shop", "key": "k1"}).json()[
+            "results"
+        ]
+    ] == [sent[0]]
     r = c.get("/api/messages/search/", {"topic": "shop", "sql": "n >"})
     assert r.status_code == 400 and r.json()["code"] == "filter_syntax"
     assert c.get("/api/messages/search/").status_code == 400
@@ -44,9 +59,15 @@ def test_search(api_as, sent) -> None:
 
 def test_resend(api_as, sent) -> None:
     url = f"/api/messages/{sent[0]}/resend/"
-    assert api_as("viewer").post(url, {"group": "g", "reason": "again"},
-                                 format="json").status_code == 403
-    assert api_as("operator").post(url, {"group": "g"}, format="json").status_code == 400
+    assert (
+        api_as("viewer")
+        .post(url, {"group": "g", "reason": "again"}, format="json")
+        .status_code
+        == 403
+    )
+    assert (
+        api_as("operator").post(url, {"group": "g"}, format="json").status_code == 400
+    )
     r = api_as("operator").post(url, {"group": "g", "reason": "again"}, format="json")
     assert r.status_code == 201 and r.json()["retry_topic"] == "%RETRY%g"
     assert AuditRecord.objects.get().action == "message.resend"

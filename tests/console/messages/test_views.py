@@ -16,10 +16,18 @@ EVIL = b'<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
 def msgs(broker):
     broker.create_topic("shop", 2)
     out = {
-        "json": broker.send(Message("shop", b'{"order": 7, "total": 12.5}', tags="paid",
-                                    keys="order-7", properties={"amount": "12"})),
-        "evil": broker.send(Message("shop", EVIL, tags="new", keys="evil",
-                                    properties={"amount": "3"})),
+        "json": broker.send(
+            Message(
+                "shop",
+                b'{"order": 7, "total": 12.5}',
+                tags="paid",
+                keys="order-7",
+                properties={"amount": "12"},
+            )
+        ),
+        "evil": broker.send(
+            Message("shop", EVIL, tags="new", keys="evil", properties={"amount": "3"})
+        ),
         "binary": broker.send(Message("shop", bytes(range(256)), tags="bin")),
     }
     return {k: r.msg_id for k, r in out.items()}
@@ -55,12 +63,15 @@ def test_unknown_message_is_404(client_as, broker) -> None:
     assert client_as("viewer").get("/messages/NOPE/").status_code == 404
 
 
-@pytest.mark.parametrize("query,expected", [
-    ({"topic": "shop", "key": "order-7"}, {"json"}),
-    ({"topic": "shop", "tag": "paid || new"}, {"json", "evil"}),
-    ({"topic": "shop", "sql": "amount > 5"}, {"json"}),
-    ({"topic": "shop", "tag": "new", "sql": "amount < 5"}, {"evil"}),
-])
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ({"topic": "shop", "key": "order-7"}, {"json"}),
+        ({"topic": "shop", "tag": "paid || new"}, {"json", "evil"}),
+        ({"topic": "shop", "sql": "amount > 5"}, {"json"}),
+        ({"topic": "shop", "tag": "new", "sql": "amount < 5"}, {"evil"}),
+    ],
+)
 def test_search(client_as, msgs, query, expected) -> None:
     body = client_as("viewer").get("/messages/", query).content.decode()
     for name, msg_id in msgs.items():
@@ -69,20 +80,33 @@ def test_search(client_as, msgs, query, expected) -> None:
 
 def test_search_by_id_and_bad_sql(client_as, msgs) -> None:
     c = client_as("viewer")
-    assert msgs["evil"] in c.get("/messages/", {"msg_id": msgs["evil"]}).content.decode()
+    assert (
+        msgs["evil"] in c.get("/messages/", {"msg_id": msgs["evil"]}).content.decode()
+    )
     body = c.get("/messages/", {"topic": "shop", "sql": "amount >"}).content.decode()
     assert 'role="alert"' in body
 
 
 def test_resend_to_group(client_as, msgs, broker) -> None:
     url = f"/messages/{msgs['json']}/resend/"
-    assert client_as("viewer").post(url, {"group": "billing", "reason": "replay"}).status_code == 403
-    r = client_as("operator").post(url, {"group": "billing", "reason": "replay lost order"})
+    assert (
+        client_as("viewer")
+        .post(url, {"group": "billing", "reason": "replay"})
+        .status_code
+        == 403
+    )
+    r = client_as("operator").post(
+        url, {"group": "billing", "reason": "replay lost order"}
+    )
     assert r.status_code == 302
     copy = broker.store.read_message(
-        broker.store.get_queue_units("%RETRY%billing", 0, 0, 1)[0][0])
+        broker.store.get_queue_units("%RETRY%billing", 0, 0, 1)[0][0]
+    )
     assert copy.body == b'{"order": 7, "total": 12.5}'
     assert copy.properties["RETRY_TOPIC"] == "shop"
     rec = AuditRecord.objects.get()
-    assert (rec.action, rec.object_id, rec.reason) == ("message.resend", msgs["json"],
-                                                       "replay lost order")
+    assert (rec.action, rec.object_id, rec.reason) == (
+        "message.resend",
+        msgs["json"],
+        "replay lost order",
+    )

@@ -13,7 +13,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def orders(broker):
     broker.create_topic("orders", 2)
-    broker.send_batch([Message("orders", b"o%d" % i, queue_id=i % 2) for i in range(10)])
+    broker.send_batch(
+        [Message("orders", b"o%d" % i, queue_id=i % 2) for i in range(10)]
+    )
 
 
 @pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
@@ -35,38 +37,73 @@ def test_only_admins_administer(api_as, orders, role) -> None:
     c = api_as(role)
     assert c.post("/api/topics/", {"name": "x"}, format="json").status_code == 403
     assert c.patch("/api/topics/orders/", {"perm": 4}, format="json").status_code == 403
-    assert c.delete("/api/topics/orders/", {"reason": "bye"}, format="json").status_code == 403
+    assert (
+        c.delete("/api/topics/orders/", {"reason": "bye"}, format="json").status_code
+        == 403
+    )
     assert not AuditRecord.objects.exists()
 
 
 def test_admin_lifecycle(api_as, broker) -> None:
     c = api_as("admin")
-    r = c.post("/api/topics/", {"name": "pay", "read_queue_nums": 2, "write_queue_nums": 2},
-               format="json")
+    r = c.post(
+        "/api/topics/",
+        {"name": "pay", "read_queue_nums": 2, "write_queue_nums": 2},
+        format="json",
+    )
     assert r.status_code == 201 and r.json()["queues"] == 2
-    assert c.post("/api/topics/", {"name": "pay"}, format="json").json()["code"] == "topic_exists"
-    assert c.post("/api/topics/", {"name": "bad name!"}, format="json").status_code == 400
-    assert c.patch("/api/topics/pay/", {"perm": 4, "reason": "freeze"},
-                   format="json").json()["perm"] == 4
-    assert c.delete("/api/topics/pay/", {}, format="json").status_code == 400  # no reason
-    assert c.delete("/api/topics/pay/", {"reason": "retire"}, format="json").status_code == 204
+    assert (
+        c.post("/api/topics/", {"name": "pay"}, format="json").json()["code"]
+        == "topic_exists"
+    )
+    assert (
+        c.post("/api/topics/", {"name": "bad name!"}, format="json").status_code == 400
+    )
+    assert (
+        c.patch(
+            "/api/topics/pay/", {"perm": 4, "reason": "freeze"}, format="json"
+        ).json()["perm"]
+        == 4
+    )
+    assert (
+        c.delete("/api/topics/pay/", {}, format="json").status_code == 400
+    )  # no reason
+    assert (
+        c.delete("/api/topics/pay/", {"reason": "retire"}, format="json").status_code
+        == 204
+    )
     assert c.get("/api/topics/pay/").status_code == 404
     assert list(AuditRecord.objects.order_by("id").values_list("action", "status")) == [
-        ("topic.create", "success"), ("topic.create", "failed"), ("topic.create", "failed"),
-        ("topic.update", "success"), ("topic.delete", "success")]
+        ("topic.create", "success"),
+        ("topic.create", "failed"),
+        ("topic.create", "failed"),
+        ("topic.update", "success"),
+        ("topic.delete", "success"),
+    ]
 
 
 def test_send_and_browse(api_as, orders) -> None:
-    assert api_as("viewer").post("/api/topics/orders/send/", {"body": "x"},
-                                 format="json").status_code == 403
-    r = api_as("operator").post("/api/topics/orders/send/",
-                                {"body": "hi", "tags": "t", "properties": {"a": "1"}},
-                                format="json")
+    assert (
+        api_as("viewer")
+        .post("/api/topics/orders/send/", {"body": "x"}, format="json")
+        .status_code
+        == 403
+    )
+    r = api_as("operator").post(
+        "/api/topics/orders/send/",
+        {"body": "hi", "tags": "t", "properties": {"a": "1"}},
+        format="json",
+    )
     assert r.status_code == 201
     qid = r.json()["queue_id"]
-    page = api_as("viewer").get("/api/topics/orders/messages/", {"queue_id": qid}).json()
+    page = (
+        api_as("viewer").get("/api/topics/orders/messages/", {"queue_id": qid}).json()
+    )
     assert page["messages"][-1]["properties"]["a"] == "1"
     assert "body_text" not in page["messages"][-1]
-    page = api_as("operator").get("/api/topics/orders/messages/",
-                                  {"queue_id": qid, "offset": 5}).json()
+    page = (
+        api_as("operator")
+        .get("/api/topics/orders/messages/", {"queue_id": qid, "offset": 5})
+        .json()
+    )
     assert page["messages"][0]["body_text"] == "hi"

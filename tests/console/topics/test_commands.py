@@ -14,7 +14,10 @@ pytestmark = pytest.mark.django_db
 def test_seed_demo(broker, client_as) -> None:
     call_command("seed_demo", "--messages", "500")
     assert Topic.objects.filter(system=False).count() == 5
-    assert sum(Topic.objects.filter(system=False).values_list("messages", flat=True)) == 501
+    assert (
+        sum(Topic.objects.filter(system=False).values_list("messages", flat=True))
+        == 501
+    )
     lags = dict(ConsumerQueue.objects.values_list("group", "lag").order_by("lag"))
     assert lags["CID_order_fulfilment"] == 0 and lags["CID_analytics"] > 0
     from console.delays.services import delay_stats
@@ -24,7 +27,15 @@ def test_seed_demo(broker, client_as) -> None:
     assert stats.timers.pending == 4
     # Every page answers on a seeded store.
     c = client_as("operator")
-    for url in ("/topics/", "/topics/orders/", "/topics/orders/queues/0/", "/consumer-groups/",
-                "/consumer-groups/CID_analytics/", "/delays/", "/delays/scheduled/",
-                "/messages/?topic=orders&tag=paid", "/audit/"):
+    for url in (
+        "/topics/",
+        "/topics/orders/",
+        "/topics/orders/queues/0/",
+        "/consumer-groups/",
+        "/consumer-groups/CID_analytics/",
+        "/delays/",
+        "/delays/scheduled/",
+        "/messages/?topic=orders&tag=paid",
+        "/audit/",
+    ):
         assert c.get(url).status_code == 200, url

@@ -14,8 +14,15 @@ pytestmark = pytest.mark.django_db
 def orders(broker):
     broker.create_topic("orders", 2)
     for i in range(30):
-        broker.send(Message("orders", f'{{"n": {i}}}'.encode(), tags="paid" if i % 2 else "new",
-                            keys=f"order-{i}", queue_id=i % 2))
+        broker.send(
+            Message(
+                "orders",
+                f'{{"n": {i}}}'.encode(),
+                tags="paid" if i % 2 else "new",
+                keys=f"order-{i}",
+                queue_id=i % 2,
+            )
+        )
     return "orders"
 
 
@@ -46,21 +53,54 @@ def test_no_role_refused(client_as, orders) -> None:
 def test_non_admins_cannot_administer(client_as, orders, role) -> None:
     c = client_as(role)
     assert c.get("/topics/new/").status_code == 403
-    assert c.post("/topics/new/", {"name": "x", "read_queue_nums": 1, "write_queue_nums": 1,
-                                   "perm": 6, "message_type": "NORMAL"}).status_code == 403
+    assert (
+        c.post(
+            "/topics/new/",
+            {
+                "name": "x",
+                "read_queue_nums": 1,
+                "write_queue_nums": 1,
+                "perm": 6,
+                "message_type": "NORMAL",
+            },
+        ).status_code
+        == 403
+    )
     assert c.post("/topics/orders/edit/", {}).status_code == 403
-    assert c.post("/topics/orders/delete/", {"confirm": "orders", "reason": "bye"}).status_code == 403
+    assert (
+        c.post(
+            "/topics/orders/delete/", {"confirm": "orders", "reason": "bye"}
+        ).status_code
+        == 403
+    )
     assert not AuditRecord.objects.exists()
 
 
 def test_admin_creates_edits_and_deletes(client_as, broker) -> None:
     c = client_as("admin")
-    r = c.post("/topics/new/", {"name": "payments", "read_queue_nums": 3, "write_queue_nums": 3,
-                                "perm": 6, "message_type": "NORMAL", "reason": "launch"})
+    r = c.post(
+        "/topics/new/",
+        {
+            "name": "payments",
+            "read_queue_nums": 3,
+            "write_queue_nums": 3,
+            "perm": 6,
+            "message_type": "NORMAL",
+            "reason": "launch",
+        },
+    )
     assert r.status_code == 302
     assert broker.store.get_topic("payments").read_queue_nums == 3
-    r = c.post("/topics/payments/edit/", {"read_queue_nums": 4, "write_queue_nums": 4,
-                                          "perm": 4, "message_type": "NORMAL", "reason": "grow"})
+    r = c.post(
+        "/topics/payments/edit/",
+        {
+            "read_queue_nums": 4,
+            "write_queue_nums": 4,
+            "perm": 4,
+            "message_type": "NORMAL",
+            "reason": "grow",
+        },
+    )
     assert r.status_code == 302
     assert broker.store.get_topic("payments").perm == 4
     # A wrong typed name does not delete.
@@ -69,16 +109,32 @@ def test_admin_creates_edits_and_deletes(client_as, broker) -> None:
     r = c.post("/topics/payments/delete/", {"confirm": "payments", "reason": "retire"})
     assert r.status_code == 302
     assert "payments" not in {t.topic_name for t in broker.list_topics()}
-    actions = list(AuditRecord.objects.order_by("id").values_list("action", "status", "actor_username"))
-    assert actions == [("topic.create", "success", "admin"), ("topic.update", "success", "admin"),
-                       ("topic.delete", "success", "admin")]
+    actions = list(
+        AuditRecord.objects.order_by("id").values_list(
+            "action", "status", "actor_username"
+        )
+    )
+    assert actions == [
+        ("topic.create", "success", "admin"),
+        ("topic.update", "success", "admin"),
+        ("topic.delete", "success", "admin"),
+    ]
     assert AuditRecord.objects.get(action="topic.update").before["perm"] == 6
 
 
-def test_create_existing_topic_shows_error_and_audits_failure(client_as, orders) -> None:
-    r = client_as("admin").post("/topics/new/", {"name": "orders", "read_queue_nums": 1,
-                                                 "write_queue_nums": 1, "perm": 6,
-                                                 "message_type": "NORMAL"})
+def test_create_existing_topic_shows_error_and_audits_failure(
+    client_as, orders
+) -> None:
+    r = client_as("admin").post(
+        "/topics/new/",
+        {
+            "name": "orders",
+            "read_queue_nums": 1,
+            "write_queue_nums": 1,
+            "perm": 6,
+            "message_type": "NORMAL",
+        },
+    )
     assert r.status_code == 200 and b"already exists" in r.content
     assert AuditRecord.objects.get().status == "failed"
 
@@ -89,17 +145,26 @@ def test_browse_queue_by_offset_and_time(client_as, orders, broker) -> None:
     assert body.count('title="order-') == 15
     body = c.get("/topics/orders/queues/1/", {"offset": 10}).content.decode()
     assert body.count('title="order-') == 5
-    body = c.get("/topics/orders/queues/0/", {"at": "2000-01-01T00:00:00"}).content.decode()
+    body = c.get(
+        "/topics/orders/queues/0/", {"at": "2000-01-01T00:00:00"}
+    ).content.decode()
     assert body.count('title="order-') == 15
-    body = c.get("/topics/orders/queues/0/", {"at": "2999-01-01T00:00:00"}).content.decode()
+    body = c.get(
+        "/topics/orders/queues/0/", {"at": "2999-01-01T00:00:00"}
+    ).content.decode()
     assert "No messages." in body
     assert c.get("/topics/orders/queues/7/").status_code == 404
 
 
 def test_send_test_message(client_as, orders, broker) -> None:
-    assert client_as("viewer").post("/topics/orders/send/", {"body": "x"}).status_code == 403
-    r = client_as("operator").post("/topics/orders/send/", {
-        "body": "hello", "tags": "t1", "keys": "k1 k2", "properties": "region=eu"})
+    assert (
+        client_as("viewer").post("/topics/orders/send/", {"body": "x"}).status_code
+        == 403
+    )
+    r = client_as("operator").post(
+        "/topics/orders/send/",
+        {"body": "hello", "tags": "t1", "keys": "k1 k2", "properties": "region=eu"},
+    )
     assert r.status_code == 302 and r["Location"].startswith("/messages/")
     msg = broker.query_by_key("orders", "k2")[0]
     assert msg.body == b"hello" and msg.properties["region"] == "eu"

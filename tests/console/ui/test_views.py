@@ -12,7 +12,11 @@ pytestmark = pytest.mark.django_db
 def test_roles_exist_as_groups() -> None:
     from django.contrib.auth.models import Group
 
-    assert set(Group.objects.values_list("name", flat=True)) >= {VIEWER, OPERATOR, ADMIN}
+    assert set(Group.objects.values_list("name", flat=True)) >= {
+        VIEWER,
+        OPERATOR,
+        ADMIN,
+    }
 
 
 def test_user_role_is_the_highest_group(make_user) -> None:
@@ -41,10 +45,10 @@ def test_login_and_healthz_are_open(client) -> None:
     assert client.get("/healthz").status_code in (200, 503)
 
 
-
 def test_sign_in_form(client, users) -> None:
-    response = client.post("/login/", {"username": "operator",
-                                       "password": "correct-horse-battery-staple"})
+    response = client.post(
+        "/login/", {"username": "operator", "password": "correct-horse-battery-staple"}
+    )
     assert response.status_code == 302
     page = client.get("/audit/")
     assert b'data-testid="role-badge">operator<' in page.content
@@ -76,7 +80,10 @@ def test_schema_and_docs_are_served_offline(client_as) -> None:
 def test_nav_and_vendor_assets_are_local(client_as) -> None:
     body = client_as("viewer").get("/audit/").content.decode()
     assert "/static/vendor/htmx-2.0.11.min.js" in body
-    assert "http://" not in body.replace("http://testserver", "") and "https://" not in body
+    assert (
+        "http://" not in body.replace("http://testserver", "")
+        and "https://" not in body
+    )
 
 
 @pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
@@ -86,7 +93,9 @@ def test_overview(client_as, broker, role) -> None:
     broker.send(Message("orders", b"x"))
     broker.commit_offset("g", "orders", 0, 0)
     body = client_as(role).get("/").content.decode()
-    assert "Overview" in body and "messages stored" in body and 'id="series-data"' in body
+    assert (
+        "Overview" in body and "messages stored" in body and 'id="series-data"' in body
+    )
     partial = client_as(role).get("/", HTTP_HX_REQUEST="true").content.decode()
     assert "<html" not in partial and "consumer lag" in partial
 

@@ -23,8 +23,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         password = opts["password"] or getpass.getpass("Password: ")
         try:
-            create_user(opts["username"], opts["role"], password,
-                        reason="manage.py create_user")
+            create_user(
+                opts["username"], opts["role"], password, reason="manage.py create_user"
+            )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         except ValidationError as exc:

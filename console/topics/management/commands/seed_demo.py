@@ -40,17 +40,27 @@ REGIONS = ["eu-west", "eu-central", "us-east", "ap-south"]
 
 
 def _body(topic: str, tag: str, n: int, rnd: random.Random) -> dict[str, Any]:
-    return {"id": n, "event": tag, "topic": topic, "region": rnd.choice(REGIONS),
-            "amount": round(rnd.uniform(1, 900), 2), "customer": f"C{rnd.randint(1, 5000):05d}",
-            "at": int(time.time() * 1000)}
+    return {
+        "id": n,
+        "event": tag,
+        "topic": topic,
+        "region": rnd.choice(REGIONS),
+        "amount": round(rnd.uniform(1, 900), 2),
+        "customer": f"C{rnd.randint(1, 5000):05d}",
+        "at": int(time.time() * 1000),
+    }
 
 
 class Command(BaseCommand):
     help = "Send demo traffic through broker_core (topics, consumers with lag, delays)."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--messages", type=int, default=4000,
-                            help="normal messages to send (default 4000)")
+        parser.add_argument(
+            "--messages",
+            type=int,
+            default=4000,
+            help="normal messages to send (default 4000)",
+        )
         parser.add_argument("--seed", type=int, default=7)
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -68,20 +78,36 @@ class Command(BaseCommand):
             _q, pgroup, tags = TOPICS[topic]
             tag = rnd.choice(tags)
             body = _body(topic, tag, n, rnd)
-            batch.append(Message(
-                topic, json.dumps(body).encode(), tags=tag,
-                keys=[f"{topic[:-1] if topic.endswith('s') else topic}-{n}", body["customer"]],
-                properties={"region": body["region"], "amount": str(body["amount"]),
-                            "PGROUP": pgroup},
-            ))
+            batch.append(
+                Message(
+                    topic,
+                    json.dumps(body).encode(),
+                    tags=tag,
+                    keys=[
+                        f"{topic[:-1] if topic.endswith('s') else topic}-{n}",
+                        body["customer"],
+                    ],
+                    properties={
+                        "region": body["region"],
+                        "amount": str(body["amount"]),
+                        "PGROUP": pgroup,
+                    },
+                )
+            )
             if len(batch) == 200:
                 sent += len(broker.send_batch(batch))
                 batch = []
         if batch:
             sent += len(broker.send_batch(batch))
         # One body a careless producer filled with markup: the console shows it inert.
-        broker.send(Message("notifications", b'<h1>Hi</h1><script>alert("xss")</script>',
-                            tags="email", keys="html-demo"))
+        broker.send(
+            Message(
+                "notifications",
+                b'<h1>Hi</h1><script>alert("xss")</script>',
+                tags="email",
+                keys="html-demo",
+            )
+        )
         for group, (topic, share) in CONSUMERS.items():
             for q in range(TOPICS[topic][0]):
                 hi = broker.store.max_offset(topic, q)
@@ -91,15 +117,29 @@ class Command(BaseCommand):
         scheduled = 0
         for level in range(1, levels + 1):
             for i in range(rnd.randint(1, 4)):
-                delays.send_delayed(Message("orders", json.dumps(
-                    {"reminder": f"unpaid order check L{level}", "n": i}).encode(),
-                    tags="payment-reminder", keys=f"reminder-{level}-{i}"), level=level)
+                delays.send_delayed(
+                    Message(
+                        "orders",
+                        json.dumps(
+                            {"reminder": f"unpaid order check L{level}", "n": i}
+                        ).encode(),
+                        tags="payment-reminder",
+                        keys=f"reminder-{level}-{i}",
+                    ),
+                    level=level,
+                )
                 scheduled += 1
         now = int(time.time() * 1000)
         for minutes in (2, 30, 90, 60 * 30):
-            delays.send_delayed(Message("notifications", json.dumps(
-                {"campaign": f"in {minutes} min"}).encode(), tags="push",
-                keys=f"campaign-{minutes}"), deliver_at_ms=now + minutes * 60_000)
+            delays.send_delayed(
+                Message(
+                    "notifications",
+                    json.dumps({"campaign": f"in {minutes} min"}).encode(),
+                    tags="push",
+                    keys=f"campaign-{minutes}",
+                ),
+                deliver_at_ms=now + minutes * 60_000,
+            )
             scheduled += 1
         transactions = self._seed_transactions(broker, rnd)
         from console.consumers.services import sync_offsets
@@ -108,8 +148,9 @@ class Command(BaseCommand):
         sync_topics(force=True)
         sync_offsets(force=True)
         self.stdout.write(
-            f"seeded {sent + 1} messages on {len(TOPICS)} topics, {len(CONSUMERS)} consumer "
-            f"groups, {scheduled} scheduled messages, {transactions} transactions"
+            f"seeded {sent + 1} messages on {len(TOPICS)} topics, "
+            f"{len(CONSUMERS)} consumer groups, {scheduled} scheduled messages, "
+            f"{transactions} transactions"
         )
 
     def _seed_transactions(self, broker: Any, rnd: random.Random) -> int:
