@@ -72,7 +72,8 @@ class CheckRunner:
         overrides the clock for due times and ages; with ``wait_checks`` the run
         waits (within the budget) for the check-backs it started, so their
         outcomes are recorded when it returns. Status BUSY if another run holds
-        the store's check lock.
+        the store's check lock. ``max_checks`` bounds the check-backs this run
+        starts (status BUDGET_EXHAUSTED when it stops there).
         """
         cfg = self.svc.config
         t0 = time.monotonic()
@@ -88,7 +89,7 @@ class CheckRunner:
             except BlockingIOError:
                 result.status = CheckRunStatus.BUSY
                 return result
-            futures = self._scan(result, deadline, now_ms)
+            futures = self._scan(result, deadline, now_ms, max_checks)
             if wait_checks and futures:
                 pending = set(futures)
                 while pending and time.monotonic() < deadline:
@@ -111,7 +112,11 @@ class CheckRunner:
         return result
 
     def _scan(
-        self, result: CheckRunResult, deadline: float, now_ms: int | None
+        self,
+        result: CheckRunResult,
+        deadline: float,
+        now_ms: int | None,
+        max_checks: int | None,
     ) -> list[Future[CheckAnswer]]:
         svc = self.svc
         cfg = svc.config
@@ -122,7 +127,11 @@ class CheckRunner:
         table = svc.ledger.table
         futures: list[Future[CheckAnswer]] = []
         for due, half_off, qoff, _group, _topic, born in svc.index.iter_due(now):
-            if time.monotonic() > deadline or len(self._inflight) >= MAX_IN_FLIGHT:
+            if (
+                time.monotonic() > deadline
+                or len(self._inflight) >= MAX_IN_FLIGHT
+                or (max_checks is not None and result.checks_sent >= max_checks)
+            ):
                 result.status = CheckRunStatus.BUDGET_EXHAUSTED
                 result.resume_after = (due, half_off)
                 break

@@ -437,9 +437,10 @@ class TransactionService(QueryMixin):
         time_budget_s: float | None = None,
         now_ms: int | None = None,
         wait: bool = True,
+        max_checks: int | None = None,
     ) -> CheckRunResult:
         """Check back the pending halves that are due; see ``checker.CheckRunner.run``."""
-        return self.runner.run(time_budget_s, now_ms, wait)
+        return self.runner.run(time_budget_s, now_ms, wait, max_checks)
 
     def record_check(
         self,
