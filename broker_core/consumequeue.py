@@ -71,6 +71,11 @@ class ConsumeQueue:
         self._max = m
         return m
 
+    @property
+    def cached_max(self) -> int | None:
+        """The end last seen by this process (None before the first look)."""
+        return self._max
+
     def min_offset(self) -> int:
         bases = self.segments.list_bases()
         return bases[0] // UNIT_SIZE if bases else 0

@@ -29,6 +29,8 @@ STATE_MAGIC = 0x524D5153544F5245  # "RMQSTORE"
 _Q = struct.Struct("@q")
 _MAGIC_AT, _COMMIT_AT, _DISPATCHED_AT, _FLUSHED_AT, _INDEXED_AT = 0, 8, 16, 24, 32
 _TOPICS_V_AT, _OFFSETS_V_AT = 40, 48
+# Public names for the store's append path, which reads and writes ``mm`` directly.
+COMMIT_AT, DISPATCHED_AT, TOPICS_V_AT = _COMMIT_AT, _DISPATCHED_AT, _TOPICS_V_AT
 
 
 class FileLock:
@@ -81,6 +83,8 @@ class SharedState:
             self._mm = mmap.mmap(fd, STATE_SIZE, mmap.MAP_SHARED)
         finally:
             os.close(fd)
+        #: The mapping itself, for hot paths that skip the properties below.
+        self.mm = self._mm
         #: Serialises appends, topic changes and opening (recovery) across processes.
         self.append_lock = FileLock(path)
         #: Serialises index building, which runs beside appends.

@@ -52,7 +52,13 @@ from broker_core.record import (
     offset_msg_id,
     parse_host,
 )
-from broker_core.shared import SharedState
+from broker_core.shared import (
+    _Q,
+    COMMIT_AT,
+    DISPATCHED_AT,
+    TOPICS_V_AT,
+    SharedState,
+)
 from broker_core.store_admin import StoreAdminMixin
 from broker_core.tags import tags_code
 from broker_core.validation import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -106,6 +112,12 @@ class MessageStore(StoreAdminMixin):
         self.topics = TopicTable(self.root / "config" / "topics.json")
         self.offsets = OffsetTable(self.root / "config" / "consumerOffset.json")
         self._topics_version = -1
+        #: topic -> number of queues, for the append path's range check.
+        self._qlimits: dict[str, int] = {}
+        #: The log end after this process's last append (-1: none yet).
+        self._own_end = -1
+        #: Queues whose cached end is exact while no other process appends.
+        self._trusted_ends: set[tuple[str, int]] = set()
         self._offsets_version = -1
         self.store_ip, self.store_port = parse_host(config.store_host)
         self._delay_ms = config.delay_ms
@@ -133,10 +145,16 @@ class MessageStore(StoreAdminMixin):
         if force or v != self._topics_version:
             self.topics.load()
             self._topics_version = v
+            self._refresh_qlimits()
+            self._trusted_ends.clear()  # a queue may have been dropped
 
     def _save_topics(self) -> None:
         self.topics.persist()
         self._topics_version = self.state.bump_topics_version()
+        self._refresh_qlimits()
+
+    def _refresh_qlimits(self) -> None:
+        self._qlimits = {n: c.queue_nums for n, c in self.topics.topics.items()}
 
     def _ensure_system_topics(self) -> None:
         wanted = {
@@ -248,24 +266,37 @@ class MessageStore(StoreAdminMixin):
         Returns (log offsets, record sizes, queue offsets, store timestamp, status).
         The record layout is packed here, in one pass, rather than through
         ``record.encode_record``: per-message call overhead dominates in Python.
+        Nothing becomes visible unless every item is valid: bytes written before
+        a validation error lie past the commit position and are overwritten.
         """
-        self._check_open()
+        if self.closed:
+            raise StoreClosedError("the store is closed")
         max_record = self.config.max_message_size + 65536
         commitlog = self.commitlog
-        with self.state.append_lock:
-            if self.state.dispatched_pos != self.state.commit_pos:
+        state = self.state
+        mm = state.mm
+        qunpack, qpack = _Q.unpack_from, _Q.pack_into
+        lock = state.append_lock
+        lock.acquire()
+        try:
+            pos = qunpack(mm, COMMIT_AT)[0]
+            if qunpack(mm, DISPATCHED_AT)[0] != pos:
                 self._repair_dispatch()
-            if self.state.topics_version != self._topics_version:
+                pos = qunpack(mm, COMMIT_AT)[0]
+            if qunpack(mm, TOPICS_V_AT)[0] != self._topics_version:
                 self._reload_topics()
-            self._check_queues(items, auto_create, inner)
+            qlimits = self._qlimits
+            trusted = self._trusted_ends
+            if pos != self._own_end:
+                trusted.clear()
             now = int(time.time() * 1000)
-            state = self.state
             cqs = self.cqs
             sip, sport = self.store_ip, self.store_port
             crc32 = zlib.crc32
             pack = HEADER.pack
             unit_pack = UNIT.pack
             plen = PROPS_LEN.pack
+            topic_cache = _topic_bytes_cache
             next_q: dict[tuple[str, int], int] = {}
             cq_parts: dict[tuple[str, int], list[bytes]] = {}
             cq_first: dict[tuple[str, int], int] = {}
@@ -273,26 +304,33 @@ class MessageStore(StoreAdminMixin):
             offsets: list[int] = []
             sizes: list[int] = []
             qoffs: list[int] = []
-            pos = chunk_start = state.commit_pos
+            chunk_start = pos
             seg_end = commitlog.segment_end(pos)
-            for (
-                topic,
-                qid,
-                body,
-                pb,
-                code,
-                delay,
-                flag,
-                sysflag,
-                born,
-                bip,
-                bport,
-                recon,
-                prep,
-            ) in items:
-                tb, magic, tl = _topic_parts(topic)
+            for item in items:
+                (
+                    topic,
+                    qid,
+                    body,
+                    pb,
+                    code,
+                    delay,
+                    flag,
+                    sysflag,
+                    born,
+                    bip,
+                    bport,
+                    recon,
+                    prep,
+                ) = item
+                lim = qlimits.get(topic)
+                if lim is None or not 0 <= qid < lim:
+                    self._check_queues((item,), auto_create, inner)
+                    qlimits = self._qlimits
+                tparts = topic_cache.get(topic) or _topic_parts(topic)
                 blen = len(body)
-                suffix = b"".join((tl, tb, plen(len(pb) + PROP_CRC_SIZE), pb))
+                suffix = b"".join(
+                    (tparts[2], tparts[0], plen(len(pb) + PROP_CRC_SIZE), pb)
+                )
                 total = HEADER_SIZE + blen + len(suffix) + PROP_CRC_SIZE
                 if total > max_record:
                     raise MessageTooLargeError(f"record of {total} bytes is too large")
@@ -304,12 +342,17 @@ class MessageStore(StoreAdminMixin):
                     parts = []
                     pos = chunk_start = seg_end
                     seg_end = commitlog.segment_end(pos)
-                tv = sysflag & 0xC
-                if tv == 0 or tv == 8:
+                if not sysflag & 0x4:  # NOT or COMMIT: a consume-queue unit
                     key = (topic, qid)
                     q = next_q.get(key)
                     if q is None:
-                        q = cqs.get(topic, qid).max_offset()
+                        cq = cqs.get(topic, qid)
+                        # A queue end read since the last append by another
+                        # process is exact; otherwise read forward to the end.
+                        q = cq.cached_max if key in trusted else None
+                        if q is None:
+                            q = cq.max_offset()
+                            trusted.add(key)
                         cq_first[key] = q
                         cq_parts[key] = []
                     next_q[key] = q + 1
@@ -320,7 +363,7 @@ class MessageStore(StoreAdminMixin):
                     q = 0
                 head = pack(
                     total,
-                    magic,
+                    tparts[1],
                     crc32(body) & 0x7FFFFFFF,
                     qid,
                     flag,
@@ -337,21 +380,26 @@ class MessageStore(StoreAdminMixin):
                     prep,
                     blen,
                 )
-                rcrc = crc32(suffix, crc32(head)) & 0x7FFFFFFF
-                parts.append(head)
-                parts.append(body)
-                parts.append(suffix)
-                parts.append(b"__CRC32#\x01%s\x02" % f"{rcrc:010d}"[::-1].encode())
+                parts += (
+                    head,
+                    body,
+                    suffix,
+                    b"__CRC32#\x01%s\x02"
+                    % f"{crc32(suffix, crc32(head)) & 0x7FFFFFFF:010d}"[::-1].encode(),
+                )
                 offsets.append(pos)
                 sizes.append(total)
                 qoffs.append(q)
                 pos += total
             commitlog.write(chunk_start, parts)
             # Readers may read the records from now on; their queue units follow.
-            state.commit_pos = pos
+            qpack(mm, COMMIT_AT, pos)
             for key, lst in cq_parts.items():
                 cqs.get(*key).put_packed(cq_first[key], len(lst), b"".join(lst))
-            state.dispatched_pos = pos
+            qpack(mm, DISPATCHED_AT, pos)
+            self._own_end = pos
+        finally:
+            lock.release()
         status = SendStatus.SEND_OK
         if self.config.flush == "sync":
             ok = self.flusher.wait_flushed(
