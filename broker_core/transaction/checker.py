@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
@@ -55,9 +56,21 @@ class CheckRunner:
         )
         self._inflight: set[int] = set()
         self._lock = threading.Lock()
+        # Fairness: one group's slow checker may hold at most half the threads,
+        # its other checks wait in its own queue instead of ahead of other groups.
+        self._group_limit = max(1, service.config.check_threads // 2)
+        self._running: dict[str, int] = {}
+        self._queued: dict[str, deque[tuple[MessageExt, int, Future[CheckAnswer]]]] = {}
         self._lock_path = service.store.root / "transaction" / "check.lock"
 
     def close(self) -> None:
+        """Wait for check-backs in flight; drop the queued ones."""
+        with self._lock:
+            for q in self._queued.values():
+                for half, _n, fut in q:
+                    fut.cancel()
+                    self._inflight.discard(half.commit_log_offset)
+                q.clear()
         self.pool.shutdown(wait=True, cancel_futures=True)
 
     def run(
@@ -65,6 +78,7 @@ class CheckRunner:
         time_budget_s: float | None = None,
         now_ms: int | None = None,
         wait_checks: bool = True,
+        max_checks: int | None = None,
     ) -> CheckRunResult:
         """Run one check; return its summary.
 
@@ -165,17 +179,46 @@ class CheckRunner:
                     continue
                 with self._lock:
                     self._inflight.add(half_off)
-                try:
-                    futures.append(self.pool.submit(self._check_one, half, checks + 1))
-                except RuntimeError:
-                    with self._lock:
-                        self._inflight.discard(half_off)
-                    raise
+                futures.append(self._submit(half, checks + 1))
                 result.checks_sent += 1
             except Exception:
                 result.errors += 1
                 log.exception("transaction check of the half at %d failed", half_off)
         return futures
+
+    def _submit(self, half: MessageExt, check_no: int) -> Future[CheckAnswer]:
+        group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        fut: Future[CheckAnswer] = Future()
+        with self._lock:
+            if self._running.get(group, 0) >= self._group_limit:
+                self._queued.setdefault(group, deque()).append((half, check_no, fut))
+                return fut
+            self._running[group] = self._running.get(group, 0) + 1
+        try:
+            self.pool.submit(self._run_item, group, half, check_no, fut)
+        except RuntimeError:
+            with self._lock:
+                self._running[group] -= 1
+                self._inflight.discard(half.commit_log_offset)
+            raise
+        return fut
+
+    def _run_item(
+        self, group: str, half: MessageExt, check_no: int, fut: Future[CheckAnswer]
+    ) -> None:
+        while True:
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(self._check_one(half, check_no))
+                except BaseException as exc:
+                    fut.set_exception(exc)
+            with self._lock:
+                q = self._queued.get(group)
+                if not q:
+                    self._running[group] -= 1
+                    self._queued.pop(group, None)
+                    return
+                half, check_no, fut = q.popleft()
 
     def _check_one(self, half: MessageExt, check_no: int) -> CheckAnswer:
         """Call the group's checker, record the check, apply a COMMIT/ROLLBACK answer."""

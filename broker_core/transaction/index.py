@@ -17,10 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from broker_core.message import PROPERTY_KEYS, PROPERTY_PRODUCER_GROUP, PROPERTY_TAGS
 from broker_core.message import (
+    PROPERTY_KEYS,
+    PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
 )
 from broker_core.store import MessageStore

@@ -1,0 +1,311 @@
+"""The check: due halves, immunity, answers, 15 checks then discard, resume,
+retention, budgets and resume points, errors that must not stall a run."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+
+import pytest
+from _txhelpers import order, real_messages
+
+from broker_core.transaction import (
+    CallableTransport,
+    CheckRunStatus,
+    ResolutionSource,
+    TransactionService,
+    TransactionState,
+)
+from broker_core.validation import TRANS_CHECK_MAX_TIME_TOPIC
+
+
+class Recorder:
+    """An in-process checker that answers from a table and records the calls."""
+
+    def __init__(self, answer="UNKNOWN"):
+        self.answer = answer
+        self.calls = []
+        self.lock = threading.Lock()
+
+    def __call__(self, req):
+        with self.lock:
+            self.calls.append(req)
+        a = self.answer
+        return a(req) if callable(a) else a
+
+
+def test_young_halves_are_not_checked_and_old_ones_are(broker):
+    rec = Recorder("COMMIT")
+    with TransactionService(broker, transaction_timeout_ms=60_000) as svc:
+        svc.checkers.set_default(CallableTransport(rec))
+        r = svc.send_half("pg", order(1))
+        res = svc.run_check()
+        assert res.scanned == 0 and rec.calls == []
+        # Seventy seconds later it is due.
+        res = svc.run_check(now_ms=int(time.time() * 1000) + 70_000)
+        assert res.checks_sent == 1 and res.answers == {"COMMIT": 1}
+        assert svc.state(r.transaction_id) is TransactionState.COMMITTED
+        req = rec.calls[0]
+        assert req.transaction_id == r.transaction_id and req.msg_id == r.msg_id
+        assert (req.topic, req.keys, req.tags, req.body) == (
+            "Orders",
+            "o-1",
+            "paid",
+            b"order-1",
+        )
+        assert req.check_no == 1 and req.producer_group == "pg"
+
+
+def test_check_immunity_delays_the_first_check_without_burning_the_counter(broker):
+    rec = Recorder()
+    with TransactionService(
+        broker, transaction_timeout_ms=0, check_interval_ms=0
+    ) as svc:
+        svc.checkers.set_default(CallableTransport(rec))
+        r = svc.send_half(
+            "pg", order(1, properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "3600"})
+        )
+        for _ in range(20):
+            svc.run_check()
+        assert rec.calls == []
+        info = svc.get_half(r.transaction_id).info
+        assert info.check_count == 0 and info.state is TransactionState.PENDING
+        later = int(time.time() * 1000) + 3601_000
+        svc.run_check(now_ms=later)
+        assert len(rec.calls) == 1
+
+
+def test_check_answers_resolve_with_source_check_and_history(svc, broker):
+    answers = {}
+    rec = Recorder(lambda req: answers[req.transaction_id])
+    svc.checkers.set_default(CallableTransport(rec))
+    c = svc.send_half("pg", order(1))
+    rb = svc.send_half("pg", order(2))
+    u = svc.send_half("pg", order(3))
+    answers.update(
+        {
+            c.transaction_id: "COMMIT",
+            rb.transaction_id: "ROLLBACK",
+            u.transaction_id: "UNKNOWN",
+        }
+    )
+    res = svc.run_check()
+    assert res.status is CheckRunStatus.COMPLETED
+    assert res.answers == {"COMMIT": 1, "ROLLBACK": 1, "UNKNOWN": 1}
+    d = svc.get_half(c.transaction_id)
+    assert d.info.state is TransactionState.COMMITTED
+    assert d.info.outcome_source is ResolutionSource.CHECK
+    kinds = [(e.kind, e.answer) for e in d.history]
+    assert kinds == [("CHECK", "COMMIT"), ("COMMIT", None)]
+    chk = d.history[0]
+    assert chk.transport == "callable" and chk.check_no == 1 and chk.latency_ms >= 0
+    assert svc.state(rb.transaction_id) is TransactionState.ROLLED_BACK
+    assert svc.get_half(u.transaction_id).info.check_count == 1
+    assert [m.msg_id for m in real_messages(broker)] == [c.msg_id]
+
+
+def test_unanswered_half_is_checked_15_times_then_discarded_and_can_be_resumed(
+    svc, broker
+):
+    rec = Recorder("UNKNOWN")
+    svc.checkers.set_default(CallableTransport(rec))
+    r = svc.send_half("pg", order(1))
+    for _ in range(15):
+        assert svc.run_check().checks_sent == 1
+    assert svc.get_half(r.transaction_id).info.check_count == 15
+    res = svc.run_check()
+    assert res.discarded == 1 and res.checks_sent == 0
+    assert len(rec.calls) == 15
+    assert [c.check_no for c in rec.calls] == list(range(1, 16))
+    d = svc.get_half(r.transaction_id)
+    assert d.info.state is TransactionState.DISCARDED
+    assert "15" in d.info.discard_reason
+    assert [e.kind for e in d.history] == ["CHECK"] * 15 + ["DISCARD"]
+    # Shown as such in the index and the metrics, and copied to the discard topic.
+    page = svc.list_halves(state="DISCARDED")
+    assert [h.transaction_id for h in page.items] == [r.transaction_id]
+    assert svc.list_halves().total == 0
+    assert svc.metrics().discarded == 1 and svc.metrics().discards == 1
+    copy = broker.pull("probe", TRANS_CHECK_MAX_TIME_TOPIC, 0, 0).messages
+    assert len(copy) == 1 and copy[0].msg_id == r.msg_id
+    assert copy[0].properties["TRANSACTION_CHECK_TIMES"] == "15"
+    # Nothing more happens to it, and a late client answer is refused.
+    assert svc.run_check().scanned == 0
+    from broker_core.errors import TransactionConflictError
+
+    with pytest.raises(TransactionConflictError, match="DISCARDED"):
+        svc.end_transaction(r.transaction_id, "pg", "COMMIT")
+    # Resume: the count restarts and it is checked again.
+    assert svc.resume(r.transaction_id, operator="ann") is TransactionState.PENDING
+    info = svc.get_half(r.transaction_id).info
+    assert info.state is TransactionState.PENDING and info.check_count == 0
+    rec.answer = "COMMIT"
+    assert svc.run_check().answers == {"COMMIT": 1}
+    assert rec.calls[-1].check_no == 1
+    assert svc.state(r.transaction_id) is TransactionState.COMMITTED
+    assert [e.kind for e in svc.get_half(r.transaction_id).history][-3:] == [
+        "RESUME",
+        "CHECK",
+        "COMMIT",
+    ]
+
+
+def test_operator_may_resolve_a_discarded_half(broker):
+    with TransactionService(
+        broker, transaction_timeout_ms=0, check_interval_ms=0, check_max=1
+    ) as svc:
+        r = svc.send_half("pg", order(1))
+        svc.run_check()  # no checker: a failed check still counts
+        svc.run_check()
+        assert svc.state(r.transaction_id) is TransactionState.DISCARDED
+        res = svc.rollback(r.transaction_id, operator="ann")
+        assert res.state is TransactionState.ROLLED_BACK
+        assert res.source is ResolutionSource.OPERATOR and res.operator == "ann"
+        d = svc.get_half(r.transaction_id)
+        assert d.history[0].answer == "FAILED" and "no checker" in d.history[0].detail
+        assert d.info.operator == "ann"
+
+
+def test_rollback_on_max_checks(broker):
+    with TransactionService(
+        broker,
+        transaction_timeout_ms=0,
+        check_interval_ms=0,
+        check_max=2,
+        rollback_on_max_checks=True,
+    ) as svc:
+        svc.checkers.set_default(CallableTransport(lambda req: None))
+        r = svc.send_half("pg", order(1))
+        for _ in range(2):
+            svc.run_check()
+        assert svc.run_check().rolled_back == 1
+        info = svc.get_half(r.transaction_id).info
+        assert info.state is TransactionState.ROLLED_BACK
+        assert info.outcome_source is ResolutionSource.CHECK
+
+
+def test_halves_older_than_the_file_retention_are_skipped(broker):
+    rec = Recorder("COMMIT")
+    with TransactionService(
+        broker, transaction_timeout_ms=0, file_reserved_hours=1.0
+    ) as svc:
+        svc.checkers.set_default(CallableTransport(rec))
+        r = svc.send_half("pg", order(1))
+        res = svc.run_check(now_ms=int(time.time() * 1000) + 2 * 3600_000)
+        assert res.skipped_expired == 1 and rec.calls == []
+        info = svc.get_half(r.transaction_id).info
+        assert info.state is TransactionState.DISCARDED
+        assert "retention" in info.discard_reason
+
+
+def test_a_failing_checker_never_stalls_the_others(svc):
+    def answer(req):
+        if req.producer_group == "bad":
+            raise RuntimeError("checker exploded")
+        return "COMMIT"
+
+    svc.checkers.set_default(CallableTransport(answer))
+    bad = [svc.send_half("bad", order(i)) for i in range(5)]
+    good = [svc.send_half("good", order(i)) for i in range(5)]
+    res = svc.run_check()
+    assert res.answers == {"FAILED": 5, "COMMIT": 5}
+    assert all(svc.state(r.transaction_id) is TransactionState.COMMITTED for r in good)
+    info = svc.get_half(bad[0].transaction_id)
+    assert info.info.check_count == 1
+    assert info.history[0].answer == "FAILED" and "exploded" in info.history[0].detail
+
+
+def test_a_slow_checker_does_not_block_the_scan(svc):
+    gate = threading.Event()
+
+    def answer(req):
+        if req.producer_group == "slow":
+            gate.wait(10)
+        return "COMMIT"
+
+    svc.checkers.set_default(CallableTransport(answer))
+    slow = [svc.send_half("slow", order(i)) for i in range(20)]
+    fast = [svc.send_half("fast", order(i)) for i in range(5)]
+    t = time.monotonic()
+    res = svc.run_check(wait=False)
+    assert time.monotonic() - t < 5
+    assert res.checks_sent == 25
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if all(svc.state(r.transaction_id) is TransactionState.COMMITTED for r in fast):
+            break
+        time.sleep(0.05)
+    assert all(svc.state(r.transaction_id) is TransactionState.COMMITTED for r in fast)
+    # A second run does not send a second check for halves still in flight.
+    assert svc.run_check(wait=False).checks_sent == 0
+    gate.set()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if all(svc.state(r.transaction_id) is TransactionState.COMMITTED for r in slow):
+            break
+        time.sleep(0.05)
+    assert all(svc.state(r.transaction_id) is TransactionState.COMMITTED for r in slow)
+
+
+def test_a_run_stops_at_its_budget_and_the_next_resumes(broker):
+    rec = Recorder("UNKNOWN")
+    with TransactionService(broker, transaction_timeout_ms=0) as svc:
+        svc.checkers.set_default(CallableTransport(rec))
+        halves = [svc.send_half("pg", order(i)) for i in range(10)]
+        first = svc.run_check(max_checks=4)
+        assert first.status is CheckRunStatus.BUDGET_EXHAUSTED
+        assert first.checks_sent == 4
+        second = svc.run_check(max_checks=4)
+        third = svc.run_check(max_checks=4)
+        assert third.status is CheckRunStatus.COMPLETED and third.checks_sent == 2
+        assert second.checks_sent == 4
+        # Oldest first, each exactly once: the runs resumed where the last stopped.
+        checked = [c.transaction_id for c in rec.calls]
+        ids = [h.transaction_id for h in halves]
+        for lo, hi in ((0, 4), (4, 8), (8, 10)):
+            assert set(checked[lo:hi]) == set(ids[lo:hi])
+        assert svc.run_check(time_budget_s=0.0).checks_sent == 0
+
+
+def test_one_run_at_a_time(svc, store_dir):
+    fd = os.open(store_dir / "transaction" / "check.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert svc.run_check().status is CheckRunStatus.BUSY
+    finally:
+        os.close(fd)
+    assert svc.run_check().status is CheckRunStatus.COMPLETED
+
+
+def test_list_filters_sorting_paging_and_metrics(svc):
+    svc.send_half("g1", order(1))
+    for i in range(6):
+        svc.send_half("g2", order(10 + i, properties={}))
+    svc.send_half("g1", order(2).__class__("Payments", b"p", keys="pay-1 shared"))
+    r = svc.send_half("g2", order(3).__class__("Payments", b"q", keys="shared"))
+    svc.end_transaction(r.transaction_id, "g2", "COMMIT")
+    assert svc.list_halves(producer_group="g2").total == 6
+    assert svc.list_halves(topic="Payments").total == 1
+    assert svc.list_halves(topic="Payments", state=None).total == 2
+    assert svc.list_halves(key="shared", state=None).total == 2
+    assert svc.list_halves(key="o-12").items[0].keys == "o-12"
+    assert svc.list_halves(min_age_s=3600).total == 0
+    assert (
+        svc.list_halves(state=["COMMITTED"]).items[0].transaction_id == r.transaction_id
+    )
+    p1 = svc.list_halves(page=1, page_size=3, sort="-born")
+    p3 = svc.list_halves(page=3, page_size=3, sort="-born")
+    assert len(p1.items) == 3 and len(p3.items) == 2 and p1.total == 8
+    borns = [h.born_timestamp for h in p1.items]
+    assert borns == sorted(borns, reverse=True)
+    with pytest.raises(ValueError):
+        svc.list_halves(sort="colour")
+    svc.checkers.set_default(CallableTransport(lambda req: "UNKNOWN"))
+    svc.run_check(max_checks=2)
+    assert svc.list_halves(min_checks=1).total == 2
+    m = svc.metrics()
+    assert m.pending_by_topic == {"Orders": 7, "Payments": 1}
+    assert (m.commits, m.checks_sent, m.checks_answered) == (1, 2, 2)
+    assert m.half_to_outcome_count == 1
