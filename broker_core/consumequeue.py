@@ -34,6 +34,7 @@ class ConsumeQueue:
             root / "consumequeue" / topic / str(queue_id), units_per_file * UNIT_SIZE
         )
         self._max: int | None = None
+        self._min: int | None = None
         #: Units below this are known flushed by this process.
         self.flushed_offset = 0
 
@@ -77,8 +78,13 @@ class ConsumeQueue:
         return self._max
 
     def min_offset(self) -> int:
-        bases = self.segments.list_bases()
-        return bases[0] // UNIT_SIZE if bases else 0
+        """The first logical offset on disk (cached: segments are never purged)."""
+        if self._min is None:
+            bases = self.segments.list_bases()
+            if not bases:
+                return 0
+            self._min = bases[0] // UNIT_SIZE
+        return self._min
 
     # -- writing -------------------------------------------------------------
     def put_units(self, first: int, units: list[tuple[int, int, int]]) -> None:

@@ -263,6 +263,9 @@ class MessageExt:
 
     @property
     def body(self) -> bytes:
+        raw = self._raw
+        if not raw[39] & 0x30:  # IPv4 hosts (sysflag's low byte): fixed layout
+            return raw[88 : 88 + _SYSFLAG.unpack_from(raw, 84)[0]]
         h = self._hdr()
         at = self._body_at
         return self._raw[at : at + h[16]]
