@@ -59,9 +59,14 @@ _STRING_PARSER = {INTEGER: "_jint", LONG: "_jlong", DOUBLE: "_jdouble"}
 
 
 class _Gen:
-    def __init__(self) -> None:
+    def __init__(self, text_mode: bool = False) -> None:
+        self.text_mode = text_mode
         self.lines: list[str] = []
         self.props: dict[str, str] = {}
+        # Properties already read on every path to the current line: a
+        # property is read where first needed, so a short-circuited branch
+        # costs nothing, and again after a branch that may not have run.
+        self.loaded: set[str] = set()
         self.consts: dict[str, object] = {}
         self.count = 0
 
@@ -77,10 +82,17 @@ class _Gen:
         self.consts[name] = value
         return name
 
-    def prop(self, name: str) -> str:
+    def prop(self, name: str, ind: int) -> str:
         var = self.props.get(name)
         if var is None:
             var = self.props[name] = f"v{len(self.props)}"
+        if name not in self.loaded:
+            self.loaded.add(name)
+            if self.text_mode:
+                for line in _text_head(name, var):
+                    self.emit(ind, line)
+            else:
+                self.emit(ind, f"{var} = p.get({name!r})")
         return var
 
     # -- values ------------------------------------------------------------
@@ -89,7 +101,7 @@ class _Gen:
         if isinstance(node, Const):
             return repr(node.value)
         if isinstance(node, Prop):
-            return self.prop(node.name)
+            return self.prop(node.name, ind)
         if isinstance(node, Neg):
             inner = self.value(node.operand, ind)
             t = self.tmp()
@@ -118,23 +130,27 @@ class _Gen:
             self.emit(ind, f"if {left} is False:")
             self.emit(ind + 1, f"{t} = False")
             self.emit(ind, "else:")
+            saved = set(self.loaded)
             right = self.boolean(node.right, ind + 1)
             self.emit(
                 ind + 1,
                 f"{t} = {right} if {left} is True else "
                 f"(False if {right} is False else None)",
             )
+            self.loaded = saved
         elif isinstance(node, Or):
             left = self.boolean(node.left, ind)
             self.emit(ind, f"if {left} is True:")
             self.emit(ind + 1, f"{t} = True")
             self.emit(ind, "else:")
+            saved = set(self.loaded)
             right = self.boolean(node.right, ind + 1)
             self.emit(
                 ind + 1,
                 f"{t} = {right} if {left} is False else "
                 f"(True if {right} is True else None)",
             )
+            self.loaded = saved
         elif isinstance(node, IsNull):
             if isinstance(node.operand, Const):
                 # Folded: "is" on a literal other than None is a SyntaxWarning.
@@ -245,24 +261,14 @@ def generate(node: Node, text_mode: bool = False) -> tuple[str, dict[str, object
     the encoded properties string ``p`` and a dict ``f`` of typed values that
     take precedence.
     """
-    gen = _Gen()
+    gen = _Gen(text_mode)
     result = gen.boolean(node, 2)
-    if text_mode:
-        head = [
-            "        " + line
-            for name, var in gen.props.items()
-            for line in _text_head(name, var)
-        ]
-        signature = "    def _selector(p, f):"
-    else:
-        head = [f"        {var} = p.get({name!r})" for name, var in gen.props.items()]
-        signature = "    def _selector(p):"
+    signature = "    def _selector(p, f):" if text_mode else "    def _selector(p):"
     names = [*_HELPERS, *gen.consts]
     src = "\n".join(
         [
             f"def _factory({', '.join(names)}):",
             signature,
-            *head,
             *gen.lines,
             f"        return {result}",
             "    return _selector",
