@@ -37,7 +37,12 @@ from broker_core.msgid import UniqKeyGenerator
 from broker_core.record import decode_offset_msg_id, offset_msg_id, parse_host
 from broker_core.store import MessageStore, PutItem
 from broker_core.tags import parse_subscription, tags_code
-from broker_core.validation import validate_body, validate_group, validate_send_topic
+from broker_core.validation import (
+    validate_body,
+    validate_group,
+    validate_properties_size,
+    validate_send_topic,
+)
 
 #: A send hook may rewrite a message before it is stored (delay levels, timers,
 #: transactions): it returns the ``MessageInner`` to store instead.
@@ -94,53 +99,54 @@ class Broker:
 
     # -- sending -------------------------------------------------------------
     def _prepare(self, m: Message, uniq: str, now: int) -> PutItem:
+        """Validate one message and build its append item (the send hot path)."""
         topic = m.topic
         if topic not in self._valid_topics:
             validate_send_topic(topic)
             if len(self._valid_topics) < 100_000:
                 self._valid_topics.add(topic)
         body = m.body
-        if (
-            not isinstance(body, bytes)
-            or not 0 < len(body) <= self.config.max_message_size
-        ):
-            validate_body(body, self.config.max_message_size)
+        limit = self.config.max_message_size
+        if body.__class__ is not bytes or not 0 < len(body) <= limit:
+            validate_body(body, limit)
             body = bytes(body)
-        cfg = self.store.topics.topics.get(topic)
-        if m.queue_id is None:
+        qid = m.queue_id
+        if qid is None:
             counter = self._rr.get(topic)
             if counter is None:
                 counter = self._rr[topic] = itertools.count()
+            cfg = self.store.topics.topics.get(topic)
             nq = cfg.write_queue_nums if cfg else self.config.default_queue_nums
             qid = next(counter) % nq
-        else:
-            qid = m.queue_id
-            if qid < 0:
-                raise InvalidQueueError(f"queue id {qid} is negative")
-        parts: list[str] = []
-        if m.properties:
-            parts.extend(
-                f"{k}\x01{v}\x02" for k, v in m.properties.items() if v is not None
-            )
+        elif qid < 0:
+            raise InvalidQueueError(f"queue id {qid} is negative")
         tags = m.tags
-        if tags:
-            parts.append(f"TAGS\x01{tags}\x02")
-        keys = m.keys
-        if keys:
-            ks = keys if isinstance(keys, str) else " ".join(keys)
-            parts.append(f"KEYS\x01{ks}\x02")
-        parts.append(f"UNIQ_KEY\x01{uniq}\x02")
-        pb = "".join(parts).encode()
-        if len(pb) > self.config.max_properties_size:
-            from broker_core.validation import validate_properties_size
-
-            validate_properties_size(pb, self.config.max_properties_size)
+        if m.properties or m.keys:
+            parts: list[str] = []
+            if m.properties:
+                parts.extend(
+                    f"{k}\x01{v}\x02" for k, v in m.properties.items() if v is not None
+                )
+            if tags:
+                parts.append(f"TAGS\x01{tags}\x02")
+            keys = m.keys
+            if keys:
+                ks = keys if isinstance(keys, str) else " ".join(keys)
+                parts.append(f"KEYS\x01{ks}\x02")
+            parts.append(f"UNIQ_KEY\x01{uniq}\x02")
+            pb = "".join(parts).encode()
+            if len(pb) > self.config.max_properties_size:
+                validate_properties_size(pb, self.config.max_properties_size)
+        elif tags:
+            pb = f"TAGS\x01{tags}\x02UNIQ_KEY\x01{uniq}\x02".encode()
+        else:
+            pb = f"UNIQ_KEY\x01{uniq}\x02".encode()
         return (
             topic,
             qid,
             body,
             pb,
-            tags_code(tags),
+            tags_code(tags) if tags else 0,
             0,
             m.flag,
             0,
