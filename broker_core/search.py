@@ -27,6 +27,7 @@ import json
 import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from broker_core.broker import Broker
@@ -345,8 +346,8 @@ class _TopicScan:
         out.reverse()
         return out
 
-    def _merged(self, bounds: dict[int, tuple[int, int]]) -> Iterator[_Unit]:
-        """Yield every unit in ``bounds`` by descending commit-log offset.
+    def _merged(self, bounds: dict[int, tuple[int, int]]) -> Iterator[list[_Unit]]:
+        """Yield batches of the units in ``bounds``, by descending commit-log offset.
 
         Queues are read in batches; each round emits, in one sort, every
         buffered unit newer than the oldest buffered unit of any queue that
@@ -355,10 +356,18 @@ class _TopicScan:
         los = {q: lo for q, (lo, _hi) in bounds.items()}
         his = {q: hi for q, (_lo, hi) in bounds.items()}
         bufs: dict[int, list[_Unit]] = {}
-        for q in bounds:
-            if his[q] > los[q]:
-                bufs[q] = self._read_desc(q, los[q], his[q])
+
+        def fill(q: int) -> None:
+            units = self._read_desc(q, los[q], his[q]) if his[q] > los[q] else []
+            if units:
+                bufs[q] = units
                 his[q] = max(los[q], his[q] - _BATCH)
+            else:
+                bufs.pop(q, None)
+                his[q] = los[q]  # a gap (purged or unwritten units) ends the queue
+
+        for q in bounds:
+            fill(q)
         while bufs:
             floor = max(
                 (b[-1][0] for q, b in bufs.items() if his[q] > los[q]), default=-1
@@ -370,13 +379,9 @@ class _TopicScan:
                 batch += buf[:cut]
                 del buf[:cut]
                 if not buf:
-                    if his[q] > los[q]:
-                        bufs[q] = self._read_desc(q, los[q], his[q])
-                        his[q] = max(los[q], his[q] - _BATCH)
-                    else:
-                        del bufs[q]
+                    fill(q)
             batch.sort(reverse=True)
-            yield from batch
+            yield batch
 
     # -- the scan ------------------------------------------------------------
     def run(self, limit: int, state: dict[str, Any] | None, budget: int) -> SearchPage:
@@ -401,7 +406,7 @@ class _TopicScan:
         found = scanned = 0
         seg_lo = seg_hi = 0
         view = memoryview(b"")
-        for phys, size, code, q, qoff in self._merged(bounds):
+        for phys, size, code, q, qoff in chain.from_iterable(self._merged(bounds)):
             if scanned >= budget or found >= limit:
                 break
             scanned += 1
