@@ -17,6 +17,7 @@ there knows nobody else changed the progress since it last looked.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
@@ -53,6 +54,68 @@ def _unranges(runs: list[list[int]]) -> set[int]:
     return out
 
 
+class RangeSet:
+    """A set of ints kept as sorted disjoint runs ``[first, last]``.
+
+    Timers finish roughly in due order, not queue order: above the low-water
+    mark the done offsets are long runs broken by the still-pending ones, so
+    memory is proportional to the pending timers, not to the delivered ones.
+    """
+
+    __slots__ = ("starts", "ends")
+
+    def __init__(self, runs: list[list[int]] | None = None) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        for first, last in sorted((int(a), int(b)) for a, b in runs or []):
+            if self.ends and first <= self.ends[-1] + 1:
+                self.ends[-1] = max(self.ends[-1], last)
+            else:
+                self.starts.append(first)
+                self.ends.append(last)
+
+    def __contains__(self, x: int) -> bool:
+        i = bisect.bisect_right(self.starts, x) - 1
+        return i >= 0 and x <= self.ends[i]
+
+    def __len__(self) -> int:
+        return sum(e - s + 1 for s, e in zip(self.starts, self.ends, strict=True))
+
+    def add(self, x: int) -> None:
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_right(starts, x) - 1
+        if i >= 0 and x <= ends[i]:
+            return
+        left = i >= 0 and ends[i] == x - 1
+        right = i + 1 < len(starts) and starts[i + 1] == x + 1
+        if left and right:
+            ends[i] = ends[i + 1]
+            del starts[i + 1], ends[i + 1]
+        elif left:
+            ends[i] = x
+        elif right:
+            starts[i + 1] = x
+        else:
+            starts.insert(i + 1, x)
+            ends.insert(i + 1, x)
+
+    def drop_below(self, low: int) -> None:
+        """Forget values below ``low``."""
+        i = bisect.bisect_right(self.ends, low - 1)
+        del self.starts[:i], self.ends[:i]
+        if self.starts and self.starts[0] < low:
+            self.starts[0] = low
+
+    def first_run(self) -> tuple[int, int] | None:
+        return (self.starts[0], self.ends[0]) if self.starts else None
+
+    def pop_first_run(self) -> None:
+        del self.starts[0], self.ends[0]
+
+    def runs(self) -> list[list[int]]:
+        return [[a, b] for a, b in zip(self.starts, self.ends, strict=True)]
+
+
 @dataclass
 class Progress:
     """What has been delivered or recalled, as of commit-log position ``log_pos``."""
@@ -60,7 +123,7 @@ class Progress:
     offsets: dict[int, int] = field(default_factory=dict)
     cancelled: dict[int, set[int]] = field(default_factory=dict)
     timer_low: int = 0
-    timer_done: set[int] = field(default_factory=set)
+    timer_done: RangeSet = field(default_factory=RangeSet)
     log_pos: int = -1
     delivered: dict[int, int] = field(default_factory=dict)
 
@@ -95,13 +158,15 @@ class Progress:
         if queue_offset < self.timer_low:
             return
         self.timer_done.add(queue_offset)
-        if queue_offset == self.timer_low:
-            low = self.timer_low
-            done = self.timer_done
-            while low in done:
-                done.discard(low)
-                low += 1
-            self.timer_low = low
+        first = self.timer_done.first_run()
+        if first is not None and first[0] == self.timer_low:
+            self.timer_low = first[1] + 1
+            self.timer_done.pop_first_run()
+
+    def set_timer_low(self, low: int) -> None:
+        """Move the low-water mark (a queue whose head was removed)."""
+        self.timer_low = low
+        self.timer_done.drop_below(low)
 
     # -- counters ------------------------------------------------------------
     def count_delivered(self, now_ms: int, n: int) -> None:
@@ -119,7 +184,7 @@ class Progress:
                 str(k): _ranges(v) for k, v in sorted(self.cancelled.items()) if v
             },
             "timerLow": self.timer_low,
-            "timerDone": _ranges(self.timer_done),
+            "timerDone": self.timer_done.runs(),
             "logPos": self.log_pos,
             "deliveredPerMinute": {
                 str(k): v for k, v in sorted(self.delivered.items())
@@ -139,7 +204,7 @@ class Progress:
             offsets={k: int(v) for k, v in table("offsetTable").items()},  # type: ignore[call-overload]
             cancelled={k: _unranges(v) for k, v in table("cancelled").items()},  # type: ignore[arg-type]
             timer_low=int(data.get("timerLow", 0)),  # type: ignore[call-overload]
-            timer_done=_unranges(done),
+            timer_done=RangeSet(done),
             log_pos=int(data.get("logPos", -1)),  # type: ignore[call-overload]
             delivered={k: int(v) for k, v in table("deliveredPerMinute").items()},  # type: ignore[call-overload]
         )

@@ -35,7 +35,7 @@ from broker_core.message import (
 )
 from broker_core.schedule.browse import BrowseMixin
 from broker_core.schedule.operations import OperationsMixin
-from broker_core.schedule.progress import Progress, ProgressFile
+from broker_core.schedule.progress import Progress, ProgressFile, RangeSet
 from broker_core.schedule.results import (
     DeliveryResult,
 )
@@ -178,10 +178,9 @@ class DelayService(OperationsMixin, BrowseMixin):
                 dead.intersection_update(range(off, hi))
         lo, hi = store.min_offset(TIMER_TOPIC, 0), store.max_offset(TIMER_TOPIC, 0)
         if p.timer_low < lo:
-            p.timer_low = lo
-            p.timer_done = {o for o in p.timer_done if o >= lo}
+            p.set_timer_low(lo)
         if p.timer_low > hi:
-            p.timer_low, p.timer_done = hi, set()
+            p.timer_low, p.timer_done = hi, RangeSet()
 
     def _replay(self, start: int) -> None:
         """Apply every delivered copy and recall marker from log offset ``start``."""
