@@ -25,8 +25,8 @@ import bisect
 import hashlib
 import json
 import struct
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
@@ -115,7 +115,6 @@ class SearchPage:
     scanned: int
     #: Messages whose SQL92 evaluation failed (counted as no match).
     errors: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def message_fields(msg: MessageExt) -> dict[str, object]:
@@ -180,29 +179,21 @@ class _Filters:
             self.typed = bool(self.selector.properties & SYSTEM_FIELDS)
         self.errors = 0
 
-    def accept_props(self, props: Mapping[str, Any], fields: Any) -> bool:
-        """Return whether decoded properties pass the tag and SQL92 tests.
-
-        ``fields`` is a zero-argument callable returning the typed system
-        fields, called only when the selector reads one of them.
-        """
-        if self.tag is not None and props.get("TAGS") not in self.tag.tags:
-            return False
-        sel = self.selector
-        if sel is None:
-            return True
-        ctx = {**props, **fields()} if self.typed else props
-        try:
-            return sel.evaluate(ctx) is True
-        except FilterEvaluationError:
-            self.errors += 1
-            return False
-
     def accept(self, msg: MessageExt) -> bool:
         """Return whether a decoded message passes every test."""
         if not self.begin <= msg.store_timestamp <= self.end:
             return False
-        return self.accept_props(msg.properties, lambda: message_fields(msg))
+        props = msg.properties
+        if self.tag is not None and props.get("TAGS") not in self.tag.tags:
+            return False
+        if self.selector is None:
+            return True
+        ctx = {**props, **message_fields(msg)} if self.typed else props
+        try:
+            return self.selector.evaluate(ctx) is True
+        except FilterEvaluationError:
+            self.errors += 1
+            return False
 
 
 def search_messages(
@@ -301,20 +292,9 @@ class _TopicScan:
             self.queues = list(range(cfg.queue_nums))
         self.segments = self.store.commitlog.segments
 
-    # -- record access -------------------------------------------------------
-    def _head(self, phys: int) -> tuple[memoryview, int, tuple[Any, ...]]:
-        seg = self.segments.segment(phys)
-        if seg is None:
-            raise MessageNotFoundError(f"no commit-log segment holds offset {phys}")
-        pos = phys - seg.base
-        return seg.view, pos, _HEAD_V4.unpack_from(seg.view, pos)
-
     def _store_ts(self, queue_id: int, offset: int) -> int:
         phys, size, _ = self.store.get_queue_units(self.topic, queue_id, offset, 1)[0]
-        _view, _pos, h = self._head(phys)
-        if h[7] & _V6_HOSTS:
-            return self.store.commitlog.decode_at(phys, size).store_timestamp
-        return int(h[11])
+        return self.store.commitlog.decode_at(phys, size).store_timestamp
 
     def _first_after(self, queue_id: int, lo: int, hi: int, ts: int) -> int:
         """Return the first offset in [lo, hi) stored after ``ts`` (hi if none)."""
