@@ -174,6 +174,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": timedelta(seconds=DELAY_TICK_INTERVAL),
         "options": {"expires": DELAY_TICK_INTERVAL},
     },
+    # Transaction check: checks back half messages left pending, discards those
+    # checked too often; a run missed by more than one interval is dropped.
+    "transactions-run-check": {
+        "task": "transactions.run_check",
+        "schedule": timedelta(seconds=TRANSACTION_CHECK_INTERVAL),
+        "options": {"expires": TRANSACTION_CHECK_INTERVAL},
+    },
 }
 
 # --- REST framework ---------------------------------------------------------

@@ -1,0 +1,42 @@
+"""The transaction check, run by Celery beat every TRANSACTION_CHECK_INTERVAL seconds.
+
+Thin: a Redis lock keeps one run at a time across workers (the store's own
+check lock backs it up across hosts sharing nothing but the store), then
+``TransactionService.run_check`` does the work within a budget shorter than the
+interval, so a run ends before the next is scheduled.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+from redis.exceptions import LockError
+
+from console.brokerlink import get_transaction_service
+from console.core.health import redis_client
+
+LOCK_KEY = "transactions:run_check"
+
+
+@shared_task(name="transactions.run_check")
+def run_check() -> dict[str, Any]:
+    """Check back the half messages that are due; return the run's summary."""
+    interval = float(settings.TRANSACTION_CHECK_INTERVAL)
+    budget = max(1.0, interval * 0.8)
+    lock = redis_client().lock(LOCK_KEY, timeout=budget + 30, blocking=False)
+    if not lock.acquire():
+        return {"status": "BUSY"}
+    try:
+        # Modules that register extra check-back transports (the gRPC checker).
+        for name in getattr(settings, "TRANSACTION_TRANSPORT_MODULES", ()):
+            importlib.import_module(name)
+        result = get_transaction_service().run_check(time_budget_s=budget)
+    finally:
+        try:
+            lock.release()
+        except LockError:  # expired meanwhile: nothing left to release
+            pass
+    return result.as_dict()
