@@ -82,3 +82,29 @@ def test_sigkill_during_delivery_neither_loses_nor_duplicates(
     assert sum(lv.backlog for lv in st.levels) == 0 and st.timers.pending == 0
     # The kills landed in the middle of delivery.
     assert 0 < seen[0] < seen[-1] < len(sent), seen
+
+
+@pytest.mark.slow
+def test_two_processes_delivering_at_once_deliver_each_message_once(
+    store_dir: Path, drain: Any
+) -> None:
+    """Celery prefork children (or a worker and the gRPC endpoint) take turns."""
+    with Broker.open(store_dir, **STORE) as b:
+        svc = DelayService(b)
+        sent = set()
+        start = int(time.time() * 1000) + 800
+        for i in range(1500):
+            r = svc.send_delayed(Message("Orders", b"T%d" % i), deliver_at_ms=start + i)
+            sent.add(r.msg_id)
+            if i % 3 == 0:
+                r = b.send(Message("Orders", b"L%d" % i, properties={"DELAY": "1"}))
+                sent.add(r.msg_id)
+        svc.close()
+    procs = [_start(store_dir, 3.5) for _ in range(2)]
+    for p in procs:
+        p.wait(timeout=60)
+        assert p.returncode == 0
+    with Broker.open(store_dir, **STORE) as b:
+        got = Counter(m.msg_id for m in drain(b, "Orders"))
+    assert not {k for k, v in got.items() if v > 1}
+    assert set(got) == sent
