@@ -99,7 +99,8 @@ class _Gen:
     def value(self, node: Node, ind: int) -> str:
         """Emit code for a value and return a simple expression of it."""
         if isinstance(node, Const):
-            return repr(node.value)
+            # Parenthesised: "5.__class__" would not parse.
+            return f"({node.value!r})"
         if isinstance(node, Prop):
             return self.prop(node.name, ind)
         if isinstance(node, Neg):

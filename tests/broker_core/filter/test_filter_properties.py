@@ -166,7 +166,8 @@ def comparison(draw: st.DrawFn) -> str:
     if kind == 4:
         op = draw(st.sampled_from(["CONTAINS", "STARTSWITH", "ENDSWITH"]))
         neg = draw(st.sampled_from(["", "NOT "]))
-        return f"{name} {neg}{op} {draw(st.sampled_from(STRINGS))}"
+        subject = draw(st.one_of(operand, st.sampled_from(STRINGS)))
+        return f"{subject} {neg}{op} {draw(st.sampled_from(STRINGS))}"
     if kind == 5:
         lo, hi = sorted(draw(st.lists(st.integers(-5, 10), min_size=2, max_size=2)))
         return f"{name} {draw(st.sampled_from(['', 'NOT ']))}BETWEEN {lo} AND {hi}"

@@ -285,3 +285,25 @@ def test_nan_and_infinity_in_typed_doubles() -> None:
     assert ev("a > 1.0", a=math.nan) is True
     assert ev("a = a", a=math.nan) is True
     assert ev("a < 1.0", a=-math.inf) is True
+
+
+@pytest.mark.parametrize(
+    ("text", "a", "expected"),
+    [
+        ("5 CONTAINS '5'", "1", False),  # a number is not a string
+        ("-5 STARTSWITH '-'", "1", False),
+        ("1.5 ENDSWITH '5'", "1", False),
+        ("'abc' CONTAINS 'b'", "1", True),
+        ("'abc' NOT ENDSWITH 'b'", "1", True),
+        ("TRUE CONTAINS 'x'", "1", False),
+        ("NULL NOT CONTAINS 'x'", "1", False),
+        ("(a > 1) CONTAINS 'x'", "1", False),
+        ("-a STARTSWITH '1'", "1", False),
+        ("-5 = -a", 5, True),
+        ("2.5 > a", "1", True),
+    ],
+)
+def test_literals_and_expressions_on_the_left(
+    text: str, a: object, expected: bool
+) -> None:
+    assert ev(text, a=a) is expected
