@@ -36,9 +36,9 @@ class StoreConfig:
     flush_interval_ms: int = 500
     #: A sync send waits at most this long for its flush (then FLUSH_DISK_TIMEOUT).
     sync_flush_timeout_ms: int = 5000
-    #: Sync mode: how long a flush leader may wait for more appends to join
-    #: its fsync.
-    group_commit_wait_us: int = 0
+    #: Sync mode: how long a flush leader may wait for puts already under way
+    #: to append, so that they share its fsync.
+    group_commit_wait_us: int = 2000
     segment_size: int = 1 << 30
     #: Consume-queue units per consume-queue file (RocketMQ: 300,000 = 6,000,000 B).
     cq_units_per_file: int = 300_000

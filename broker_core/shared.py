@@ -89,6 +89,9 @@ class SharedState:
         self.append_lock = FileLock(path)
         #: Serialises index building, which runs beside appends.
         self.index_lock = FileLock(root / "index.lock")
+        #: Serialises log fsyncs across processes: a process that waited for
+        #: another's fsync usually finds its own bytes already flushed.
+        self.flush_lock = FileLock(root / "flush.lock")
         #: Serialises read-modify-write of consumer offsets.
         self.offsets_lock = FileLock(root / "offsets.lock")
         self._presence_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -184,6 +187,7 @@ class SharedState:
             os.close(self._presence_fd)
         self.append_lock.close()
         self.index_lock.close()
+        self.flush_lock.close()
         self.offsets_lock.close()
         try:
             self._mm.close()

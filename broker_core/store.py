@@ -271,6 +271,34 @@ class MessageStore(StoreAdminMixin):
         """
         if self.closed:
             raise StoreClosedError("the store is closed")
+        sync = self.config.flush == "sync"
+        if sync:
+            self.flusher.begin_put()
+            try:
+                pos, offsets, sizes, qoffs, now = self._append_locked(
+                    items, auto_create, inner
+                )
+            except BaseException:
+                self.flusher.abort_put()
+                raise
+        else:
+            pos, offsets, sizes, qoffs, now = self._append_locked(
+                items, auto_create, inner
+            )
+        status = SendStatus.SEND_OK
+        if sync:
+            ok = self.flusher.wait_flushed(
+                pos, self.config.sync_flush_timeout_ms / 1000
+            )
+            if not ok:
+                status = SendStatus.FLUSH_DISK_TIMEOUT
+        if self._dispatchers:
+            self.run_dispatchers()
+        return offsets, sizes, qoffs, now, status
+
+    def _append_locked(
+        self, items: Sequence[PutItem], auto_create: bool, inner: bool
+    ) -> tuple[int, list[int], list[int], list[int], int]:
         max_record = self.config.max_message_size + 65536
         commitlog = self.commitlog
         state = self.state
@@ -400,16 +428,7 @@ class MessageStore(StoreAdminMixin):
             self._own_end = pos
         finally:
             lock.release()
-        status = SendStatus.SEND_OK
-        if self.config.flush == "sync":
-            ok = self.flusher.wait_flushed(
-                pos, self.config.sync_flush_timeout_ms / 1000
-            )
-            if not ok:
-                status = SendStatus.FLUSH_DISK_TIMEOUT
-        if self._dispatchers:
-            self.run_dispatchers()
-        return offsets, sizes, qoffs, now, status
+        return pos, offsets, sizes, qoffs, now
 
     @contextlib.contextmanager
     def exclusive_appends(self) -> Iterator[None]:
