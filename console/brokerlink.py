@@ -70,6 +70,23 @@ def get_delay_service() -> Any:
         return service
 
 
+def get_transaction_service() -> Any:
+    """Return this process's ``TransactionService`` over ``get_broker()``.
+
+    Settings: ``TRANSACTION_OPTIONS`` (``TransactionConfig`` fields). The check
+    itself runs in the scheduled task; the console only queries and resolves.
+    """
+    broker = get_broker()
+    with _lock:
+        service = _services.get("transaction")
+        if service is None or service.broker is not broker:
+            from broker_core.transaction import TransactionService
+
+            options = getattr(settings, "TRANSACTION_OPTIONS", {}) or {}
+            service = _services["transaction"] = TransactionService(broker, **options)
+        return service
+
+
 def _close_services() -> None:
     for service in _services.values():
         close = getattr(service, "close", None)

@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "console.messages",
     "console.consumers",
     "console.delays",
+    "console.transactions",
 ]
 
 MIDDLEWARE = [

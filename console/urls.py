@@ -15,6 +15,7 @@ api_patterns = [
     path("", include("console.messages.api.urls")),
     path("", include("console.consumers.api.urls")),
     path("", include("console.delays.api.urls")),
+    path("", include("console.transactions.api.urls")),
 ]
 
 urlpatterns = [
@@ -32,6 +33,7 @@ urlpatterns = [
     path("messages/", include("console.messages.urls")),
     path("consumer-groups/", include("console.consumers.urls")),
     path("delays/", include("console.delays.urls")),
+    path("transactions/", include("console.transactions.urls")),
     path("api/", include(api_patterns)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # DRF marks its views login_not_required; the docs page is a page, so it

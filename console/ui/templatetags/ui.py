@@ -71,3 +71,11 @@ def duration_ms(value: Any) -> str:
     if h < 48:
         return f"{h}h {m}m" if m else f"{h}h"
     return f"{h // 24}d {h % 24}h"
+
+
+@register.filter
+def json_attr(value: Any) -> str:
+    """JSON text for an HTML attribute (autoescaping quotes it safely)."""
+    import json
+
+    return json.dumps(value)

@@ -16,7 +16,7 @@ def test_seed_demo(broker, client_as) -> None:
     assert Topic.objects.filter(system=False).count() == 5
     assert (
         sum(Topic.objects.filter(system=False).values_list("messages", flat=True))
-        == 501
+        == 511  # 500 sent, one HTML body, ten committed transactions
     )
     lags = dict(ConsumerQueue.objects.values_list("group", "lag").order_by("lag"))
     assert lags["CID_order_fulfilment"] == 0 and lags["CID_analytics"] > 0
@@ -25,6 +25,11 @@ def test_seed_demo(broker, client_as) -> None:
     stats = delay_stats()
     assert all(lv.backlog >= 1 for lv in stats.levels)
     assert stats.timers.pending == 4
+    from console.transactions.services import list_transactions
+
+    pending = list_transactions(page_size=200).items
+    assert len(pending) == 40  # 60 halves: a sixth committed, a sixth rolled back
+    assert sum(1 for h in pending if h.check_count >= 6) == 20  # stuck
     # Every page answers on a seeded store.
     c = client_as("operator")
     for url in (

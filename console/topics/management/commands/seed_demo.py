@@ -108,6 +108,8 @@ class Command(BaseCommand):
                 keys="html-demo",
             )
         )
+        # Committed halves land in their topics: seed them before consumers commit.
+        transactions = self._seed_transactions(broker, rnd)
         for group, (topic, share) in CONSUMERS.items():
             for q in range(TOPICS[topic][0]):
                 hi = broker.store.max_offset(topic, q)
@@ -141,7 +143,6 @@ class Command(BaseCommand):
                 deliver_at_ms=now + minutes * 60_000,
             )
             scheduled += 1
-        transactions = self._seed_transactions(broker, rnd)
         from console.consumers.services import sync_offsets
         from console.topics.services import sync_topics
 

@@ -1,0 +1,164 @@
+"""``/api/transactions/``: the pending list (same filters as the page), a half,
+commit (admin), rollback, resume and bulk rollback (operator)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from broker_core.errors import ValidationError
+from console.transactions import services
+from console.transactions.api.serializers import (
+    BulkRollbackSerializer,
+    CommitSerializer,
+    ReasonSerializer,
+    detail_json,
+    half_json,
+)
+from console.transactions.filtersets import HalfFilterSet
+from console.ui.permissions import HasRole
+from console.ui.roles import ADMIN, OPERATOR, VIEWER, can_see_bodies
+
+_LIST_PARAMS = [
+    OpenApiParameter(n, str) for n in ("producer_group", "topic", "key", "sort")
+] + [
+    OpenApiParameter(
+        "state", str, enum=["PENDING", "DISCARDED", "COMMITTED", "ROLLED_BACK", "ALL"]
+    ),
+    OpenApiParameter("min_age_minutes", float),
+    OpenApiParameter("min_checks", int),
+    OpenApiParameter("page", int),
+    OpenApiParameter("page_size", int),
+]
+
+
+def _end_json(r) -> dict:
+    return {
+        "id": r.transaction_id,
+        "status": r.status.value,
+        "state": r.state.value,
+        "source": r.source.value if r.source else None,
+        "operator": r.operator,
+        "commit_offset_msg_id": r.commit_offset_msg_id,
+    }
+
+
+class TransactionListView(APIView):
+    """Halves, default pending; each item's ``id`` names it in the URLs below.
+    Bodies appear only in a half's detail, for operators and admins."""
+
+    permission_classes = [HasRole]
+    read_role = VIEWER
+
+    @extend_schema(parameters=_LIST_PARAMS, responses=dict)
+    def get(self, request):
+        fs = HalfFilterSet(request.query_params)
+        if not fs.is_valid():
+            raise ValidationError(
+                "; ".join(f"{k}: {' '.join(v)}" for k, v in fs.errors.items())
+            )
+        try:
+            page = int(request.query_params.get("page", 1))
+            size = int(request.query_params.get("page_size", 50))
+        except ValueError as exc:
+            raise ValidationError("page and page_size are integers") from exc
+        if page < 1 or not 1 <= size <= 1000:
+            raise ValidationError("page must be >= 1 and page_size within 1..1000")
+        res = services.list_transactions(page=page, page_size=size, **fs.list_kwargs())
+        return Response(
+            {
+                "count": res.total,
+                "page": res.page,
+                "page_size": res.page_size,
+                "results": [
+                    half_json(i) | {"stuck": services.is_stuck(i)} for i in res.items
+                ],
+            }
+        )
+
+
+class TransactionDetailView(APIView):
+    permission_classes = [HasRole]
+    read_role = VIEWER
+
+    @extend_schema(responses=dict)
+    def get(self, request, transaction_id: str):
+        half = services.get_transaction(transaction_id)
+        return Response(
+            detail_json(half, can_see_bodies(request.user))
+            | {"stuck": services.is_stuck(half.info)}
+        )
+
+
+class CommitView(APIView):
+    permission_classes = [HasRole]
+    write_role = ADMIN
+
+    @extend_schema(request=CommitSerializer, responses=dict)
+    def post(self, request, transaction_id: str):
+        s = CommitSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        r = services.commit_transaction(
+            actor=request.user,
+            request=request,
+            transaction_id=transaction_id,
+            reason=s.validated_data["reason"],
+        )
+        return Response(_end_json(r))
+
+
+class RollbackView(APIView):
+    permission_classes = [HasRole]
+    write_role = OPERATOR
+
+    @extend_schema(request=ReasonSerializer, responses=dict)
+    def post(self, request, transaction_id: str):
+        s = ReasonSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        r = services.rollback_transaction(
+            actor=request.user,
+            request=request,
+            transaction_id=transaction_id,
+            reason=s.validated_data["reason"],
+        )
+        return Response(_end_json(r))
+
+
+class ResumeView(APIView):
+    permission_classes = [HasRole]
+    write_role = OPERATOR
+
+    @extend_schema(request=ReasonSerializer, responses=dict)
+    def post(self, request, transaction_id: str):
+        reason = str(request.data.get("reason", ""))
+        state = services.resume_transaction(
+            actor=request.user,
+            request=request,
+            transaction_id=transaction_id,
+            reason=reason,
+        )
+        return Response({"id": transaction_id, "state": state.value})
+
+
+class BulkRollbackView(APIView):
+    permission_classes = [HasRole]
+    write_role = OPERATOR
+
+    @extend_schema(request=BulkRollbackSerializer, responses=dict)
+    def post(self, request):
+        s = BulkRollbackSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        res = services.bulk_rollback(
+            actor=request.user,
+            request=request,
+            transaction_ids=s.validated_data["ids"],
+            reason=s.validated_data["reason"],
+        )
+        return Response(
+            {
+                "rolled_back": res.rolled_back,
+                "already": res.already,
+                "failed": res.failed,
+            }
+        )

@@ -1,0 +1,267 @@
+"""Transaction operations: list and read halves from broker_core's
+pending-transaction index; commit (admin), roll back, resume and bulk roll back
+(operator), each audited per half."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from broker_core.errors import BrokerError
+from broker_core.transaction import (
+    EndTransactionResult,
+    HalfDetail,
+    HalfInfo,
+    HalfPage,
+    TransactionState,
+)
+from console.audit.services import audited
+from console.brokerlink import get_transaction_service
+
+#: The most halves one bulk rollback touches; the operator repeats for more.
+BULK_MAX = 1000
+SORTS = (
+    "born",
+    "-born",
+    "checks",
+    "-checks",
+    "last_check",
+    "-last_check",
+    "next_check",
+    "-next_check",
+)
+
+
+def stuck_thresholds() -> tuple[float, int]:
+    """Return (age in seconds, check count) beyond which a pending half is stuck."""
+    return (
+        float(getattr(settings, "TRANSACTION_STUCK_AGE_S", 600)),
+        int(getattr(settings, "TRANSACTION_STUCK_CHECKS", 5)),
+    )
+
+
+def is_stuck(info: HalfInfo, now_ms: int | None = None) -> bool:
+    age_s, checks = stuck_thresholds()
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return info.state == TransactionState.PENDING and (
+        now - info.born_timestamp >= age_s * 1000 or info.check_count >= checks
+    )
+
+
+def list_transactions(
+    *,
+    state: str | None = "PENDING",
+    producer_group: str = "",
+    topic: str = "",
+    key: str = "",
+    min_age_s: float | None = None,
+    min_checks: int | None = None,
+    sort: str = "born",
+    page: int = 1,
+    page_size: int = 50,
+) -> HalfPage:
+    """Return one page of halves matching the filters (the index answers in SQL)."""
+    return get_transaction_service().list_halves(
+        state=state or None,
+        producer_group=producer_group or None,
+        topic=topic or None,
+        key=key or None,
+        min_age_s=min_age_s,
+        min_checks=min_checks,
+        sort=sort if sort in SORTS else "born",
+        page=page,
+        page_size=page_size,
+    )
+
+
+def get_transaction(transaction_id: str) -> HalfDetail:
+    """Return a half with properties, body and check history.
+
+    Raises ``UnknownTransactionError``."""
+    return get_transaction_service().get_half(transaction_id)
+
+
+def _info_dict(info: HalfInfo) -> dict[str, Any]:
+    return {
+        "state": info.state.value,
+        "check_count": info.check_count,
+        "producer_group": info.producer_group,
+        "topic": info.topic,
+    }
+
+
+def _result_dict(r: EndTransactionResult) -> dict[str, Any]:
+    return {
+        "status": r.status.value,
+        "state": r.state.value,
+        "source": r.source.value if r.source else None,
+        "operator": r.operator,
+        "commit_offset_msg_id": r.commit_offset_msg_id,
+    }
+
+
+def _before(transaction_id: str) -> dict[str, Any] | None:
+    try:
+        return _info_dict(get_transaction(transaction_id).info)
+    except BrokerError:
+        return None
+
+
+def commit_transaction(
+    *, actor: Any, transaction_id: str, reason: str, request: Any = None
+) -> EndTransactionResult:
+    """Commit a half as an operator (admin): its message reaches consumers.
+
+    Raises ``TransactionConflictError`` if it was rolled back meanwhile."""
+    service = get_transaction_service()
+    return audited(
+        lambda: service.commit(transaction_id, operator=actor.get_username()),
+        actor=actor,
+        request=request,
+        action="transaction.commit",
+        object_type="transaction",
+        object_id=transaction_id,
+        reason=reason,
+        before=_before(transaction_id),
+        after=_result_dict,
+    )
+
+
+def rollback_transaction(
+    *, actor: Any, transaction_id: str, reason: str, request: Any = None
+) -> EndTransactionResult:
+    """Roll back a half (operator): its message is never delivered.
+
+    A second rollback of the same half is ALREADY_RESOLVED, not an error;
+    rolling back a committed half raises ``TransactionConflictError``."""
+    service = get_transaction_service()
+    return audited(
+        lambda: service.rollback(transaction_id, operator=actor.get_username()),
+        actor=actor,
+        request=request,
+        action="transaction.rollback",
+        object_type="transaction",
+        object_id=transaction_id,
+        reason=reason,
+        before=_before(transaction_id),
+        after=_result_dict,
+    )
+
+
+def resume_transaction(
+    *, actor: Any, transaction_id: str, reason: str = "", request: Any = None
+) -> TransactionState:
+    """Resume the check of a discarded half (operator)."""
+    service = get_transaction_service()
+    return audited(
+        lambda: service.resume(transaction_id, operator=actor.get_username()),
+        actor=actor,
+        request=request,
+        action="transaction.resume",
+        object_type="transaction",
+        object_id=transaction_id,
+        reason=reason,
+        before=_before(transaction_id),
+        after=lambda s: {"state": s.value},
+    )
+
+
+@dataclass(slots=True)
+class BulkResult:
+    rolled_back: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def bulk_rollback(
+    *, actor: Any, transaction_ids: list[str], reason: str, request: Any = None
+) -> BulkResult:
+    """Roll back each listed half (at most ``BULK_MAX``); one audit record each."""
+    from broker_core.transaction import EndTransactionStatus
+
+    out = BulkResult()
+    for tid in transaction_ids[:BULK_MAX]:
+        try:
+            r = rollback_transaction(
+                actor=actor, transaction_id=tid, reason=reason, request=request
+            )
+        except BrokerError as exc:
+            out.failed[tid] = str(exc)
+        else:
+            (
+                out.rolled_back
+                if r.status == EndTransactionStatus.RESOLVED
+                else out.already
+            ).append(tid)
+    return out
+
+
+def matching_ids(limit: int = BULK_MAX, **filters: Any) -> list[str]:
+    """Return the ids of up to ``limit`` halves matching list filters."""
+    ids: list[str] = []
+    page = 1
+    while len(ids) < limit:
+        res = list_transactions(page=page, page_size=min(500, limit), **filters)
+        ids.extend(i.transaction_id for i in res.items)
+        if len(res.items) < res.page_size:
+            break
+        page += 1
+    return ids[:limit]
+
+
+def transaction_metrics() -> Any:
+    return get_transaction_service().metrics()
+
+
+def seed_demo_transactions(broker: Any, rnd: Any) -> int:
+    """Demo halves: committed, rolled back, healthy pending and stuck ones
+    (several failed check-backs), from three producer groups."""
+    import json
+
+    from broker_core import Message
+    from broker_core.transaction import CheckAnswer
+
+    service = get_transaction_service()
+    groups = {
+        "PID_order_service": "orders",
+        "PID_payment_gateway": "payments",
+        "PID_warehouse": "inventory",
+    }
+    count = 0
+    for i in range(60):
+        group = rnd.choice(list(groups))
+        topic = groups[group]
+        body = json.dumps(
+            {
+                "tx": i,
+                "amount": round(rnd.uniform(5, 500), 2),
+                "customer": f"C{rnd.randint(1, 5000):05d}",
+            }
+        ).encode()
+        r = service.send_half(
+            group,
+            Message(topic, body, tags="tx", keys=[f"tx-{i}", f"order-{1000 + i}"]),
+        )
+        count += 1
+        kind = i % 6
+        if kind == 0:
+            service.end_transaction(r.transaction_id, group, "COMMIT")
+        elif kind == 1:
+            service.end_transaction(r.transaction_id, group, "ROLLBACK")
+        elif kind in (2, 3):
+            half = service.locate(r.transaction_id)
+            now = int(time.time() * 1000)
+            for n in range(rnd.randint(6, 12)):
+                service.record_check(
+                    half,
+                    CheckAnswer.FAILED,
+                    "webhook",
+                    f"http://{group.lower()}.internal/tx-check",
+                    now - (12 - n) * 60_000,
+                    5_000_000,
+                    "connection refused",
+                )
+    return count
