@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_core.errors import FilterEvaluationError
+from broker_core.errors import FilterEvaluationError, FilterSyntaxError
 from broker_core.filter import compile, javatypes
 from broker_core.filter.lexer import T, tokenize
 from broker_core.filter.nodes import (
@@ -203,3 +203,30 @@ def test_generated_code_agrees_with_tree_walker(
     except FilterEvaluationError:
         actual = FilterEvaluationError
     assert actual is expected or actual == expected, (text, props, selector.source)
+
+
+TOKENS = [
+    "a", "b", "(", ")", ",", "=", "<>", ">", ">=", "<", "<=", "+", "-", "NOT", "AND",
+    "OR", "BETWEEN", "IN", "IS", "NULL", "TRUE", "FALSE", "CONTAINS", "STARTSWITH",
+    "ENDSWITH", "0", "5", "2147483648", "1.5", ".5", "'x'", "''", "'1'",
+]  # fmt: skip
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    st.lists(st.sampled_from(TOKENS), min_size=1, max_size=9),
+    st.dictionaries(st.sampled_from(["a", "b"]), VALUES),
+)
+def test_any_token_sequence_compiles_or_fails_cleanly(
+    tokens: list[str], props: dict[str, object]
+) -> None:
+    try:
+        selector = compile(" ".join(tokens))
+    except FilterSyntaxError:
+        return
+    try:
+        result = selector.evaluate(props)
+    except FilterEvaluationError:
+        return
+    assert result in (True, False, None)
+    assert selector.text_evaluator("", props) is result
