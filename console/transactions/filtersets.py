@@ -44,6 +44,11 @@ class HalfFilterSet(forms.Form):
         super().__init__(data, **kwargs)
         self.default_state = default_state
 
+    @property
+    def form(self) -> HalfFilterSet:
+        """The form to render, as a django-filter FilterSet offers it."""
+        return self
+
     def list_kwargs(self) -> dict[str, Any]:
         """Arguments for ``services.list_transactions`` (defaults if invalid)."""
         d = self.cleaned_data if self.is_valid() else {}

@@ -1,0 +1,82 @@
+"""Real headless Chromium: an operator finds a stuck half by filter, rolls it
+back with a reason, sees it leave the list and appear in the audit log."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from broker_core import Message
+from broker_core.transaction import CheckAnswer
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def stuck(broker):
+    from console.brokerlink import get_transaction_service
+
+    svc = get_transaction_service()
+    for i in range(12):
+        svc.send_half(
+            "PID_shop", Message("orders", b'{"n": %d}' % i, keys=f"order-{i}")
+        )
+    r = svc.send_half(
+        "PID_billing",
+        Message("payments", b'{"invoice": 42}', keys="invoice-42", tags="invoice"),
+    )
+    half = svc.locate(r.transaction_id)
+    now = int(time.time() * 1000)
+    for n in range(7):
+        svc.record_check(
+            half,
+            CheckAnswer.FAILED,
+            "webhook",
+            "http://billing/check",
+            now - (7 - n) * 60_000,
+            2_000_000,
+            "HTTP 503",
+        )
+    return r.transaction_id
+
+
+def test_operator_rolls_back_a_stuck_half(
+    page, users, sign_in, stuck, screenshot
+) -> None:
+    sign_in(page, "operator")
+    page.get_by_role("link", name="Transactions", exact=True).click()
+    assert page.locator("[data-testid=half-list] tbody tr").count() == 13
+    screenshot(page, "pending-list")
+    page.fill("input[name=min_checks]", "5")
+    page.fill("input[name=producer_group]", "PID_billing")
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("[data-testid=half-list] tbody tr")
+    assert rows.count() == 1 and "stuck" in rows.first.inner_text()
+    page.get_by_role("link", name=stuck).click()
+    assert page.locator("[data-testid=timeline] li").count() == 8
+    assert "invoice" in page.locator("[data-testid=body-json]").inner_text()
+    assert page.get_by_role("button", name="Commit").count() == 0  # admins only
+    screenshot(page, "half")
+    page.get_by_label("Rollback reason").fill("billing checker down since 02:00, INC-7")
+    page.get_by_role("button", name="Roll back").click()
+    assert "Rolled back" in page.locator(".flash").inner_text()
+    assert "rolled_back" in page.locator("[data-testid=half-state]").inner_text()
+    page.goto("/transactions/")
+    assert stuck not in page.locator("[data-testid=half-list]").inner_text()
+    assert page.locator("[data-testid=half-list] tbody tr").count() == 12
+    page.get_by_role("link", name="Audit", exact=True).click()
+    first = page.locator("table.grid tbody tr").first.inner_text()
+    assert "transaction.rollback" in first and "INC-7" in first and "operator" in first
+
+
+def test_viewer_sees_no_body_or_actions_on_a_half(page, users, sign_in, stuck) -> None:
+    sign_in(page, "viewer")
+    page.goto(f"/transactions/{stuck}/")
+    assert page.locator("[data-testid=body-hidden]").is_visible()
+    assert page.locator("pre.body").count() == 0
+    for name in ("Roll back", "Commit", "Resume check"):
+        assert page.get_by_role("button", name=name).count() == 0
+    page.goto("/transactions/")
+    assert page.locator("input[name=ids]").count() == 0
+    assert page.get_by_role("button", name="Roll back").count() == 0
