@@ -47,6 +47,9 @@ from broker_core.filter.nodes import (
     render,
 )
 
+#: Parentheses and unary operators nest at most this deep (keeps the parser's
+#: recursion and the generated code's indentation bounded).
+MAX_NESTING = 64
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 _CMP_OPS = frozenset((">", ">=", "<", "<="))
@@ -69,6 +72,7 @@ class _Parser:
         self.text = text
         self.tokens = tokenize(text)
         self.i = 0
+        self.depth = 0
 
     # -- token helpers -------------------------------------------------------
     @property
@@ -288,6 +292,19 @@ class _Parser:
         return In(value, frozenset(values), negated, pos)
 
     def parse_unary(self) -> Node:
+        self.depth += 1
+        try:
+            if self.depth > MAX_NESTING:
+                raise self.error(
+                    f"expression nested more than {MAX_NESTING} levels deep",
+                    self.tok.pos,
+                    "less nesting of parentheses and unary operators",
+                )
+            return self._unary()
+        finally:
+            self.depth -= 1
+
+    def _unary(self) -> Node:
         tok = self.tok
         if tok.kind is T.PUNCT and tok.text == "+":
             self.advance()

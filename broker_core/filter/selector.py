@@ -120,6 +120,11 @@ def compile(expression: str) -> Selector:  # noqa: A001 - the module's verb
             hit = Selector(expression, parse(expression))
         except FilterSyntaxError as exc:
             hit = exc
+        except (RecursionError, SyntaxError, MemoryError):
+            # Thousands of chained terms: too deep for the code generator.
+            hit = FilterSyntaxError(
+                "expression is too complex to compile", 0, "fewer terms"
+            )
         with _cache_lock:
             _cache[expression] = hit
             if len(_cache) > CACHE_SIZE:

@@ -256,3 +256,20 @@ def test_zero_float_literals_are_valid_unlike_rocketmq() -> None:
         compile(text)
     assert ev("a = 0.0", a="0") is True
     assert ev("a > 0.0", a="-1") is False
+
+
+def test_nesting_limit_is_a_syntax_error_not_a_crash() -> None:
+    assert ev("(" * 60 + "a = '1'" + ")" * 60, a="1") is True
+    assert ev("NOT " * 60 + "a = '1'", a="1") is True
+    with pytest.raises(FilterSyntaxError) as exc:
+        compile("(" * 100 + "a = 1" + ")" * 100)
+    assert "nested" in str(exc.value) and exc.value.position == 64
+    with pytest.raises(FilterSyntaxError):
+        compile("- " * 100 + "a > 1")
+
+
+def test_long_flat_chains_compile_and_huge_ones_fail_cleanly() -> None:
+    assert ev(" OR ".join(f"a = {i}" for i in range(500)), a="499") is True
+    with pytest.raises(FilterSyntaxError) as exc:
+        compile(" OR ".join(f"a = {i}" for i in range(5000)))
+    assert "too complex" in str(exc.value)
