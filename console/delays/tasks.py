@@ -2,7 +2,8 @@
 
 Each run delivers for one tick window, sleeping until each due time inside it,
 so consecutive runs cover time without gaps. A Redis lock keeps runs from
-overlapping: a run waits up to half a tick for the previous one to finish.
+overlapping: a run waits for the previous one to finish (up to a tick and a
+second) rather than skip its window, which would leave a gap of a whole tick.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def deliver_due() -> dict[str, Any]:
     """Deliver every delayed message that falls due during this tick window."""
     interval = float(settings.DELAY_TICK_INTERVAL)
     lock = redis_client().lock(
-        LOCK_KEY, timeout=interval * 3 + 10, blocking_timeout=interval / 2
+        LOCK_KEY, timeout=interval * 3 + 10, blocking_timeout=interval + 1
     )
     if not lock.acquire():
         return {"skipped": True}
