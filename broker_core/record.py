@@ -52,12 +52,14 @@ QUEUE_OFFSET_AT = 20
 PHYSICAL_OFFSET_AT = 28
 STORE_TIMESTAMP_AT = 56
 
-# The record CRC property (RocketMQ ``enabledAppendPropCRC``): the last 20 bytes
-# of the properties are "__CRC32#", 0x01, ten digits least significant first, 0x02.
-# Unlike RocketMQ's, this CRC covers the record before them *except the body*:
-# the header it covers holds the body CRC, so the body is covered transitively
-# without hashing it twice. Every record this store writes carries it, so
-# recovery detects damage anywhere in a record, not just in the body.
+# The record CRC property (after RocketMQ's ``enabledAppendPropCRC``): the last
+# 20 bytes of the properties are "__CRC32#", 0x01, ten digits least significant
+# first, 0x02. Unlike RocketMQ's, the CRC runs over the bytes between the body
+# and this property (topic and properties) and then over the fixed header; the
+# header holds the body CRC, so the body is covered without being hashed twice,
+# and the part that does not depend on the record's offsets can be computed
+# before the append lock is taken. Every record this store writes carries it,
+# so recovery detects damage anywhere in a record, not just in the body.
 PROP_CRC_KEY = "__CRC32#"
 PROP_CRC_PREFIX = b"__CRC32#\x01"
 PROP_CRC_SIZE = 20
@@ -236,8 +238,8 @@ def check_record(
         if has_prop_crc:
             digits = bytes(buf[rec_end - 11 : rec_end - 1])
             want = zlib.crc32(
-                buf[bpos + body_len : rec_end - PROP_CRC_SIZE],
-                zlib.crc32(buf[pos:bpos]),
+                buf[pos:bpos],
+                zlib.crc32(buf[bpos + body_len : rec_end - PROP_CRC_SIZE]),
             )
             if (
                 buf[rec_end - 1] != 2

@@ -17,6 +17,7 @@ import time
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from broker_core import recovery
 from broker_core.checkpoint import create_abort, remove_abort
@@ -296,14 +297,54 @@ class MessageStore(StoreAdminMixin):
             self.run_dispatchers()
         return offsets, sizes, qoffs, now, status
 
+    def _encode(self, items: Sequence[PutItem]) -> list[tuple[Any, ...]]:
+        """Do the position-independent part of encoding, outside the append lock.
+
+        Per item: the bytes after the body, the record size, the body CRC and
+        the CRC of the bytes after the body (the record CRC continues over the
+        header once its offsets are known).
+        """
+        max_record = self.config.max_message_size + 65536
+        crc32 = zlib.crc32
+        plen = PROPS_LEN.pack
+        topic_cache = _topic_bytes_cache
+        out = []
+        for item in items:
+            (topic, qid, body, pb, code, delay, flag, sysflag, born, bip, bport,
+             recon, prep) = item  # fmt: skip
+            tparts = topic_cache.get(topic) or _topic_parts(topic)
+            suffix = b"".join((tparts[2], tparts[0], plen(len(pb) + PROP_CRC_SIZE), pb))
+            blen = len(body)
+            total = HEADER_SIZE + blen + len(suffix) + PROP_CRC_SIZE
+            if total > max_record:
+                raise MessageTooLargeError(f"record of {total} bytes is too large")
+            out.append(
+                (topic, qid, body, suffix, total, tparts[1], crc32(body) & 0x7FFFFFFF,
+                 crc32(suffix), code, delay, flag, sysflag & ~0x30, born, bip, bport,
+                 recon, prep, blen, item)
+            )  # fmt: skip
+        return out
+
     def _append_locked(
         self, items: Sequence[PutItem], auto_create: bool, inner: bool
     ) -> tuple[int, list[int], list[int], list[int], int]:
-        max_record = self.config.max_message_size + 65536
+        encoded = self._encode(items)
         commitlog = self.commitlog
         state = self.state
         mm = state.mm
         qunpack, qpack = _Q.unpack_from, _Q.pack_into
+        crc32 = zlib.crc32
+        pack = HEADER.pack
+        unit_pack = UNIT.pack
+        cqs = self.cqs
+        sip, sport = self.store_ip, self.store_port
+        next_q: dict[tuple[str, int], int] = {}
+        cq_parts: dict[tuple[str, int], list[bytes]] = {}
+        cq_first: dict[tuple[str, int], int] = {}
+        parts: list[bytes] = []
+        offsets: list[int] = []
+        sizes: list[int] = []
+        qoffs: list[int] = []
         lock = state.append_lock
         lock.acquire()
         try:
@@ -318,50 +359,15 @@ class MessageStore(StoreAdminMixin):
             if pos != self._own_end:
                 trusted.clear()
             now = int(time.time() * 1000)
-            cqs = self.cqs
-            sip, sport = self.store_ip, self.store_port
-            crc32 = zlib.crc32
-            pack = HEADER.pack
-            unit_pack = UNIT.pack
-            plen = PROPS_LEN.pack
-            topic_cache = _topic_bytes_cache
-            next_q: dict[tuple[str, int], int] = {}
-            cq_parts: dict[tuple[str, int], list[bytes]] = {}
-            cq_first: dict[tuple[str, int], int] = {}
-            parts: list[bytes] = []
-            offsets: list[int] = []
-            sizes: list[int] = []
-            qoffs: list[int] = []
             chunk_start = pos
             seg_end = commitlog.segment_end(pos)
-            for item in items:
-                (
-                    topic,
-                    qid,
-                    body,
-                    pb,
-                    code,
-                    delay,
-                    flag,
-                    sysflag,
-                    born,
-                    bip,
-                    bport,
-                    recon,
-                    prep,
-                ) = item
+            for (topic, qid, body, suffix, total, magic, bcrc, scrc, code, delay,
+                 flag, sysflag, born, bip, bport, recon, prep, blen, item
+                 ) in encoded:  # fmt: skip
                 lim = qlimits.get(topic)
                 if lim is None or not 0 <= qid < lim:
                     self._check_queues((item,), auto_create, inner)
                     qlimits = self._qlimits
-                tparts = topic_cache.get(topic) or _topic_parts(topic)
-                blen = len(body)
-                suffix = b"".join(
-                    (tparts[2], tparts[0], plen(len(pb) + PROP_CRC_SIZE), pb)
-                )
-                total = HEADER_SIZE + blen + len(suffix) + PROP_CRC_SIZE
-                if total > max_record:
-                    raise MessageTooLargeError(f"record of {total} bytes is too large")
                 if pos + total + 8 > seg_end:
                     # The record starts the next segment; a blank marks the rest.
                     commitlog.check_fits_segment(total)
@@ -390,30 +396,15 @@ class MessageStore(StoreAdminMixin):
                 else:
                     q = 0
                 head = pack(
-                    total,
-                    tparts[1],
-                    crc32(body) & 0x7FFFFFFF,
-                    qid,
-                    flag,
-                    q,
-                    pos,
-                    sysflag & ~0x30,
-                    born or now,
-                    bip,
-                    bport,
-                    now,
-                    sip,
-                    sport,
-                    recon,
-                    prep,
-                    blen,
-                )
+                    total, magic, bcrc, qid, flag, q, pos, sysflag, born or now,
+                    bip, bport, now, sip, sport, recon, prep, blen,
+                )  # fmt: skip
                 parts += (
                     head,
                     body,
                     suffix,
                     b"__CRC32#\x01%s\x02"
-                    % f"{crc32(suffix, crc32(head)) & 0x7FFFFFFF:010d}"[::-1].encode(),
+                    % f"{crc32(head, scrc) & 0x7FFFFFFF:010d}"[::-1].encode(),
                 )
                 offsets.append(pos)
                 sizes.append(total)
