@@ -214,3 +214,26 @@ def test_messages_sent_after_a_cursor_do_not_disturb_it(loaded: Broker) -> None:
         loaded, MessageQuery(topic="Shop"), limit=100, cursor=page.cursor
     )
     assert numbers(rest) == list(range(29, -1, -1))
+
+
+def test_scan_across_commit_log_segments(broker: Broker) -> None:
+    broker.create_topic("Big", read_queue_nums=3, write_queue_nums=3)
+    pad = "p" * 300  # about 500-byte records: 64 KiB segments roll every ~130
+    for start in range(0, 900, 100):
+        broker.send_batch(
+            [
+                Message(
+                    "Big", b"x", tags=f"T{i % 5}", properties={"n": str(i), "pad": pad}
+                )
+                for i in range(start, start + 100)
+            ]
+        )
+    found, calls = collect(
+        broker, MessageQuery(topic="Big", sql="n > 100 AND TAGS = 'T3'"), limit=50
+    )
+    assert found == [i for i in range(899, 100, -1) if i % 5 == 3]
+    assert calls == 4
+    every = search_messages(broker, MessageQuery(topic="Big"), limit=1000).messages
+    offsets = [m.commit_log_offset for m in every]
+    assert offsets == sorted(offsets, reverse=True) and len(offsets) == 900
+    assert offsets[0] // (64 * 1024) >= 5  # the data really spans several segments
