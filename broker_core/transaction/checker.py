@@ -221,7 +221,7 @@ class CheckRunner:
                 half, check_no, fut = q.popleft()
 
     def _check_one(self, half: MessageExt, check_no: int) -> CheckAnswer:
-        """Call the group's checker, record the check, apply a COMMIT/ROLLBACK answer."""
+        """Call the group's checker, record the check, apply a COMMIT/ROLLBACK."""
         svc = self.svc
         props = half.properties
         group = props.get(PROPERTY_PRODUCER_GROUP, "")

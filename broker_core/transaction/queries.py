@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from broker_core.errors import MessageNotFoundError, UnknownTransactionError
 from broker_core.record import offset_msg_id
 from broker_core.transaction import statetable as S
-from broker_core.transaction.index import LATENCY_BUCKETS
+from broker_core.transaction.fold import LATENCY_BUCKETS
 from broker_core.transaction.types import (
     HalfDetail,
     HalfInfo,

@@ -97,6 +97,25 @@ class TxEvent:
     born_timestamp: int = 0
 
 
+@dataclass(slots=True)
+class HalfView:
+    """A half just sent by this process: the ``MessageExt`` fields an outcome needs,
+    kept so that the usual send-then-commit does not read the half back."""
+
+    topic: str
+    properties: dict[str, str]
+    body: bytes
+    flag: int
+    sysflag: int
+    born_timestamp: int
+    born_host: str
+    reconsume_times: int
+    commit_log_offset: int
+    queue_offset: int
+    msg_id: str
+    offset_msg_id: str
+
+
 def classify(req: DispatchRequest) -> TxEvent | None:
     """Return the transaction event of a dispatched record, None for other records."""
     topic = req.topic
@@ -181,7 +200,7 @@ def half_inner(
     )
 
 
-def commit_inner(half: MessageExt) -> MessageInner:
+def commit_inner(half: MessageExt | HalfView) -> MessageInner:
     """Build the message a commit writes to the half's real topic and queue (§1.9)."""
     props = half.properties
     real_topic = props[PROPERTY_REAL_TOPIC]
@@ -206,7 +225,7 @@ def op_inner(
     half_offset: int,
     queue_offset: int,
     real_topic: str,
-    extra: dict[str, str],
+    extra: dict[str, str | None],
 ) -> MessageInner:
     """Build an op record about the half at ``half_offset``."""
     props = {
@@ -220,7 +239,7 @@ def op_inner(
 
 
 def discard_copy(half: MessageExt, check_times: int) -> MessageInner:
-    """Build the copy of a half that a discard puts in ``TRANS_CHECK_MAX_TIME_TOPIC``."""
+    """Build the copy of a half a discard puts in ``TRANS_CHECK_MAX_TIME_TOPIC``."""
     inner = half.to_inner()
     inner.topic = TRANS_CHECK_MAX_TIME_TOPIC
     inner.queue_id = 0

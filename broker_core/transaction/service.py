@@ -40,7 +40,6 @@ from broker_core.transaction.ledger import SOURCE_CODES, SOURCE_NAMES, Ledger, e
 from broker_core.transaction.queries import QueryMixin
 from broker_core.transaction.transports import CheckerRegistry
 from broker_core.transaction.types import (
-    CheckAnswer,
     CheckRunResult,
     EndTransactionResult,
     EndTransactionStatus,
@@ -50,6 +49,7 @@ from broker_core.transaction.types import (
     TransactionSendResult,
     TransactionState,
 )
+from broker_core.transaction.writes import WriteMixin
 from broker_core.validation import (
     TRANS_HALF_TOPIC,
     validate_body,
@@ -57,6 +57,8 @@ from broker_core.validation import (
     validate_properties_size,
     validate_send_topic,
 )
+
+_RECENT_MAX = 4096
 
 STATE_NAMES = {
     S.PENDING: TransactionState.PENDING,
@@ -66,7 +68,7 @@ STATE_NAMES = {
 }
 
 
-class TransactionService(QueryMixin):
+class TransactionService(QueryMixin, WriteMixin):
     """Transactional messages over an open ``Broker``; one per process and store.
 
     ``TransactionService(broker, config=None, **settings)``: ``settings`` are
@@ -92,6 +94,8 @@ class TransactionService(QueryMixin):
         )
         self._rr: dict[str, itertools.count[int]] = {}
         self._ids = UniqKeyGenerator()
+        #: Halves sent by this process and not yet ended (bounded): their content.
+        self._recent: dict[str, R.HalfView] = {}
         self._ip, self._port = self.store.store_ip, self.store.store_port
         info = self.store.recovery_info
         with self.store.exclusive_appends():
@@ -174,6 +178,23 @@ class TransactionService(QueryMixin):
         with self.store.exclusive_appends():
             res = self.ledger.append([inner], [event(R.HALF, inner)])[0]
         oid = res.offset_msg_id
+        recent = self._recent
+        recent[oid] = R.HalfView(
+            TRANS_HALF_TOPIC,
+            inner.properties,
+            inner.body,
+            inner.flag,
+            inner.sysflag,
+            now,
+            inner.born_host,
+            0,
+            res.commit_log_offset,
+            res.queue_offset,
+            uniq,
+            oid,
+        )
+        if len(recent) > _RECENT_MAX:
+            del recent[next(iter(recent))]
         return TransactionSendResult(
             uniq,
             oid,
@@ -252,7 +273,8 @@ class TransactionService(QueryMixin):
         """
         res = TransactionResolution.coerce(resolution)
         src = ResolutionSource.coerce(source)
-        half = self.locate(transaction_id)
+        half: MessageExt | R.HalfView
+        half = self._recent.pop(transaction_id, None) or self.locate(transaction_id)
         props = half.properties
         tid = half.offset_msg_id
         if producer_group is not None or src is not ResolutionSource.OPERATOR:
@@ -302,7 +324,8 @@ class TransactionService(QueryMixin):
                 and src is not ResolutionSource.OPERATOR
             ):
                 raise TransactionConflictError(
-                    f"transaction {tid} is DISCARDED after too many checks; an operator "
+                    f"transaction {tid} is DISCARDED after too many checks; "
+                    "an operator "
                     f"must resume or resolve it ({res.value} from {src.value} refused)"
                 )
             if src is ResolutionSource.CLIENT:
@@ -400,37 +423,6 @@ class TransactionService(QueryMixin):
             operator=operator,
         )
 
-    def resume(self, transaction_id: str, operator: str) -> TransactionState:
-        """Resume a discarded half: its check count is reset and it is checked again.
-
-        Returns the new state (PENDING; also for a half that was already pending).
-        Raises ``UnknownTransactionError``, ``TransactionConflictError`` for a
-        committed or rolled-back half.
-        """
-        if not operator:
-            raise ValidationError("resume needs the operator's name")
-        half = self.locate(transaction_id)
-        qoff = half.queue_offset
-        with self.store.exclusive_appends():
-            self.ledger.catch_up()
-            state = self.ledger.table.get(qoff)[0]
-            if state in (S.COMMITTED, S.ROLLED_BACK):
-                raise TransactionConflictError(
-                    f"transaction {half.offset_msg_id} is already {STATE_NAMES[state].value}"
-                )
-            if state == S.DISCARDED:
-                op = R.op_inner(
-                    R.TAG_RESUME,
-                    half.commit_log_offset,
-                    qoff,
-                    half.properties.get(PROPERTY_REAL_TOPIC, ""),
-                    {R.PROPERTY_SOURCE: "OPERATOR", R.PROPERTY_OPERATOR: operator},
-                )
-                self.ledger.append(
-                    [op], [event(R.RESUME, op, half.commit_log_offset, qoff)]
-                )
-        return TransactionState.PENDING
-
     # -- check ---------------------------------------------------------------
     def run_check(
         self,
@@ -439,84 +431,8 @@ class TransactionService(QueryMixin):
         wait: bool = True,
         max_checks: int | None = None,
     ) -> CheckRunResult:
-        """Check back the pending halves that are due; see ``checker.CheckRunner.run``."""
+        """Check back the pending halves that are due (``CheckRunner.run``)."""
         return self.runner.run(time_budget_s, now_ms, wait, max_checks)
-
-    def record_check(
-        self,
-        half: MessageExt,
-        answer: CheckAnswer,
-        transport: str,
-        target: str,
-        started_ms: int,
-        latency_us: int,
-        detail: str | None,
-    ) -> int:
-        """Write one check's record (count + 1 while pending); return the count."""
-        qoff = half.queue_offset
-        with self.store.exclusive_appends():
-            self.ledger.catch_up()
-            state, checks = self.ledger.table.get(qoff)[:2]
-            n = checks + 1 if state == S.PENDING else checks
-            op = R.op_inner(
-                R.TAG_CHECK,
-                half.commit_log_offset,
-                qoff,
-                half.properties.get(PROPERTY_REAL_TOPIC, ""),
-                {
-                    R.PROPERTY_TRANSACTION_CHECK_TIMES: str(n),
-                    R.PROPERTY_CHECK_AT: str(started_ms),
-                    R.PROPERTY_CHECK_TRANSPORT: transport,
-                    R.PROPERTY_CHECK_TARGET: target,
-                    R.PROPERTY_CHECK_ANSWER: answer.value,
-                    R.PROPERTY_CHECK_LATENCY_US: str(latency_us),
-                    R.PROPERTY_DETAIL: detail,
-                },
-            )
-            self.ledger.append([op], [event(R.CHECK, op, half.commit_log_offset, qoff)])
-        return n
-
-    def discard(self, half: MessageExt, reason: str, max_checks: int | None) -> str:
-        """Discard (or, if configured and over the maximum, roll back) a pending half.
-
-        ``max_checks`` None skips the count test (file retention). Returns
-        "discarded", "rolled_back" or "" when the half was no longer eligible.
-        """
-        qoff = half.queue_offset
-        topic = half.properties.get(PROPERTY_REAL_TOPIC, "")
-        with self.store.exclusive_appends():
-            self.ledger.catch_up()
-            state, checks = self.ledger.table.get(qoff)[:2]
-            if state != S.PENDING or (max_checks is not None and checks < max_checks):
-                return ""
-            if max_checks is not None and self.config.rollback_on_max_checks:
-                op = R.op_inner(
-                    R.TAG_OUTCOME,
-                    half.commit_log_offset,
-                    qoff,
-                    topic,
-                    {
-                        R.PROPERTY_OUTCOME: "ROLLBACK",
-                        R.PROPERTY_SOURCE: "CHECK",
-                        R.PROPERTY_DETAIL: reason,
-                    },
-                )
-                self.ledger.append(
-                    [op], [event(R.OUTCOME, op, half.commit_log_offset, qoff)]
-                )
-                return "rolled_back"
-            copy = R.discard_copy(half, checks)
-            op = R.op_inner(
-                R.TAG_DISCARD,
-                half.commit_log_offset,
-                qoff,
-                topic,
-                {R.PROPERTY_SOURCE: "CHECK", R.PROPERTY_DETAIL: reason},
-            )
-            self.ledger.append(
-                [copy, op], [None, event(R.DISCARD, op, half.commit_log_offset, qoff)]
-            )
-        return "discarded"
 
 
 def _is_half(msg: MessageExt) -> bool:

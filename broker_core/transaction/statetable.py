@@ -18,7 +18,8 @@ import os
 import struct
 from pathlib import Path
 
-# Entry: state u8 | check count u8 | source u8 | 5 pad | commit msg offset q | op offset q
+# Entry: state u8 | check count u8 | source u8 | 5 pad |
+#        commit message offset q | op offset q
 ENTRY = struct.Struct("<BBB5xqq")
 ENTRY_SIZE = ENTRY.size  # 24
 ENTRIES_PER_FILE = 1 << 18
@@ -34,7 +35,7 @@ SOURCE_NONE, SOURCE_CLIENT, SOURCE_CHECK, SOURCE_OPERATOR = 0, 1, 2, 3
 
 
 class StateTable:
-    """Mapped entries ``(state, checks, source, commit_offset, op_offset)`` by queue offset."""
+    """Mapped entries ``(state, checks, source, commit_offset, op_offset)``."""
 
     def __init__(self, root: Path) -> None:
         self.dir = root / "transaction" / "state"
@@ -77,7 +78,7 @@ class StateTable:
         return mm
 
     def get(self, queue_offset: int) -> tuple[int, int, int, int, int]:
-        """Return ``(state, checks, source, commit_offset, op_offset)``; NONE if absent."""
+        """Return ``(state, checks, source, commit_offset, op_offset)`` (NONE)."""
         if queue_offset < 0:
             return (NONE, 0, 0, -1, -1)
         base = queue_offset - queue_offset % ENTRIES_PER_FILE

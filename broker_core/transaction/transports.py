@@ -85,7 +85,7 @@ class CheckTransport(abc.ABC):
 
 
 def parse_answer(value: Any) -> CheckAnswer:
-    """Return the ``CheckAnswer`` for a resolution value; ``CheckBackError`` if invalid."""
+    """Return the ``CheckAnswer`` of a resolution value (``CheckBackError``)."""
     if isinstance(value, CheckAnswer):
         return value
     if value is None:
@@ -123,7 +123,7 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 def verify_signature(
     secret: str, timestamp: str, body: bytes, signature: str, max_skew_s: float = 300.0
 ) -> bool:
-    """Check a webhook's signature and that its timestamp (ms) is recent: for receivers."""
+    """Check a webhook's signature and that its timestamp (ms) is recent."""
     try:
         ts = int(timestamp)
     except (TypeError, ValueError):

@@ -14,7 +14,7 @@ class _NamedEnum(enum.Enum):
 
     @classmethod
     def coerce(cls, value: Any) -> Any:
-        """Return the member for ``value`` (a member or its name); ValueError if none."""
+        """Return the member for ``value`` (a member or its name), or ValueError."""
         if isinstance(value, cls):
             return value
         if isinstance(value, str):
@@ -91,7 +91,7 @@ class CheckAnswer(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class TransactionConfig:
-    """Settings of the transaction service (RocketMQ ``BrokerConfig`` names in brackets).
+    """Settings of the transaction service (RocketMQ ``BrokerConfig`` names).
 
     ``transaction_timeout_ms`` [transactionTimeOut]: minimum age before the first
     check, unless the half has ``CHECK_IMMUNITY_TIME_IN_SECONDS``.

@@ -1,4 +1,4 @@
-"""The beat task of the transaction check, run through Celery's task API on real Redis."""
+"""The transaction check beat task, run through Celery's task API on real Redis."""
 
 from __future__ import annotations
 

@@ -1,0 +1,158 @@
+"""Transactional-message benchmark.
+
+Usage: python bench/transactions.py [--pairs 20000] [--pending 100000,1000000]
+                                    [--dir DIR] [--json out.json]
+
+* pairs: ``send_half`` followed by ``end_transaction(COMMIT)``, one at a time from
+  one process (each pair writes three records: half, message, op).
+* check: one ``run_check`` over N pending halves none of which is due yet
+  (transaction timeout one hour), after the pending index has folded them in
+  (the index catch-up is reported separately), and the run right after.
+* page: the first page (50 rows) of the pending index at N halves, with one
+  filter each (producer group, topic, key, min checks), without and with the
+  total count.
+
+The halves are populated in batches of 1,000 through the same ledger path as
+``send_half`` (identical records); their creation rate is not a target.
+Prints a table and the JSON result. Targets (issue 4): >= 20,000 pairs/s;
+check run over 1,000,000 not-yet-due halves <= 10 s; first filtered page at
+1,000,000 halves <= 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from broker_core import Broker, Message  # noqa: E402
+from broker_core.transaction import TransactionService  # noqa: E402
+from broker_core.transaction import records as R  # noqa: E402
+from broker_core.transaction.ledger import event  # noqa: E402
+
+GROUPS = 10
+TOPICS = 20
+
+
+def bench_pairs(root: Path, n: int) -> dict[str, Any]:
+    with Broker.open(root / "pairs") as b, TransactionService(b) as svc:
+        msg = Message("BenchTx", b"x" * 1024, tags="t", keys="k")
+        for _ in range(2000):  # warm up
+            r = svc.send_half("bench", msg)
+            svc.end_transaction(r.transaction_id, "bench", "COMMIT")
+        t, c = time.perf_counter(), time.process_time()
+        for _ in range(n):
+            r = svc.send_half("bench", msg)
+            svc.end_transaction(r.transaction_id, "bench", "COMMIT")
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+    return {
+        "pairs": n,
+        "pairs_per_s": round(n / wall),
+        "cpu_us_per_pair": round(cpu / n * 1e6, 1),
+    }
+
+
+def populate(svc: TransactionService, n: int) -> float:
+    """Append ``n`` halves (born now, keys ``k<i>``); return the seconds it took."""
+    store = svc.store
+    t = time.perf_counter()
+    now = int(time.time() * 1000)
+    ids = svc._ids
+    for start in range(0, n, 1000):
+        inners = [
+            R.half_inner(
+                f"BenchTopic{i % TOPICS}",
+                0,
+                b"x" * 256,
+                {"KEYS": f"k{i} common", "TAGS": "t"},
+                f"group{i % GROUPS}",
+                ids.next(now),
+                0,
+                now,
+            )
+            for i in range(start, min(n, start + 1000))
+        ]
+        with store.exclusive_appends():
+            svc.ledger.append(inners, [event(R.HALF, m) for m in inners])
+    return time.perf_counter() - t
+
+
+def bench_pending(root: Path, n: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"pending": n}
+    with (
+        Broker.open(root / f"pending{n}", segment_size=1 << 30) as b,
+        TransactionService(b, transaction_timeout_ms=3600_000) as svc,
+    ):
+        out["populate_s"] = round(populate(svc, n), 2)
+        t = time.perf_counter()
+        svc.refresh_index()
+        out["index_catch_up_s"] = round(time.perf_counter() - t, 2)
+        res = svc.run_check()
+        out["check_run_s"] = round(res.duration_s, 4)
+        out["check_run_checks_sent"] = res.checks_sent
+        res = svc.run_check()
+        out["check_run_again_s"] = round(res.duration_s, 4)
+        pages: dict[str, float] = {}
+        for name, kw in [
+            ("group", {"producer_group": "group3"}),
+            ("topic", {"topic": "BenchTopic7"}),
+            ("key", {"key": f"k{n // 2}"}),
+            ("min_checks", {"min_checks": 1}),
+            ("min_age", {"min_age_s": 0.0, "sort": "-born"}),
+        ]:
+            for total in (False, True):
+                best = 1e9
+                for _ in range(3):
+                    t = time.perf_counter()
+                    page = svc.list_halves(count_total=total, refresh=False, **kw)
+                    best = min(best, time.perf_counter() - t)
+                assert total is False or page.total is not None
+                pages[f"{name}{'+total' if total else ''}_ms"] = round(best * 1000, 2)
+        out["first_page"] = pages
+        db = svc.index.path
+        out["index_mib"] = round(
+            sum(p.stat().st_size for p in db.parent.glob("index.db*")) / 2**20, 1
+        )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pairs", type=int, default=20000)
+    ap.add_argument("--pending", default="100000,1000000")
+    ap.add_argument("--dir")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    root = Path(a.dir or tempfile.mkdtemp(prefix="bench-tx-"))
+    try:
+        result: dict[str, Any] = {"pairs": bench_pairs(root, a.pairs), "pending": []}
+        p = result["pairs"]
+        print(f"half+commit pairs/s     {p['pairs_per_s']:>10}  (target >= 20000; "
+              f"{p['cpu_us_per_pair']} us CPU per pair)")
+        for n in [int(x) for x in a.pending.split(",") if x]:
+            r = bench_pending(root, n)
+            result["pending"].append(r)
+            print(f"pending halves          {n:>10}  populate {r['populate_s']} s, "
+                  f"index catch-up {r['index_catch_up_s']} s, {r['index_mib']} MiB")
+            print(f"  check run (none due)  {r['check_run_s']:>10} s (target <= 10 s); "
+                  f"next run {r['check_run_again_s']} s")
+            for k, v in r["first_page"].items():
+                print(f"  first page {k:<22} {v:>8} ms (target <= 50 ms)")
+            shutil.rmtree(root / f"pending{n}", ignore_errors=True)
+        print(json.dumps(result, indent=1))
+        if a.json:
+            Path(a.json).write_text(json.dumps(result, indent=1))
+    finally:
+        if not a.dir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
