@@ -52,7 +52,7 @@ class OperationsMixin:
 
     if TYPE_CHECKING:
 
-        def _sync(self) -> None:
+        def _sync(self, claim: bool = True) -> None:
             raise NotImplementedError
 
         def _enqueue_timers(self) -> None:
@@ -156,7 +156,7 @@ class OperationsMixin:
     def stats(self, now_ms: int | None = None) -> DelayStats:
         """Return per-level and timer statistics (see ``DelayStats``)."""
         with self._lock:
-            self._sync()
+            self._sync(claim=False)
             self._enqueue_timers()
             return self.collect_stats(wall_ms() if now_ms is None else now_ms)
 
@@ -169,6 +169,6 @@ class OperationsMixin:
     ) -> list[ScheduledMessage]:
         """Return pending scheduled messages, earliest due first (for browsing)."""
         with self._lock:
-            self._sync()
+            self._sync(claim=False)
             self._enqueue_timers()
             return self.collect_scheduled(kind, level, limit, start)

@@ -126,8 +126,12 @@ class DelayService(OperationsMixin, BrowseMixin):
             store.update_topic(SCHEDULE_TOPIC, read_queue_nums=n, write_queue_nums=n)
 
     # -- taking over: load, correct, replay the log --------------------------
-    def _sync(self) -> None:
-        """Make ``progress`` current (lock held); claim delivery for this process."""
+    def _sync(self, claim: bool = True) -> None:
+        """Make ``progress`` current (lock held); with ``claim``, take over delivery.
+
+        A read-only caller (stats, browsing) does not claim, so the delivering
+        process keeps its in-memory state instead of reloading after each look.
+        """
         if self._token and self._file.read_token() == self._token:
             return
         loaded = self._file.load()
@@ -139,6 +143,9 @@ class DelayService(OperationsMixin, BrowseMixin):
         self.progress = loaded
         self._level_next.clear()
         self._replay(loaded.log_pos)
+        if not claim:
+            self._token = 0
+            return
         self._token = secrets.randbits(63) | 1
         self._file.write_token(self._token)
         self._dirty = True
