@@ -273,3 +273,8 @@ def test_long_flat_chains_compile_and_huge_ones_fail_cleanly() -> None:
     with pytest.raises(FilterSyntaxError) as exc:
         compile(" OR ".join(f"a = {i}" for i in range(5000)))
     assert "too complex" in str(exc.value)
+
+
+def test_now_is_an_ordinary_identifier() -> None:
+    assert ev("now = 'x'", now="x") is True
+    assert ev("now > 5") is None
