@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from broker_core.errors import InvalidDelayError
+from broker_core.errors import InvalidDelayError, TopicExistsError
 from broker_core.message import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
@@ -211,6 +211,13 @@ def install_send_hook(broker: Broker, max_delay_ms: int = DEFAULT_MAX_DELAY_MS) 
     """
     if getattr(broker, "_schedule_hook", False):
         return
+    store = broker.store
+    if store.topic_config(TIMER_TOPIC) is None:
+        # Parked timers must have a topic even with auto_create_topic off.
+        try:
+            store.create_topic(TIMER_TOPIC, 1)
+        except TopicExistsError:
+            pass
     broker.add_send_hook(
         make_send_hook(broker.store.config.delay_levels_ms, max_delay_ms)
     )
