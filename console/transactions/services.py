@@ -265,3 +265,96 @@ def seed_demo_transactions(broker: Any, rnd: Any) -> int:
                     "connection refused",
                 )
     return count
+
+
+SAMPLE_EVERY_S = 10
+SAMPLE_KEEP_H = 24
+
+
+def sample_metrics() -> Any:
+    """Return current metrics; store a sample when the last is over 10 s old."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from console.transactions.models import TransactionSample
+
+    m = transaction_metrics()
+    now = timezone.now()
+    last = (
+        TransactionSample.objects.order_by("-at").values_list("at", flat=True).first()
+    )
+    if last is None or (now - last).total_seconds() >= SAMPLE_EVERY_S:
+        TransactionSample.objects.create(
+            at=now,
+            pending=m.pending,
+            discarded=m.discarded,
+            commits=m.commits,
+            rollbacks=m.rollbacks,
+            discards=m.discards,
+            checks_sent=m.checks_sent,
+            checks_answered=m.checks_answered,
+            checks_failed=m.checks_failed,
+        )
+        TransactionSample.objects.filter(
+            at__lt=now - timedelta(hours=SAMPLE_KEEP_H)
+        ).delete()
+    return m
+
+
+def metric_series(hours: int = 24) -> dict[str, list[Any]]:
+    """Per-interval rates from consecutive samples: outcomes per hour, checks per minute."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from console.transactions.models import TransactionSample
+
+    rows = list(
+        TransactionSample.objects.filter(
+            at__gte=timezone.now() - timedelta(hours=hours)
+        ).order_by("at")
+    )
+    out: dict[str, list[Any]] = {
+        "t": [],
+        "pending": [],
+        "commits_h": [],
+        "rollbacks_h": [],
+        "discards_h": [],
+        "checks_min": [],
+        "failed_min": [],
+    }
+    for a, b in zip(rows, rows[1:], strict=False):
+        s = (b.at - a.at).total_seconds()
+        if s <= 0:
+            continue
+        out["t"].append(b.at.isoformat())
+        out["pending"].append(b.pending)
+        out["commits_h"].append(round(max(0, b.commits - a.commits) * 3600 / s, 1))
+        out["rollbacks_h"].append(
+            round(max(0, b.rollbacks - a.rollbacks) * 3600 / s, 1)
+        )
+        out["discards_h"].append(round(max(0, b.discards - a.discards) * 3600 / s, 1))
+        out["checks_min"].append(
+            round(max(0, b.checks_sent - a.checks_sent) * 60 / s, 1)
+        )
+        out["failed_min"].append(
+            round(max(0, b.checks_failed - a.checks_failed) * 60 / s, 1)
+        )
+    return out
+
+
+def stuck_counts() -> dict[str, int]:
+    """Pending halves checked too often, and pending halves too old."""
+    age_s, checks = stuck_thresholds()
+    svc = get_transaction_service()
+    by_checks = (
+        svc.list_halves(min_checks=checks, page_size=1, refresh=False).total or 0
+    )
+    by_age = svc.list_halves(min_age_s=age_s, page_size=1, refresh=False).total or 0
+    return {
+        "by_checks": by_checks,
+        "by_age": by_age,
+        "age_s": int(age_s),
+        "checks": checks,
+    }

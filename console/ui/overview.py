@@ -54,7 +54,22 @@ def overview_context() -> dict[str, Any]:
         stats, delay_error = None, str(exc)
     else:
         delay_error = None
+    try:
+        from console.transactions import services as tx
+
+        tx_metrics = tx.sample_metrics()
+        tx_stuck = tx.stuck_counts()
+        tx_series = tx.metric_series()
+        tx_error = None
+    except Exception as exc:  # the overview must render even if transactions are down
+        tx_metrics = tx_stuck = None
+        tx_series = {"t": []}
+        tx_error = str(exc)
     return {
+        "tx": tx_metrics,
+        "tx_stuck": tx_stuck,
+        "tx_series": tx_series,
+        "tx_error": tx_error,
         "topic_count": topics.count(),
         "message_total": totals["messages"] or 0,
         "rate": totals["rate"] or 0.0,

@@ -79,3 +79,12 @@ def json_attr(value: Any) -> str:
     import json
 
     return json.dumps(value)
+
+
+@register.filter
+def duration_ms_s(value: Any) -> str:
+    """Render seconds as a short duration (see ``duration_ms``)."""
+    try:
+        return duration_ms(int(value) * 1000)
+    except (TypeError, ValueError):
+        return ""

@@ -185,3 +185,12 @@ def test_resume_discarded(client_as, halves) -> None:
     assert AuditRecord.objects.get(action="transaction.resume").after == {
         "state": "PENDING"
     }
+
+
+def test_overview_counts_pending_and_stuck(client_as, halves) -> None:
+    body = client_as("viewer").get("/").content.decode()
+    assert "pending halves" in body
+    tiles = body.split("pending halves")[0]
+    assert '<div class="v">5</div>' in tiles  # five pending
+    assert "stuck: checked 5+ times" in body
+    assert '<div class="v error">2</div><div class="k">stuck: checked' in body

@@ -1,0 +1,52 @@
+"""Users page: admins only; add a user, change a role; audited."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.audit.models import AuditRecord
+from console.ui.roles import user_role
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator", "none"])
+def test_non_admins_refused(client_as, users, role) -> None:
+    c = client_as(role)
+    assert c.get("/users/").status_code == 403
+    assert (
+        c.post(
+            "/users/", {"username": "x", "role": "admin", "password": "longenough1"}
+        ).status_code
+        == 403
+    )
+    assert (
+        c.post(f"/users/{users['viewer'].pk}/role/", {"role": "admin"}).status_code
+        == 403
+    )
+    assert user_role(users["viewer"]) == "viewer"
+    assert "/users/" not in client_as(role).get("/audit/").content.decode()
+
+
+def test_admin_adds_and_changes(client_as, users, django_user_model) -> None:
+    c = client_as("admin")
+    body = c.get("/users/").content.decode()
+    assert "operator" in body and "Add user" in body
+    r = c.post(
+        "/users/", {"username": "dana", "role": "operator", "password": "longenough1"}
+    )
+    assert r.status_code == 302
+    dana = django_user_model.objects.get(username="dana")
+    assert user_role(dana) == "operator"
+    c.post(f"/users/{dana.pk}/role/", {"role": "viewer"})
+    dana = django_user_model.objects.get(username="dana")
+    assert user_role(dana) == "viewer"
+    c.post(f"/users/{users['admin'].pk}/role/", {"role": "viewer"})  # not yourself
+    assert user_role(django_user_model.objects.get(username="admin")) == "admin"
+    assert list(
+        AuditRecord.objects.order_by("id").values_list("action", flat=True)
+    ) == ["user.create", "user.change_role"]
+    r = c.post(
+        "/users/", {"username": "dana", "role": "viewer", "password": "longenough1"}
+    )
+    assert r.status_code == 200 and b"already exists" in r.content
