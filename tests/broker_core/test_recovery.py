@@ -142,8 +142,15 @@ def test_writers_killed_with_sigkill_lose_no_acknowledged_message(
                     ]
                 )
             )
-        # Kill one writer first: the other keeps appending over its leftovers.
-        time.sleep(rng.uniform(0.4, 1.0))
+        # Let both writers get going (start-up time varies on a loaded machine),
+        # then kill one at a random moment: the other keeps appending over its
+        # leftovers.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(
+            len(_acked(a)) >= 5 for _, a in acks[-2:]
+        ):
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.05, 0.6))
         procs[0].send_signal(signal.SIGKILL)
         time.sleep(rng.uniform(0.05, 0.4))
         procs[1].send_signal(signal.SIGKILL)
