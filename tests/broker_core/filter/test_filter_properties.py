@@ -35,6 +35,7 @@ def quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+@settings(deadline=None)
 @given(st.text())
 def test_string_literal_round_trip(text: str) -> None:
     tokens = tokenize(quote(text))
@@ -44,6 +45,7 @@ def test_string_literal_round_trip(text: str) -> None:
     assert compile(f"a IN ({quote(text)}, 'zz')").evaluate({"a": text}) is True
 
 
+@settings(deadline=None)
 @given(st.integers(min_value=0, max_value=2**63 - 1))
 def test_integer_literal_round_trip(value: int) -> None:
     node = parse(f"a = {value}")
@@ -54,6 +56,7 @@ def test_integer_literal_round_trip(value: int) -> None:
     assert compile(f"a = {value}L").evaluate({"a": value}) is True
 
 
+@settings(deadline=None)
 @given(st.integers(min_value=-(2**63) + 1, max_value=-1))
 def test_negative_integer_literal_round_trip(value: int) -> None:
     node = parse(f"a = {value}")
@@ -62,6 +65,7 @@ def test_negative_integer_literal_round_trip(value: int) -> None:
     assert compile(f"a = {value}").evaluate({"a": str(value)}) is True
 
 
+@settings(deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False, min_value=0.0))
 def test_float_literal_round_trip(value: float) -> None:
     text = repr(value)
