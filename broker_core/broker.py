@@ -232,6 +232,7 @@ class Broker:
         """
         validate_group(group)
         store = self.store
+        store.refresh_topics()
         cfg = store.topics.topics.get(topic)
         if cfg is None:
             cfg = store.get_topic(topic)

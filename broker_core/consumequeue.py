@@ -192,6 +192,10 @@ class ConsumeQueueTable:
                     out.extend((topic, int(q)) for q in os.listdir(tdir) if q.isdigit())
         return sorted(out)
 
+    def forget(self) -> None:
+        """Drop every cached queue without unmapping (readers may still hold one)."""
+        self.queues = {}
+
     def drop(self, topic: str) -> None:
         """Forget and delete every queue of ``topic``."""
         for key in [k for k in self.queues if k[0] == topic]:

@@ -148,6 +148,16 @@ class MessageStore(StoreAdminMixin):
             self._topics_version = v
             self._refresh_qlimits()
             self._trusted_ends.clear()  # a queue may have been dropped
+            if not force:
+                # Another process may have deleted (and re-created) a topic:
+                # map consume queues afresh. Old mappings go when unreferenced,
+                # so a pull in another thread is not cut off.
+                self.cqs.forget()
+
+    def refresh_topics(self) -> None:
+        """Reload topic configs if another process changed them (one mapped read)."""
+        if self.state.topics_version != self._topics_version:
+            self._reload_topics()
 
     def _save_topics(self) -> None:
         self.topics.persist()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_core import Broker, PullStatus
+from broker_core import Broker, Message, PullStatus
 
 WORKER = str(Path(__file__).with_name("_workers.py"))
 
@@ -76,3 +76,23 @@ def test_four_processes_append_concurrently_and_a_reader_sees_each_once(
         assert b.store.recovery_info is not None and not b.store.recovery_info.truncated
         assert sum(b.store.max_offset("MP", q) for q in range(4)) == 4 * per
         assert len(list(b.store.iter_messages(0, verify_crc=True))) >= 4 * per
+
+
+def test_topic_deleted_and_recreated_by_another_process(
+    store_dir: Path, small: dict
+) -> None:
+    with Broker.open(store_dir, **small) as a, Broker.open(store_dir, **small) as b:
+        for i in range(5):
+            a.send(Message("Churn", f"old{i}".encode(), queue_id=0))
+        assert len(b.pull("g", "Churn", 0, 0, 32).messages) == 5
+        a.delete_topic("Churn")
+        a.create_topic("Churn", 1)
+        a.send(Message("Churn", b"new", queue_id=0))
+        # b had the old queue mapped: it must see the new queue, not the old one.
+        assert [m.body for m in b.pull("g", "Churn", 0, 0, 32).messages] == [b"new"]
+        r = b.send(Message("Churn", b"from-b", queue_id=0))
+        assert r.queue_offset == 1
+        assert [m.body for m in a.pull("g", "Churn", 0, 0, 32).messages] == [
+            b"new",
+            b"from-b",
+        ]
