@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from broker_core.errors import InvalidDelayError, TopicExistsError
+from broker_core.errors import InvalidDelayError, TopicExistsError, TopicNotAllowedError
 from broker_core.message import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
@@ -42,6 +42,11 @@ PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 #: It makes delivery progress derivable from the log after a crash.
 PROPERTY_DELAY_SRC = "DELAY_SRC"
 
+_INTERNAL_PROPERTIES = (
+    PROPERTY_DELAY_SRC,
+    PROPERTY_TIMER_OUT_MS,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+)
 TIMER_PROPERTIES = (
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_DELAY_SEC,
@@ -164,6 +169,18 @@ def make_send_hook(
     levels = list(levels_ms)
 
     def hook(inner: MessageInner) -> MessageInner:
+        if inner.topic == TIMER_TOPIC:
+            raise TopicNotAllowedError(
+                f"Sending message to topic[{TIMER_TOPIC}] is forbidden."
+            )
+        if any(k in inner.properties for k in _INTERNAL_PROPERTIES):
+            # A client must not forge delivery bookkeeping (or resend a copy's).
+            props = {
+                k: v
+                for k, v in inner.properties.items()
+                if k not in _INTERNAL_PROPERTIES
+            }
+            inner = replace(inner, properties=props)
         return rewrite_for_schedule(
             inner, int(time.time() * 1000), levels, max_delay_ms
         )

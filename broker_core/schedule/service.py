@@ -24,11 +24,12 @@ import time
 from collections.abc import Callable, Sequence
 
 from broker_core.broker import Broker
-from broker_core.errors import TopicExistsError
+from broker_core.errors import BrokerError, TopicExistsError
 from broker_core.message import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_UNIQ_KEY,
     MessageExt,
     MessageInner,
     PutResult,
@@ -200,8 +201,26 @@ class DelayService(OperationsMixin, BrowseMixin):
             marker = req.topic == TIMER_TOPIC
             if marker:
                 p.mark_timer_done(req.consume_queue_offset)
+            elif not self._is_copy_of(src, req.uniq_key):
+                continue
             self._apply_src(src, cancel=marker)
         p.log_pos = end
+
+    def _is_copy_of(self, src: str, uniq: str | None) -> bool:
+        """True if the parked record named by ``src`` has the message id ``uniq``."""
+        kind, _, qoff_s = src.partition(":")
+        try:
+            qoff = int(qoff_s)
+            topic, q = (
+                (TIMER_TOPIC, 0) if kind == "T" else (SCHEDULE_TOPIC, int(kind[1:]) - 1)
+            )
+            units = self.store.get_queue_units(topic, q, qoff, 1)
+            if not units:
+                return False
+            parked = self.store.read_message(units[0][0])
+        except (ValueError, BrokerError):
+            return False
+        return parked.properties.get(PROPERTY_UNIQ_KEY) == uniq
 
     def _apply_src(self, src: str, cancel: bool) -> None:
         kind, _, qoff_s = src.partition(":")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core import Broker, Message
+from broker_core import Broker, Message, MessageInner
 from broker_core.errors import InvalidDelayError
 from broker_core.schedule import DelayService, parse_schedule, schedule_properties
 
@@ -91,3 +91,24 @@ def test_send_parks_in_schedule_topic(broker: Broker, svc: DelayService) -> None
     t = svc.send_delayed(Message("Orders", b"y"), delay_ms=60_000)
     assert (t.topic, t.queue_id) == ("rmq_sys_wheel_timer", 0)
     assert int(broker.get_message(t.offset_msg_id).properties["TIMER_OUT_MS"]) > 0
+
+
+def test_clients_cannot_forge_delivery_bookkeeping(
+    broker: Broker, svc: DelayService
+) -> None:
+    from broker_core.errors import TopicNotAllowedError
+
+    with pytest.raises(TopicNotAllowedError):
+        broker.send(Message("rmq_sys_wheel_timer", b"x"))
+    for i in range(3):
+        broker.send(Message("Orders", f"m{i}".encode(), properties={"DELAY": "1"}))
+    # A forged "already delivered" mark is stripped on send ...
+    r = broker.send(Message("Orders", b"f", properties={"DELAY_SRC": "L1:2"}))
+    assert "DELAY_SRC" not in broker.get_message(r.offset_msg_id).properties
+    # ... and a forged record (written past the hook) is ignored by the replay.
+    broker.store.put_inner(
+        MessageInner("Orders", 0, b"forged", {"DELAY_SRC": "L1:1", "UNIQ_KEY": "X"})
+    )
+    fresh = DelayService(broker)
+    assert fresh.deliver_due(now_ms=2**41).levels_delivered == 3
+    fresh.close()
