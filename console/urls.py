@@ -35,6 +35,7 @@ urlpatterns = [
     path("delays/", include("console.delays.urls")),
     path("transactions/", include("console.transactions.urls")),
     path("users/", include("console.accounts.urls")),
+    path("producer-groups/", include("console.transactions.producer_urls")),
     path("api/", include(api_patterns)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # DRF marks its views login_not_required; the docs page is a page, so it

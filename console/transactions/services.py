@@ -303,7 +303,7 @@ def sample_metrics() -> Any:
 
 
 def metric_series(hours: int = 24) -> dict[str, list[Any]]:
-    """Per-interval rates from consecutive samples: outcomes per hour, checks per minute."""
+    """Per-interval rates from samples: outcomes per hour, checks per minute."""
     from datetime import timedelta
 
     from django.utils import timezone
