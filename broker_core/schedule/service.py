@@ -100,6 +100,7 @@ class DelayService(OperationsMixin, BrowseMixin):
         #: Effective due time of level messages stored before a clock jump back.
         self._jump_due: dict[tuple[int, int], int] = {}
         self._level_next: dict[int, int] = {}
+        self._queue_nums: dict[str, int] = {}
         self._dirty = False
         self._last_persist = time.monotonic()
         self._backoff_until = 0.0
@@ -282,11 +283,14 @@ class DelayService(OperationsMixin, BrowseMixin):
             props.pop(PROPERTY_REAL_QID, None)
             props[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms)
         props[PROPERTY_DELAY_SRC] = src
-        cfg = self.store.topic_config(topic)
-        if cfg is not None and not 0 <= qid < cfg.queue_nums:
+        nq = self._queue_nums.get(topic)
+        if nq is None:
+            cfg = self.store.topic_config(topic)
+            nq = self._queue_nums[topic] = 0 if cfg is None else cfg.queue_nums
+        if nq and not 0 <= qid < nq:
             # The topic shrank since the send: use a queue that exists rather
             # than leave the message stuck forever (RocketMQ #4226).
-            qid %= cfg.queue_nums
+            qid %= nq
         return MessageInner(
             topic=topic,
             queue_id=qid,
@@ -391,6 +395,7 @@ class DelayService(OperationsMixin, BrowseMixin):
         if time.monotonic() < self._backoff_until:
             return
         with self._lock:
+            self._queue_nums = {}  # topic -> queue count, looked up once a pass
             try:
                 self._sync()
                 self._enqueue_timers()
