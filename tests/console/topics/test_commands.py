@@ -44,3 +44,14 @@ def test_seed_demo(broker, client_as) -> None:
         "/audit/",
     ):
         assert c.get(url).status_code == 200, url
+
+
+def test_sync_task(broker) -> None:
+    from broker_core import Message
+    from console.topics.tasks import sync_store_tables
+
+    broker.send(Message("clicks", b"x"))
+    broker.commit_offset("g1", "clicks", 0, 0)
+    counts = sync_store_tables.apply().get()
+    assert counts["offsets"] == 1
+    assert Topic.objects.get(name="clicks").messages == 1
