@@ -141,7 +141,10 @@ class Folder:
             check_at = _int(p.get(R.PROPERTY_CHECK_AT)) or at
             answer = p.get(R.PROPERTY_CHECK_ANSWER, "FAILED")
             self._bump("checks_sent")
-            self._bump("checks_failed" if answer == "FAILED" else "checks_answered")
+            if answer == "FAILED":
+                self._bump("checks_failed")
+            elif answer != "SENT":  # an asynchronous checker answers later
+                self._bump("checks_answered")
             if state == S.PENDING:
                 c.execute(
                     "UPDATE halves SET check_count = ?, last_check_at = ?, due_at = ? "

@@ -51,7 +51,6 @@ CREATE INDEX IF NOT EXISTS halves_state_born ON halves(state, born_ts);
 CREATE INDEX IF NOT EXISTS halves_group ON halves(producer_group, state, born_ts);
 CREATE INDEX IF NOT EXISTS halves_topic ON halves(topic, state, born_ts);
 CREATE INDEX IF NOT EXISTS halves_checks ON halves(state, check_count, born_ts);
-CREATE INDEX IF NOT EXISTS halves_msg_id ON halves(msg_id);
 CREATE TABLE IF NOT EXISTS half_keys(
   key TEXT NOT NULL, half_offset INTEGER NOT NULL, PRIMARY KEY(key, half_offset)
 ) WITHOUT ROWID;
@@ -231,7 +230,8 @@ class PendingIndex:
         limit: int,
         offset: int,
         count_total: bool,
-    ) -> tuple[list[tuple[Any, ...]], int | None]:
+        total_limit: int = 100_000,
+    ) -> tuple[list[tuple[Any, ...]], int | None, bool]:
         """Return matching rows (``COLUMNS`` order) and the total (if asked)."""
         if sort not in _SORTS:
             raise ValueError(f"sort must be one of {', '.join(_SORTS)}")
@@ -267,9 +267,33 @@ class PendingIndex:
             (*args, limit, offset),
         ).fetchall()
         total = None
+        capped = False
         if count_total:
-            total = int(c.execute(f"SELECT COUNT(*) {frm}{cond}", args).fetchone()[0])
-        return rows, total
+            if not (
+                key or producer_group or topic or born_before is not None or min_checks
+            ):
+                # State only: the per-topic gauges answer without a scan.
+                row = c.execute(
+                    "SELECT COALESCE(SUM(n), 0) FROM topic_counts"
+                    + (
+                        f" WHERE state IN ({','.join('?' * len(states))})"
+                        if states
+                        else ""
+                    ),
+                    states or [],
+                ).fetchone()
+                total = int(row[0])
+            else:
+                # Counting a million rows takes a while: stop at total_limit.
+                total = int(
+                    c.execute(
+                        f"SELECT COUNT(*) FROM (SELECT 1 {frm}{cond} LIMIT ?)",
+                        (*args, total_limit + 1),
+                    ).fetchone()[0]
+                )
+                if total > total_limit:
+                    total, capped = total_limit, True
+        return rows, total, capped
 
     def get_row(self, half_offset: int) -> tuple[Any, ...] | None:
         return (
@@ -280,18 +304,6 @@ class PendingIndex:
             )
             .fetchone()
         )
-
-    def find_by_msg_id(self, msg_id: str) -> int | None:
-        row = (
-            self.conn()
-            .execute(
-                "SELECT half_offset FROM halves WHERE msg_id = ? "
-                "ORDER BY half_offset DESC LIMIT 1",
-                (msg_id,),
-            )
-            .fetchone()
-        )
-        return None if row is None else int(row[0])
 
     def events(self, half_offset: int) -> list[tuple[Any, ...]]:
         return (

@@ -105,6 +105,7 @@ class QueryMixin:
         page: int = 1,
         page_size: int = 50,
         count_total: bool = True,
+        total_limit: int = 100_000,
         refresh: bool = True,
     ) -> HalfPage:
         """Return one page of halves from the pending-transaction index.
@@ -113,7 +114,9 @@ class QueryMixin:
         ``key``: one token of the message's KEYS. ``min_age_s``: born at least that
         long ago. ``sort``: born, checks, last_check, next_check, each optionally
         prefixed with "-" for descending. ``refresh`` folds new log records first
-        (bounded to 2 s). Raises ``ValueError`` for a bad sort, state or page.
+        (bounded to 2 s). ``total`` counts at most ``total_limit`` matches
+        (``total_capped`` then), except for a state-only filter (exact, from the
+        per-topic gauges). Raises ``ValueError`` for a bad sort, state or page.
         """
         if page < 1 or not 1 <= page_size <= 1000:
             raise ValueError("page must be >= 1 and page_size within 1..1000")
@@ -126,7 +129,7 @@ class QueryMixin:
         born_before = None
         if min_age_s is not None:
             born_before = int(time.time() * 1000 - min_age_s * 1000)
-        rows, total = self.index.list_halves(
+        rows, total, capped = self.index.list_halves(
             states,
             producer_group,
             topic,
@@ -137,8 +140,9 @@ class QueryMixin:
             page_size,
             (page - 1) * page_size,
             count_total,
+            total_limit,
         )
-        return HalfPage([self._info(r) for r in rows], page, page_size, total)
+        return HalfPage([self._info(r) for r in rows], page, page_size, total, capped)
 
     def get_half(self, transaction_id: str) -> HalfDetail:
         """Return a half with its properties, body and full history.

@@ -205,12 +205,16 @@ class HalfDetail:
 
 @dataclass(frozen=True, slots=True)
 class HalfPage:
-    """One page of ``list_halves``; ``total`` is None when not counted."""
+    """One page of ``list_halves``; ``total`` is None when not counted.
+
+    ``total_capped``: more than ``total`` halves match (counting stopped there).
+    """
 
     items: list[HalfInfo]
     page: int
     page_size: int
     total: int | None
+    total_capped: bool = False
 
 
 class CheckRunStatus(enum.Enum):

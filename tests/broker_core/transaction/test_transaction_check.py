@@ -309,3 +309,17 @@ def test_list_filters_sorting_paging_and_metrics(svc):
     assert m.pending_by_topic == {"Orders": 7, "Payments": 1}
     assert (m.commits, m.checks_sent, m.checks_answered) == (1, 2, 2)
     assert m.half_to_outcome_count == 1
+
+
+def test_totals_are_exact_for_states_and_capped_for_other_filters(svc):
+    for i in range(12):
+        svc.send_half("g1", order(i))
+    r = svc.send_half("g1", order(99))
+    svc.end_transaction(r.transaction_id, "g1", "ROLLBACK")
+    assert svc.list_halves().total == 12
+    assert svc.list_halves(state=None).total == 13
+    assert svc.list_halves(state="ROLLED_BACK").total == 1
+    page = svc.list_halves(producer_group="g1", total_limit=5)
+    assert (page.total, page.total_capped) == (5, True)
+    page = svc.list_halves(producer_group="g1", total_limit=50)
+    assert (page.total, page.total_capped) == (12, False)
