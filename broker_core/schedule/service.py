@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from broker_core.broker import Broker
-from broker_core.errors import BrokerError, TopicExistsError
+from broker_core.errors import BrokerError, MessageNotFoundError, TopicExistsError
 from broker_core.message import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
@@ -80,7 +80,7 @@ class DelayService(OperationsMixin, BrowseMixin):
         max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
         bucket_ms: int = 100,
         batch_size: int = 512,
-        poll_ms: int = 5,
+        poll_ms: int = 10,
         persist_interval_ms: int = 1000,
         install_hook: bool = True,
     ) -> None:
@@ -253,10 +253,16 @@ class DelayService(OperationsMixin, BrowseMixin):
                     hi = cursor
                     break
                 qoff = cursor
-                cursor += 1
                 if p.timer_is_done(qoff):
+                    cursor += 1
                     continue
-                props = store.read_message(phys).properties
+                try:
+                    props = store.read_message(phys).properties
+                except MessageNotFoundError:
+                    # Not readable yet from this process: take it next pass.
+                    hi = cursor
+                    break
+                cursor += 1
                 src = props.get(PROPERTY_DELAY_SRC)
                 if src is not None:  # a recall marker
                     p.mark_timer_done(qoff)
