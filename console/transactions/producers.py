@@ -12,35 +12,28 @@ from console.brokerlink import get_transaction_service
 
 def producer_groups() -> list[dict[str, Any]]:
     """Every group with a checker configured or with halves, and its counts."""
+    from broker_core.transaction import statetable as S
+
     svc = get_transaction_service()
     svc.refresh_index(2.0)
     configured = svc.checkers.configured()
-    # The index's public SQL entry point; halves_group indexes this column.
-    seen = {g for (g,) in svc.index.query("SELECT DISTINCT producer_group FROM halves")}
-    rows = []
-    for group in sorted(seen | set(configured)):
-        pending = svc.list_halves(producer_group=group, page_size=1, refresh=False)
-        discarded = svc.list_halves(
-            producer_group=group, state="DISCARDED", page_size=1, refresh=False
-        )
-        latest = svc.list_halves(
-            producer_group=group,
-            state=None,
-            sort="-last_check",
-            page_size=1,
-            count_total=False,
-            refresh=False,
-        ).items
-        rows.append(
-            {
-                "group": group,
-                "checker": configured.get(group),
-                "pending": pending.total or 0,
-                "discarded": discarded.total or 0,
-                "last_check_at": latest[0].last_check_at if latest else None,
-            }
-        )
-    return rows
+    # One pass over the index's (producer_group, state, born_ts) index, through
+    # its public SQL entry point, instead of two counts per group.
+    counts: dict[str, dict[int, int]] = {}
+    for group, state, n in svc.index.query(
+        "SELECT producer_group, state, COUNT(*) FROM halves "
+        "GROUP BY producer_group, state"
+    ):
+        counts.setdefault(group, {})[state] = n
+    return [
+        {
+            "group": group,
+            "checker": configured.get(group),
+            "pending": counts.get(group, {}).get(S.PENDING, 0),
+            "discarded": counts.get(group, {}).get(S.DISCARDED, 0),
+        }
+        for group in sorted(set(counts) | set(configured))
+    ]
 
 
 def group_detail(group: str, limit: int = 25) -> dict[str, Any]:
