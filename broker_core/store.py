@@ -24,7 +24,6 @@ from broker_core.checkpoint import create_abort, remove_abort
 from broker_core.commitlog import CommitLog
 from broker_core.config import StoreConfig
 from broker_core.consumequeue import UNIT, ConsumeQueueTable
-from broker_core.dispatch import Dispatcher, DispatchRequest, decode_dispatch
 from broker_core.errors import (
     InvalidQueueError,
     MessageTooLargeError,
@@ -61,6 +60,7 @@ from broker_core.shared import (
     SharedState,
 )
 from broker_core.store_admin import StoreAdminMixin
+from broker_core.store_dispatch import StoreDispatchMixin, _DispatcherSlot
 from broker_core.tags import tags_code
 from broker_core.validation import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
@@ -88,16 +88,7 @@ def _topic_parts(topic: str) -> tuple[bytes, int, bytes]:
     return hit
 
 
-class _DispatcherSlot:
-    __slots__ = ("name", "callback", "pos")
-
-    def __init__(self, name: str, callback: Dispatcher, pos: int) -> None:
-        self.name = name
-        self.callback = callback
-        self.pos = pos
-
-
-class MessageStore(StoreAdminMixin):
+class MessageStore(StoreAdminMixin, StoreDispatchMixin):
     """One open store directory; several processes may open the same one."""
 
     def __init__(self, root: str | Path, config: StoreConfig) -> None:
@@ -506,20 +497,6 @@ class MessageStore(StoreAdminMixin):
         for seg, pos, _size in self.commitlog.scan(start, stop, verify_crc):
             yield decode_record(seg.view, pos)
 
-    def iter_dispatch(
-        self, start: int, end: int | None = None
-    ) -> Iterator[DispatchRequest]:
-        """Yield the ``DispatchRequest`` of every record in ``[start, end)``."""
-        stop = (
-            self.state.dispatched_pos
-            if end is None
-            else min(end, self.state.dispatched_pos)
-        )
-        for seg, pos, _size in self.commitlog.scan(
-            max(start, self.commitlog.first_offset()), stop
-        ):
-            yield decode_dispatch(seg.view, pos, self._delay_ms)
-
     def get_queue_units(
         self, topic: str, queue_id: int, start: int, count: int
     ) -> list[tuple[int, int, int]]:
@@ -536,104 +513,6 @@ class MessageStore(StoreAdminMixin):
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The next logical offset of a queue (its message count, nothing purged)."""
         return self.cqs.get(topic, queue_id).max_offset()
-
-    # -- dispatchers ---------------------------------------------------------
-    def register_dispatcher(
-        self, name: str, callback: Dispatcher, from_offset: int | None = None
-    ) -> None:
-        """Call ``callback`` for every record from ``from_offset`` on, in log order.
-
-        ``from_offset`` None means "records appended from now on". A service that
-        keeps derived state persists ``request.next_offset`` of the last record it
-        handled and passes it here when it restarts: records in between (its own,
-        other processes', those rebuilt by recovery) are replayed before this
-        returns. A callback may put messages; exceptions are logged and skipped.
-        """
-        pos = self.state.dispatched_pos if from_offset is None else from_offset
-        pos = max(pos, self.commitlog.first_offset())
-        with self._dispatch_lock:
-            self._dispatchers.append(_DispatcherSlot(name, callback, pos))
-        self.run_dispatchers()
-        if self._reput_thread is None:
-            self._reput_thread = threading.Thread(
-                target=self._reput_loop, name="broker-core-reput", daemon=True
-            )
-            self._reput_thread.start()
-
-    def unregister_dispatcher(self, name: str) -> None:
-        with self._dispatch_lock:
-            self._dispatchers = [d for d in self._dispatchers if d.name != name]
-
-    def run_dispatchers(self) -> None:
-        """Feed every dispatcher the records it has not seen (any process's)."""
-        if getattr(self._dispatching, "active", False):
-            return  # a callback's own put: the outer loop picks it up
-        with self._dispatch_lock:
-            self._dispatching.active = True
-            try:
-                while not self.closed:
-                    target = self.state.dispatched_pos
-                    behind = [d for d in self._dispatchers if d.pos < target]
-                    if not behind:
-                        return
-                    start = min(d.pos for d in behind)
-                    for req in self.iter_dispatch(start, target):
-                        for d in behind:
-                            if d.pos <= req.commit_log_offset:
-                                try:
-                                    d.callback(req)
-                                except Exception:
-                                    log.exception("dispatcher %s failed", d.name)
-                                d.pos = req.next_offset
-                    for d in behind:
-                        d.pos = max(d.pos, target)
-            finally:
-                self._dispatching.active = False
-
-    def _reput_loop(self) -> None:
-        while not self._reput_stop.wait(self.config.reput_interval_ms / 1000):
-            if self.closed:
-                return
-            try:
-                self.run_dispatchers()
-            except Exception:
-                log.exception("reput failed")
-
-    # -- index ---------------------------------------------------------------
-    def build_index(self, time_budget_s: float | None = None) -> None:
-        """Index records up to the dispatched position (all, or within a budget)."""
-        state = self.state
-        if state.indexed_pos >= state.dispatched_pos:
-            return
-        with state.index_lock:
-            start, end = state.indexed_pos, state.dispatched_pos
-            if start >= end:
-                return
-            deadline = (
-                None if time_budget_s is None else time.monotonic() + time_budget_s
-            )
-            items: list[tuple[int, int, list[str]]] = []
-            pos = start
-            for req in self.iter_dispatch(start, end):
-                if req.sysflag & 0xC != 0xC:
-                    keys = []
-                    if req.uniq_key:
-                        keys.append(f"{req.topic}#{req.uniq_key}")
-                    if req.keys:
-                        keys.extend(
-                            f"{req.topic}#{k}" for k in req.keys.split(" ") if k
-                        )
-                    if keys:
-                        items.append((req.commit_log_offset, req.store_timestamp, keys))
-                pos = req.next_offset
-                if len(items) >= 2048:
-                    self.index.build(items)
-                    items = []
-                    state.indexed_pos = pos
-                    if deadline is not None and time.monotonic() > deadline:
-                        return
-            self.index.build(items)
-            state.indexed_pos = max(pos, end) if pos >= start else start
 
     def flush_derived(self) -> None:
         """Flush consume queues and index; record their progress in the checkpoint."""

@@ -1,0 +1,161 @@
+"""Dispatchers and index building of ``MessageStore``.
+
+Dispatchers see every record once, in log order, whichever process appended
+it; the key index is built behind the appends from ``indexed_pos`` under its
+own lock, so it never slows a put.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from broker_core.dispatch import Dispatcher, DispatchRequest, decode_dispatch
+
+if TYPE_CHECKING:
+    from broker_core.commitlog import CommitLog
+    from broker_core.config import StoreConfig
+    from broker_core.index import IndexService
+    from broker_core.shared import SharedState
+
+log = logging.getLogger(__name__)
+
+
+class _DispatcherSlot:
+    __slots__ = ("name", "callback", "pos")
+
+    def __init__(self, name: str, callback: Dispatcher, pos: int) -> None:
+        self.name = name
+        self.callback = callback
+        self.pos = pos
+
+
+class StoreDispatchMixin:
+    """``register_dispatcher``, the reput thread and ``build_index``."""
+
+    state: SharedState
+    commitlog: CommitLog
+    config: StoreConfig
+    index: IndexService
+    closed: bool
+    _delay_ms: Callable[[int], int]
+    _dispatchers: list[_DispatcherSlot]
+    _dispatch_lock: threading.RLock
+    _dispatching: threading.local
+    _reput_thread: threading.Thread | None
+    _reput_stop: threading.Event
+
+    def iter_dispatch(
+        self, start: int, end: int | None = None
+    ) -> Iterator[DispatchRequest]:
+        """Yield the ``DispatchRequest`` of every record in ``[start, end)``."""
+        stop = (
+            self.state.dispatched_pos
+            if end is None
+            else min(end, self.state.dispatched_pos)
+        )
+        for seg, pos, _size in self.commitlog.scan(
+            max(start, self.commitlog.first_offset()), stop
+        ):
+            yield decode_dispatch(seg.view, pos, self._delay_ms)
+
+    # -- dispatchers ---------------------------------------------------------
+    def register_dispatcher(
+        self, name: str, callback: Dispatcher, from_offset: int | None = None
+    ) -> None:
+        """Call ``callback`` for every record from ``from_offset`` on, in log order.
+
+        ``from_offset`` None means "records appended from now on". A service that
+        keeps derived state persists ``request.next_offset`` of the last record it
+        handled and passes it here when it restarts: records in between (its own,
+        other processes', those rebuilt by recovery) are replayed before this
+        returns. A callback may put messages; exceptions are logged and skipped.
+        """
+        pos = self.state.dispatched_pos if from_offset is None else from_offset
+        pos = max(pos, self.commitlog.first_offset())
+        with self._dispatch_lock:
+            self._dispatchers.append(_DispatcherSlot(name, callback, pos))
+        self.run_dispatchers()
+        if self._reput_thread is None:
+            self._reput_thread = threading.Thread(
+                target=self._reput_loop, name="broker-core-reput", daemon=True
+            )
+            self._reput_thread.start()
+
+    def unregister_dispatcher(self, name: str) -> None:
+        with self._dispatch_lock:
+            self._dispatchers = [d for d in self._dispatchers if d.name != name]
+
+    def run_dispatchers(self) -> None:
+        """Feed every dispatcher the records it has not seen (any process's)."""
+        if getattr(self._dispatching, "active", False):
+            return  # a callback's own put: the outer loop picks it up
+        with self._dispatch_lock:
+            self._dispatching.active = True
+            try:
+                while not self.closed:
+                    target = self.state.dispatched_pos
+                    behind = [d for d in self._dispatchers if d.pos < target]
+                    if not behind:
+                        return
+                    start = min(d.pos for d in behind)
+                    for req in self.iter_dispatch(start, target):
+                        for d in behind:
+                            if d.pos <= req.commit_log_offset:
+                                try:
+                                    d.callback(req)
+                                except Exception:
+                                    log.exception("dispatcher %s failed", d.name)
+                                d.pos = req.next_offset
+                    for d in behind:
+                        d.pos = max(d.pos, target)
+            finally:
+                self._dispatching.active = False
+
+    def _reput_loop(self) -> None:
+        while not self._reput_stop.wait(self.config.reput_interval_ms / 1000):
+            if self.closed:
+                return
+            try:
+                self.run_dispatchers()
+            except Exception:
+                log.exception("reput failed")
+
+    # -- index ---------------------------------------------------------------
+    def build_index(self, time_budget_s: float | None = None) -> None:
+        """Index records up to the dispatched position (all, or within a budget)."""
+        state = self.state
+        if state.indexed_pos >= state.dispatched_pos:
+            return
+        with state.index_lock:
+            start, end = state.indexed_pos, state.dispatched_pos
+            if start >= end:
+                return
+            deadline = (
+                None if time_budget_s is None else time.monotonic() + time_budget_s
+            )
+            items: list[tuple[int, int, list[str]]] = []
+            pos = start
+            for req in self.iter_dispatch(start, end):
+                if req.sysflag & 0xC != 0xC:
+                    keys = []
+                    if req.uniq_key:
+                        keys.append(f"{req.topic}#{req.uniq_key}")
+                    if req.keys:
+                        keys.extend(
+                            f"{req.topic}#{k}" for k in req.keys.split(" ") if k
+                        )
+                    if keys:
+                        items.append((req.commit_log_offset, req.store_timestamp, keys))
+                pos = req.next_offset
+                if len(items) >= 2048:
+                    self.index.build(items)
+                    items = []
+                    state.indexed_pos = pos
+                    if deadline is not None and time.monotonic() > deadline:
+                        return
+            self.index.build(items)
+            state.indexed_pos = max(pos, end) if pos >= start else start
