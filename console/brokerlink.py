@@ -49,6 +49,11 @@ def get_broker() -> Broker:
         # After a fork the parent's Broker is dropped, not closed: closing would
         # release locks and unmap files the parent still uses.
         _broker = Broker.open(key[1], **_options())
+        # Every sending process must park DELAY and timer sends, whichever
+        # service it later uses: install the schedule hook with the store.
+        from broker_core.schedule import install_send_hook
+
+        install_send_hook(_broker)
         _key = key
         return _broker
 
