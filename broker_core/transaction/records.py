@@ -79,6 +79,15 @@ _HALF_ONLY = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_TRANSACTION_PREPA
 
 def clean_value(value: object, limit: int = 512) -> str:
     """Return ``value`` as a property value: no separators, non-empty, bounded."""
+    if (
+        type(value) is str
+        and 0 < len(value) <= limit
+        and "\x01" not in value
+        and "\x02" not in value
+        and not value[0].isspace()
+        and not value[-1].isspace()
+    ):
+        return value
     text = str(value).replace("\x01", " ").replace("\x02", " ").strip()
     return (text or "-")[:limit]
 

@@ -171,10 +171,15 @@ class TransactionService(QueryMixin, WriteMixin):
             message.flag,
             now,
         )
-        validate_properties_size(
-            "".join(f"{k}\x01{v}\x02" for k, v in inner.properties.items()).encode(),
-            cfg_store.max_properties_size,
-        )
+        props = inner.properties
+        # UTF-8 takes at most 4 bytes a character: encode only when it could matter.
+        if 4 * sum(len(k) + len(v) + 2 for k, v in props.items()) > (
+            cfg_store.max_properties_size
+        ):
+            validate_properties_size(
+                "".join(f"{k}\x01{v}\x02" for k, v in props.items()).encode(),
+                cfg_store.max_properties_size,
+            )
         with self.store.exclusive_appends():
             res = self.ledger.append([inner], [event(R.HALF, inner)])[0]
         oid = res.offset_msg_id
@@ -289,6 +294,8 @@ class TransactionService(QueryMixin, WriteMixin):
             raise UnknownTransactionError(
                 f"transaction state table offset {queue_offset} is wrong for {tid}"
             )
+        if operator is not None:
+            operator = R.clean_value(operator, 128)
         if src is ResolutionSource.OPERATOR and not operator:
             raise ValidationError("an OPERATOR resolution needs the operator's name")
         qoff = half.queue_offset

@@ -40,6 +40,7 @@ class WriteMixin:
         Raises ``UnknownTransactionError``, ``TransactionConflictError`` for a
         committed or rolled-back half.
         """
+        operator = R.clean_value(operator, 128) if operator else ""
         if not operator:
             raise ValidationError("resume needs the operator's name")
         half = self.locate(transaction_id)

@@ -262,3 +262,12 @@ def test_threads_racing_commit_and_rollback_get_one_outcome(svc, broker):
     committed = {t for t, res in outcomes if res == "COMMIT"}
     seen = [m.msg_id for m in real_messages(broker)]
     assert len(seen) == len(set(seen)) == len(committed)
+
+
+def test_oversized_properties_and_odd_operator_names(svc):
+    with pytest.raises(ValidationError):
+        svc.send_half("pg", order(1, properties={"big": "x" * 40_000}))
+    r = svc.send_half("pg", order(2))
+    res = svc.rollback(r.transaction_id, operator="eve\x01\x02 ")
+    assert res.operator == "eve"
+    assert svc.get_half(r.transaction_id).history[-1].operator == "eve"
