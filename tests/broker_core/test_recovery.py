@@ -172,3 +172,10 @@ def test_writers_killed_with_sigkill_lose_no_acknowledged_message(
             assert acked <= set(have), prod  # nothing acknowledged is lost
         assert total_acked > 0
         assert len(list(b.store.iter_messages(0, verify_crc=True))) == len(bodies)
+        # The key index is derived data too: acknowledged keys are found.
+        for prod, ack in acks[:3]:
+            for seq in sorted(_acked(ack))[-3:]:
+                found = b.query_by_key("MP", f"{prod}-{seq}")
+                assert [m.body.split(b".")[0] for m in found] == [
+                    f"{prod}:{seq}".encode()
+                ]
