@@ -42,13 +42,17 @@ class Folder:
         self.keys: list[tuple[str, int]] = []
         self.counters: dict[str, int] = {}
         self.topics: dict[tuple[str, int], int] = {}
+        self.groups: dict[tuple[str, int], int] = {}
 
     def _bump(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
 
-    def _topic(self, topic: str, state: int, n: int) -> None:
+    def _move(self, topic: str, group: str, state: int, n: int) -> None:
+        """Add ``n`` halves in ``state`` to the topic and group gauges."""
         k = (topic, state)
         self.topics[k] = self.topics.get(k, 0) + n
+        g = (group, state)
+        self.groups[g] = self.groups.get(g, 0) + n
 
     def _flush_halves(self) -> None:
         if self.halves:
@@ -94,22 +98,22 @@ class Folder:
             )
             if keys:
                 self.keys.extend((k, ev.half_offset) for k in set(keys.split(" ")) if k)
-            self._topic(topic, S.PENDING, 1)
+            self._move(topic, p.get(PROPERTY_PRODUCER_GROUP, ""), S.PENDING, 1)
             return
         self._flush_halves()
         c = self.c
         row = c.execute(
-            "SELECT state, topic, born_ts, check_count FROM halves "
+            "SELECT state, topic, born_ts, check_count, producer_group FROM halves "
             "WHERE half_offset = ?",
             (ev.half_offset,),
         ).fetchone()
         if row is None:
             return
-        state, topic, born, checks = row
+        state, topic, born, checks, group = row
         at = ev.store_timestamp
         if ev.kind == R.COMMIT_MSG:
             if state in (S.PENDING, S.DISCARDED):
-                self._final(ev, state, topic, born, S.COMMITTED, None, None)
+                self._final(ev, state, topic, group, born, S.COMMITTED, None, None)
                 c.execute(
                     "UPDATE halves SET commit_offset = ? WHERE half_offset = ?",
                     (ev.log_offset, ev.half_offset),
@@ -126,7 +130,7 @@ class Folder:
             )
             src, op = p.get(R.PROPERTY_SOURCE), p.get(R.PROPERTY_OPERATOR)
             if state in (S.PENDING, S.DISCARDED):
-                self._final(ev, state, topic, born, new, src, op)
+                self._final(ev, state, topic, group, born, new, src, op)
             elif state == new:  # the commit message was folded first
                 c.execute(
                     "UPDATE halves SET outcome_source = COALESCE(outcome_source, ?), "
@@ -179,8 +183,8 @@ class Folder:
                 "WHERE half_offset = ?",
                 (S.DISCARDED, reason, at, ev.half_offset),
             )
-            self._topic(topic, S.PENDING, -1)
-            self._topic(topic, S.DISCARDED, 1)
+            self._move(topic, group, S.PENDING, -1)
+            self._move(topic, group, S.DISCARDED, 1)
             self._bump("discards")
             self._event(ev, "DISCARD", p.get(R.PROPERTY_SOURCE), None, detail=reason)
         elif ev.kind == R.RESUME:
@@ -191,8 +195,8 @@ class Folder:
                 "discard_reason = NULL, outcome_at = NULL WHERE half_offset = ?",
                 (S.PENDING, at, ev.half_offset),
             )
-            self._topic(topic, S.DISCARDED, -1)
-            self._topic(topic, S.PENDING, 1)
+            self._move(topic, group, S.DISCARDED, -1)
+            self._move(topic, group, S.PENDING, 1)
             self._bump("resumes")
             self._event(
                 ev, "RESUME", p.get(R.PROPERTY_SOURCE), p.get(R.PROPERTY_OPERATOR)
@@ -203,6 +207,7 @@ class Folder:
         ev: R.TxEvent,
         old: int,
         topic: str,
+        group: str,
         born: int,
         new: int,
         src: str | None,
@@ -214,8 +219,8 @@ class Folder:
             "operator = ? WHERE half_offset = ?",
             (new, at, src, op, ev.half_offset),
         )
-        self._topic(topic, old, -1)
-        self._topic(topic, new, 1)
+        self._move(topic, group, old, -1)
+        self._move(topic, group, new, 1)
         self._bump("commits" if new == S.COMMITTED else "rollbacks")
         ms = max(0, at - born)
         self._bump(f"latency_le_{_latency_bucket(ms)}")
@@ -270,6 +275,14 @@ class Folder:
                     "ON CONFLICT(topic, state) "
                     "DO UPDATE SET n = n + excluded.n",
                     (topic, state, n),
+                )
+        for (group, state), n in self.groups.items():
+            if n:
+                c.execute(
+                    "INSERT INTO group_counts VALUES (?, ?, ?) "
+                    "ON CONFLICT(producer_group, state) "
+                    "DO UPDATE SET n = n + excluded.n",
+                    (group, state, n),
                 )
 
 

@@ -22,7 +22,7 @@ from broker_core.transaction import records as R
 from broker_core.transaction import statetable as S
 from broker_core.transaction.fold import Folder
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -64,6 +64,10 @@ CREATE TABLE IF NOT EXISTS events(
 );
 CREATE INDEX IF NOT EXISTS events_half ON events(half_offset, log_offset);
 CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS group_counts(
+  producer_group TEXT NOT NULL, state INTEGER NOT NULL, n INTEGER NOT NULL,
+  PRIMARY KEY(producer_group, state)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS topic_counts(
   topic TEXT NOT NULL, state INTEGER NOT NULL, n INTEGER NOT NULL,
   PRIMARY KEY(topic, state)
@@ -106,6 +110,11 @@ class PendingIndex:
         with conn:
             conn.executescript(_SCHEMA)
             v = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if v is not None and int(v[0]) != SCHEMA_VERSION:
+                # Written by another version: derived data, so start again.
+                self._clear(conn)
+                conn.execute("DELETE FROM meta WHERE key='schema'")
+                v = None
             if v is None:
                 conn.execute(
                     "INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,)
@@ -171,7 +180,14 @@ class PendingIndex:
 
     @staticmethod
     def _clear(c: sqlite3.Connection) -> None:
-        for t in ("halves", "half_keys", "events", "counters", "topic_counts"):
+        for t in (
+            "halves",
+            "half_keys",
+            "events",
+            "counters",
+            "topic_counts",
+            "group_counts",
+        ):
             c.execute(f"DELETE FROM {t}")
         c.execute("UPDATE meta SET value=0 WHERE key='applied_pos'")
 
@@ -341,6 +357,15 @@ class PendingIndex:
             k: int(v)
             for k, v in self.conn().execute("SELECT name, value FROM counters")
         }
+
+    def group_counts(self) -> list[tuple[str, int, int]]:
+        """Return ``(producer_group, state, halves)`` for every non-empty gauge."""
+        return [
+            (g, int(s), int(n))
+            for g, s, n in self.conn().execute(
+                "SELECT producer_group, state, n FROM group_counts WHERE n != 0"
+            )
+        ]
 
     def topic_counts(self) -> list[tuple[str, int, int]]:
         return [

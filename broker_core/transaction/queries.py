@@ -180,6 +180,18 @@ class QueryMixin:
             body = b""
         return HalfDetail(self._info(row), dict(half.properties), body, history)
 
+    def counts_by_group(
+        self, refresh: bool = True
+    ) -> dict[str, dict[TransactionState, int]]:
+        """Return the number of halves in each state per producer group (gauges,
+        no scan)."""
+        if refresh:
+            self.refresh_index(2.0)
+        out: dict[str, dict[TransactionState, int]] = {}
+        for group, state, n in self.index.group_counts():
+            out.setdefault(group, {})[_CODE_STATES[state]] = n
+        return out
+
     def metrics(self, refresh: bool = True) -> TransactionMetrics:
         """Return pending halves per topic and the outcome and check counters."""
         if refresh:

@@ -323,3 +323,23 @@ def test_totals_are_exact_for_states_and_capped_for_other_filters(svc):
     assert (page.total, page.total_capped) == (5, True)
     page = svc.list_halves(producer_group="g1", total_limit=50)
     assert (page.total, page.total_capped) == (12, False)
+
+
+def test_counts_by_group_and_an_index_of_another_version_is_rebuilt(svc, broker):
+    for i in range(3):
+        svc.send_half("g1", order(i))
+    r = svc.send_half("g2", order(9))
+    svc.end_transaction(r.transaction_id, "g2", "COMMIT")
+    want = {
+        "g1": {TransactionState.PENDING: 3},
+        "g2": {TransactionState.COMMITTED: 1},
+    }
+    assert svc.counts_by_group() == want
+    svc.index.conn().execute("UPDATE meta SET value = 0 WHERE key = 'schema'")
+    other = TransactionService(broker)
+    try:
+        assert other.index.applied_pos == 0  # dropped, to be folded again
+        assert other.counts_by_group() == want
+        assert other.list_halves().total == 3
+    finally:
+        other.close()
