@@ -40,8 +40,9 @@ class Ledger:
         self.table = StateTable(store.root)
 
     # -- folding -------------------------------------------------------------
-    def catch_up(self) -> None:
-        """Fold every record up to the log's end (call inside ``exclusive_appends``)."""
+    def catch_up(self, max_records: int | None = None) -> bool:
+        """Fold records up to the log's end, or ``max_records`` of them; return True
+        when the table is at the end (call inside ``exclusive_appends``)."""
         store = self.store
         table = self.table
         target = store.max_physical_offset()
@@ -53,7 +54,8 @@ class Ledger:
             table.reset()
             pos = 0
         if pos >= target:
-            return
+            return True
+        n = 0
         for req in store.iter_dispatch(pos, target):
             ev = R.classify(req)
             if ev is not None:
@@ -61,7 +63,12 @@ class Ledger:
                     self.apply(ev)
                 except Exception:  # one damaged record must not block the others
                     log.exception("cannot fold transaction record at %d", ev.log_offset)
+            n += 1
+            if max_records is not None and n >= max_records:
+                table.applied_pos = req.next_offset
+                return req.next_offset >= target
         table.applied_pos = target
+        return True
 
     def _queue_offset(self, ev: R.TxEvent) -> int:
         if ev.queue_offset >= 0:

@@ -105,7 +105,11 @@ class TransactionService(QueryMixin, WriteMixin):
                 and info.log_end < self.ledger.table.applied_pos
             ):
                 self.ledger.table.reset()
-            self.ledger.catch_up()
+        # A long backlog is folded in slices so that appends are not held up.
+        done = False
+        while not done:
+            with self.store.exclusive_appends():
+                done = self.ledger.catch_up(max_records=20_000)
         if (
             info is not None
             and info.truncated
