@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker_core.errors import TransactionConflictError, ValidationError
+from broker_core.errors import (
+    TopicExistsError,
+    TransactionConflictError,
+    ValidationError,
+)
 from broker_core.message import PROPERTY_REAL_TOPIC, MessageExt
 from broker_core.transaction import records as R
 from broker_core.transaction import statetable as S
 from broker_core.transaction.ledger import event
 from broker_core.transaction.types import CheckAnswer, TransactionState
+from broker_core.validation import TRANS_CHECK_MAX_TIME_TOPIC
 
 if TYPE_CHECKING:
     from broker_core.store import MessageStore
@@ -128,6 +133,12 @@ class WriteMixin:
                     [op], [event(R.OUTCOME, op, half.commit_log_offset, qoff)]
                 )
                 return "rolled_back"
+            if self.store.topic_config(TRANS_CHECK_MAX_TIME_TOPIC) is None:
+                # RocketMQ creates it on demand with one queue (TCMT_QUEUE_NUMS).
+                try:
+                    self.store.create_topic(TRANS_CHECK_MAX_TIME_TOPIC, 1)
+                except TopicExistsError:
+                    pass
             copy = R.discard_copy(half, checks)
             op = R.op_inner(
                 R.TAG_DISCARD,

@@ -128,6 +128,7 @@ def test_unanswered_half_is_checked_15_times_then_discarded_and_can_be_resumed(
     assert [h.transaction_id for h in page.items] == [r.transaction_id]
     assert svc.list_halves().total == 0
     assert svc.metrics().discarded == 1 and svc.metrics().discards == 1
+    assert broker.store.topic_config(TRANS_CHECK_MAX_TIME_TOPIC).queue_nums == 1
     copy = broker.pull("probe", TRANS_CHECK_MAX_TIME_TOPIC, 0, 0).messages
     assert len(copy) == 1 and copy[0].msg_id == r.msg_id
     assert copy[0].properties["TRANSACTION_CHECK_TIMES"] == "15"
