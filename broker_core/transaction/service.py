@@ -14,6 +14,7 @@ from typing import Any
 from broker_core.broker import Broker
 from broker_core.errors import (
     IllegalTransactionOperationError,
+    InvalidQueueError,
     MessageNotFoundError,
     TopicNotFoundError,
     TransactionConflictError,
@@ -36,7 +37,7 @@ from broker_core.transaction import records as R
 from broker_core.transaction import statetable as S
 from broker_core.transaction.checker import CheckRunner
 from broker_core.transaction.index import PendingIndex
-from broker_core.transaction.ledger import SOURCE_CODES, SOURCE_NAMES, Ledger, event
+from broker_core.transaction.ledger import SOURCE_NAMES, Ledger, event
 from broker_core.transaction.queries import QueryMixin
 from broker_core.transaction.transports import CheckerRegistry
 from broker_core.transaction.types import (
@@ -154,10 +155,10 @@ class TransactionService(QueryMixin, WriteMixin):
             qid = message.queue_id
             limit = tcfg.queue_nums if tcfg else cfg_store.default_queue_nums
             if not 0 <= qid < limit:
-                from broker_core.errors import InvalidQueueError
-
                 raise InvalidQueueError(f"queue id {qid} is out of range for {topic!r}")
-        props = dict(message.properties or {})
+        props = {
+            k: str(v) for k, v in (message.properties or {}).items() if v is not None
+        }
         if message.tags:
             props[PROPERTY_TAGS] = message.tags
         keys = message.keys_string()
@@ -453,4 +454,4 @@ def _is_half(msg: MessageExt) -> bool:
     )
 
 
-__all__ = ["TransactionService", "SOURCE_CODES"]
+__all__ = ["TransactionService"]
