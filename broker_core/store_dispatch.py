@@ -102,6 +102,7 @@ class StoreDispatchMixin:
                     if not behind:
                         return
                     start = min(d.pos for d in behind)
+                    reached = start
                     for req in self.iter_dispatch(start, target):
                         for d in behind:
                             if d.pos <= req.commit_log_offset:
@@ -110,6 +111,21 @@ class StoreDispatchMixin:
                                 except Exception:
                                     log.exception("dispatcher %s failed", d.name)
                                 d.pos = req.next_offset
+                        reached = req.next_offset
+                    if (
+                        reached < target
+                        and self.commitlog.segment_end(reached) < target - 8
+                    ):
+                        # The start was not a record boundary (a stale persisted
+                        # offset, e.g. past a recovery cut): nothing to replay.
+                        log.error(
+                            "dispatch from %d stopped at %d before %d: "
+                            "records skipped for %s",
+                            start,
+                            reached,
+                            target,
+                            [d.name for d in behind],
+                        )
                     for d in behind:
                         d.pos = max(d.pos, target)
             finally:
