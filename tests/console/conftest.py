@@ -31,6 +31,26 @@ SMALL_STORE = {
 }
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(
+    django_db_modify_db_settings_parallel_suffix: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Test on an SQLite file, as production does, not shared-cache memory.
+
+    In-memory shared-cache SQLite takes table locks that ignore the busy
+    timeout: two requests writing at once (two operators on one half) fail with
+    "database table is locked" there, never on the WAL file the console uses.
+    """
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        db.setdefault("TEST", {})["NAME"] = str(
+            tmp_path_factory.mktemp("db") / "test.sqlite3"
+        )
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings: Any) -> None:
     """Test users need no slow key stretching."""
