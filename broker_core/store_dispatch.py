@@ -112,10 +112,7 @@ class StoreDispatchMixin:
                                     log.exception("dispatcher %s failed", d.name)
                                 d.pos = req.next_offset
                         reached = req.next_offset
-                    if (
-                        reached < target
-                        and self.commitlog.segment_end(reached) < target - 8
-                    ):
+                    if reached < target:
                         # The start was not a record boundary (a stale persisted
                         # offset, e.g. past a recovery cut): nothing to replay.
                         log.error(
