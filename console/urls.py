@@ -35,6 +35,7 @@ urlpatterns = [
     path("delays/", include("console.delays.urls")),
     path("transactions/", include("console.transactions.urls")),
     path("users/", include("console.accounts.urls")),
+    path("account/", include("console.accounts.account_urls")),
     path("producer-groups/", include("console.transactions.producer_urls")),
     path("api/", include(api_patterns)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

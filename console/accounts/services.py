@@ -70,3 +70,22 @@ def change_role(
             before={"role": before},
             after={"role": role},
         )
+
+
+def rotate_token(*, actor: Any, request: Any = None) -> str:
+    """Replace the user's API token with a new one; return its key (shown once)."""
+    from rest_framework.authtoken.models import Token
+
+    with transaction.atomic():
+        had = Token.objects.filter(user=actor).delete()[0] > 0
+        token = Token.objects.create(user=actor)
+        record_audit(
+            actor=actor,
+            request=request,
+            action="user.rotate_token",
+            object_type="user",
+            object_id=actor.get_username(),
+            before={"had_token": had},
+            after={"token_prefix": token.key[:6]},
+        )
+    return token.key

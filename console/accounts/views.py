@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 from console.accounts import services
 from console.accounts.forms import NewUserForm, RoleForm
 from console.ui.pagination import paginate
-from console.ui.permissions import admin_required
+from console.ui.permissions import admin_required, viewer_required
 from console.ui.roles import user_role
 
 
@@ -60,3 +60,26 @@ def change_role(request: HttpRequest, pk: int) -> HttpResponse:
                 request, f"{user.username} is now {form.cleaned_data['role']}."
             )
     return redirect("accounts:list")
+
+
+@viewer_required
+def my_account(request: HttpRequest) -> HttpResponse:
+    """Your role and your API token (``Authorization: Token <key>``)."""
+    from rest_framework.authtoken.models import Token
+
+    new_key = None
+    if request.method == "POST":
+        new_key = services.rotate_token(actor=request.user, request=request)
+        messages.success(
+            request, "New API token created. Copy it now: it is shown once."
+        )
+    token = Token.objects.filter(user=request.user).first()
+    return render(
+        request,
+        "accounts/account.html",
+        {
+            "new_key": new_key,
+            "token_prefix": token.key[:6] if token else None,
+            "token_created": token.created if token else None,
+        },
+    )

@@ -147,9 +147,23 @@ def page(chromium: Any, live_server: Any) -> Iterator[Any]:
         base_url=live_server.url, viewport={"width": 1400, "height": 900}
     )
     context.set_default_timeout(10_000)
+    # The console must work offline: any request off the test server fails the test.
+    outside: list[str] = []
+
+    def guard(route: Any) -> None:
+        if route.request.url.startswith(
+            live_server.url
+        ) or route.request.url.startswith("data:"):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", guard)
     pg = context.new_page()
     yield pg
     context.close()
+    assert not outside, f"requests left the console: {outside}"
 
 
 @pytest.fixture

@@ -50,3 +50,21 @@ def test_admin_adds_and_changes(client_as, users, django_user_model) -> None:
         "/users/", {"username": "dana", "role": "viewer", "password": "longenough1"}
     )
     assert r.status_code == 200 and b"already exists" in r.content
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
+def test_my_api_token(client_as, client, role) -> None:
+    c = client_as(role)
+    assert b"Create an API token" in c.get("/account/").content
+    body = c.post("/account/").content.decode()
+    key = body.split('data-testid="new-token">')[1].split("<")[0]
+    r = client.get("/api/audit/", HTTP_AUTHORIZATION=f"Token {key}")
+    assert r.status_code == 200
+    c.post("/account/")  # replacing revokes the old one
+    revoked = client.get("/api/audit/", HTTP_AUTHORIZATION=f"Token {key}")
+    assert revoked.status_code in (401, 403)
+    assert AuditRecord.objects.filter(action="user.rotate_token").count() == 2
+
+
+def test_account_page_needs_a_role(client_as) -> None:
+    assert client_as("none").get("/account/").status_code == 403

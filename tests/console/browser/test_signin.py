@@ -23,3 +23,14 @@ def test_sign_in_shows_role_and_nav(page, users, sign_in, screenshot) -> None:
     assert page.locator("h1").inner_text() == "Audit log"
     assert page.evaluate("typeof htmx") == "object"
     screenshot(page, "audit-log")
+
+
+def test_api_docs_render_offline(page, users, sign_in) -> None:
+    sign_in(page, "viewer")
+    page.goto("/api/docs/")
+    page.wait_for_selector(".swagger-ui .info .title")
+    assert "Broker console API" in page.locator(".swagger-ui .info .title").inner_text()
+    assert (
+        page.locator(".opblock-summary-path", has_text="/api/transactions/").count()
+        >= 1
+    )
