@@ -47,6 +47,13 @@ class SendMessageForm(forms.Form):
     body = forms.CharField(widget=forms.Textarea(attrs={"rows": 4}), strip=False)
     tags = forms.CharField(required=False, max_length=255)
     keys = forms.CharField(required=False, max_length=255, help_text="space separated")
+    delay_level = forms.TypedChoiceField(
+        required=False,
+        coerce=int,
+        empty_value=None,
+        choices=[("", "deliver now")] + [(n, f"level {n}") for n in range(1, 19)],
+        label="Delay",
+    )
     properties = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),

@@ -212,7 +212,8 @@ def message_send(request: HttpRequest, name: str) -> HttpResponse:
             body=d["body"].encode(),
             tags=d["tags"],
             keys=d["keys"],
-            properties=d["properties"],
+            properties=d["properties"]
+            | ({"DELAY": str(d["delay_level"])} if d["delay_level"] else {}),
         )
     except BrokerError as exc:
         messages.error(request, f"Not sent: {exc}")
@@ -222,4 +223,8 @@ def message_send(request: HttpRequest, name: str) -> HttpResponse:
         f"Sent {result.msg_id} to queue {result.queue_id} at "
         f"offset {result.queue_offset}.",
     )
+    if d["delay_level"]:
+        return redirect(
+            reverse("delays:scheduled") + f"?kind=level&level={d['delay_level']}"
+        )
     return redirect(reverse("messages:detail", args=[result.msg_id]))

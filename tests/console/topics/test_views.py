@@ -169,3 +169,15 @@ def test_send_test_message(client_as, orders, broker) -> None:
     msg = broker.query_by_key("orders", "k2")[0]
     assert msg.body == b"hello" and msg.properties["region"] == "eu"
     assert AuditRecord.objects.get().action == "message.send_test"
+
+
+def test_send_with_delay_level_is_scheduled(client_as, orders) -> None:
+    r = client_as("operator").post(
+        "/topics/orders/send/", {"body": "later", "delay_level": 4}
+    )
+    assert r.status_code == 302 and "level=4" in r["Location"]
+    from console.delays.services import delay_stats
+
+    assert delay_stats().levels[3].backlog == 1
+    page = client_as("operator").get(r["Location"]).content.decode()
+    assert "orders" in page and "Cancel</button>" in page
