@@ -194,3 +194,22 @@ def test_overview_counts_pending_and_stuck(client_as, halves) -> None:
     assert '<div class="v">5</div>' in tiles  # five pending
     assert "stuck: checked 5+ times" in body
     assert '<div class="v error">2</div><div class="k">stuck: checked' in body
+
+
+def test_resume_from_the_discarded_list(client_as, halves) -> None:
+    svc = get_transaction_service()
+    svc.discard(svc.locate(halves["stuck2"]), "max checks", 6)
+    assert (
+        "Resume</button>"
+        not in client_as("viewer").get("/transactions/discarded/").content.decode()
+    )
+    body = client_as("operator").get("/transactions/discarded/").content.decode()
+    assert "Resume</button>" in body
+    action = f'action="/transactions/{halves["stuck2"]}/resume/"'
+    assert action in body
+    r = client_as("operator").post(
+        f"/transactions/{halves['stuck2']}/resume/",
+        {"next": "/transactions/discarded/"},
+    )
+    assert r["Location"] == "/transactions/discarded/"
+    assert _state(halves["stuck2"]) == TransactionState.PENDING
