@@ -172,6 +172,7 @@ class Broker:
 
         Every message is validated before anything is written.
         """
+        self.store.refresh_topics()  # queue counts changed by another process
         now = int(time.time() * 1000)
         if len(messages) == 1:
             uniqs = [self._ids.next(now)]
