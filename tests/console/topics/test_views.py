@@ -181,3 +181,14 @@ def test_send_with_delay_level_is_scheduled(client_as, orders) -> None:
     assert delay_stats().levels[3].backlog == 1
     page = client_as("operator").get(r["Location"]).content.decode()
     assert "orders" in page and "Cancel</button>" in page
+
+
+def test_django_admin_lists_topics_read_only(client, django_user_model, orders) -> None:
+    from console.topics.services import sync_topics
+
+    sync_topics(force=True)
+    su = django_user_model.objects.create_superuser("root", password="x" * 12)
+    client.force_login(su)
+    assert b"orders" in client.get("/admin/topics/topic/").content
+    assert client.get("/admin/topics/topic/add/").status_code == 403
+    assert client.get("/admin/consumers/consumerqueue/").status_code == 200
