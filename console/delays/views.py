@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from broker_core.errors import BrokerError
@@ -77,4 +78,7 @@ def cancel(request: HttpRequest, msg_id: str) -> HttpResponse:
             messages.error(request, f"Not cancelled: {exc}")
         else:
             messages.success(request, f"Cancelled {msg_id}: it will not be delivered.")
-    return redirect(request.POST.get("next") or "delays:scheduled")
+    nxt = request.POST.get("next", "")
+    if nxt and url_has_allowed_host_and_scheme(nxt, allowed_hosts={request.get_host()}):
+        return redirect(nxt)
+    return redirect("delays:scheduled")

@@ -72,3 +72,11 @@ def test_cancel(client_as, scheduled) -> None:
     assert list(
         AuditRecord.objects.order_by("id").values_list("status", flat=True)
     ) == ["success", "failed"]
+
+
+def test_cancel_never_redirects_off_site(client_as, scheduled) -> None:
+    r = client_as("operator").post(
+        f"/delays/scheduled/{scheduled[1]}/cancel/",
+        {"reason": "dup", "next": "https://evil.example/"},
+    )
+    assert r["Location"] == "/delays/scheduled/"
