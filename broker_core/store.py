@@ -147,6 +147,8 @@ class MessageStore(StoreAdminMixin, StoreDispatchMixin):
 
     def refresh_topics(self) -> None:
         """Reload topic configs if another process changed them (one mapped read)."""
+        if self.closed:
+            raise StoreClosedError("the store is closed")
         if self.state.topics_version != self._topics_version:
             self._reload_topics()
 
