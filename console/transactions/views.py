@@ -198,7 +198,14 @@ def bulk_rollback(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Nothing rolled back: a reason is required.")
         return redirect(back)
     if form.cleaned_data["all_matching"]:
-        fs = HalfFilterSet(json.loads(request.POST.get("filters", "{}") or "{}"))
+        try:
+            filters = json.loads(request.POST.get("filters") or "{}")
+        except ValueError:
+            filters = None
+        if not isinstance(filters, dict):
+            messages.error(request, "Nothing rolled back: the filter was unreadable.")
+            return redirect(back)
+        fs = HalfFilterSet(filters)
         kwargs = fs.list_kwargs()
         kwargs["state"] = "PENDING" if kwargs["state"] != "DISCARDED" else "DISCARDED"
         ids = services.matching_ids(**kwargs)

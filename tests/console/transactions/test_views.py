@@ -213,3 +213,13 @@ def test_resume_from_the_discarded_list(client_as, halves) -> None:
     )
     assert r["Location"] == "/transactions/discarded/"
     assert _state(halves["stuck2"]) == TransactionState.PENDING
+
+
+def test_bulk_rollback_with_garbled_filter(client_as, halves) -> None:
+    r = client_as("operator").post(
+        "/transactions/bulk-rollback/",
+        {"all_matching": "on", "filters": "{not json", "reason": "oops"},
+        follow=True,
+    )
+    assert b"unreadable" in r.content
+    assert _state(halves["fresh"]) == TransactionState.PENDING
