@@ -131,7 +131,14 @@ def main(argv: list[str]) -> int:
         help="throughput benchmark beside Redis Streams and SQLite",
         add_help=False,
     )
+    from broker_core.endpoint.cli import add_arguments as _serve_args
+
+    _serve_args(sub.add_parser("serve", help="run the RocketMQ 5 gRPC endpoint"))
     args, rest = ap.parse_known_args(argv)
+    if args.cmd == "serve":
+        from broker_core.endpoint.cli import run as serve_run
+
+        return serve_run(args)
     if args.cmd == "bench":
         from broker_core.benchmark import main as bench_main
 

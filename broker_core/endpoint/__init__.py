@@ -1,0 +1,1 @@
+"""The RocketMQ 5 gRPC endpoint (``apache.rocketmq.v2.MessagingService``); see docs/grpc.md."""

@@ -1,0 +1,42 @@
+"""``python -m broker_core serve``: run the gRPC endpoint."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", required=True, help="store directory")
+    p.add_argument("--listen", default="127.0.0.1:8081", help="HOST:PORT")
+    p.add_argument("--embedded-timers", action="store_true",
+                   help="run the transaction check and delay delivery in-process")
+    p.add_argument("--transaction-timeout-ms", type=int, default=None)
+    p.add_argument("--check-interval-ms", type=int, default=None)
+    p.add_argument("--max-delivery-attempts", type=int, default=17,
+                   help="deliveries before a message goes to %%DLQ%%<group>")
+    p.add_argument("--consumer-backoff-ms", default="1000,5000,10000,30000,60000,120000",
+                   help="push consumer nack delays (comma-separated ms)")
+    p.add_argument("--fifo-groups", default="", help="comma-separated FIFO consumer groups")
+    p.add_argument("--long-polling-ms", type=int, default=20000)
+
+
+def run(args: argparse.Namespace) -> int:
+    from broker_core.endpoint.server import EndpointConfig, serve
+
+    host, _, port = args.listen.rpartition(":")
+    cfg = EndpointConfig(
+        host=host or "127.0.0.1",
+        port=int(port),
+        embedded_timers=args.embedded_timers,
+        transaction_timeout_ms=args.transaction_timeout_ms,
+        check_interval_ms=args.check_interval_ms,
+        max_attempts=args.max_delivery_attempts,
+        consumer_backoff_ms=[int(x) for x in args.consumer_backoff_ms.split(",") if x],
+        fifo_groups={g for g in args.fifo_groups.split(",") if g},
+        long_polling_ms=args.long_polling_ms,
+    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(serve(args.store, cfg))
+    return 0

@@ -1,0 +1,302 @@
+"""Pop consumption for the gRPC endpoint: invisibility, receipt handles,
+redelivery with attempts, FIFO message groups, dead letters, persisted state.
+
+All methods run on the endpoint's event loop thread (no locking).
+
+State per (consumer group, topic, queue): a pop ``cursor`` (next offset not yet
+read) and ``pending`` (offset -> Entry) for messages read but not acknowledged.
+The committed offset is the low-water mark: the smallest pending offset, or the
+cursor. ``<store>/grpc/pop.json`` holds cursors and the attempts of pending
+offsets; it is written atomically (temp file, fsync, rename) when dirty.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker_core.broker import Broker
+from broker_core.message import MessageExt, MessageInner, PullStatus
+
+SHARDING_KEY = "__SHARDINGKEY"
+
+
+class InvalidHandle(Exception):
+    """A receipt handle that is malformed, stale or unknown."""
+
+
+@dataclass(slots=True)
+class Entry:
+    offset: int
+    msg: MessageExt | None
+    group: str | None
+    attempts: int = 0
+    visible_at: int = 0
+    nonce: int = 0
+
+
+@dataclass(slots=True)
+class QState:
+    cursor: int
+    pending: dict[int, Entry] = field(default_factory=dict)
+    committed: int = -1
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def encode_handle(qid: int, offset: int, nonce: int, deadline: int) -> str:
+    return f"P1:{qid}:{offset}:{nonce:x}:{deadline}"
+
+
+def decode_handle(handle: str) -> tuple[int, int, int, int]:
+    try:
+        tag, qid, off, nonce, deadline = handle.split(":")
+        if tag != "P1":
+            raise ValueError(tag)
+        return int(qid), int(off), int(nonce, 16), int(deadline)
+    except (ValueError, AttributeError) as exc:
+        raise InvalidHandle(f"malformed receipt handle {handle!r}") from exc
+
+
+class PopManager:
+    def __init__(
+        self,
+        broker: Broker,
+        max_attempts: int = 17,
+        refill: int = 256,
+    ) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.max_attempts = max_attempts
+        self.refill = refill
+        self.states: dict[tuple[str, str], dict[int, QState]] = {}
+        self.path = self.store.root / "grpc" / "pop.json"
+        self.dirty = False
+        self.dlq_count = 0
+        self._rr = 0
+        self._load()
+
+    # -- persistence ---------------------------------------------------------
+    def _load(self) -> None:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return
+        for group, topics in data.items():
+            for topic, queues in topics.items():
+                qs: dict[int, QState] = {}
+                for qid_s, q in queues.items():
+                    qid = int(qid_s)
+                    st = QState(cursor=int(q["cursor"]))
+                    for off_s, attempts in sorted(
+                        q.get("pending", {}).items(), key=lambda kv: int(kv[0])
+                    ):
+                        off = int(off_s)
+                        m = self._read(topic, qid, off)
+                        if m is None:
+                            continue
+                        st.pending[off] = Entry(
+                            off, m, m.properties.get(SHARDING_KEY), int(attempts)
+                        )
+                    qs[qid] = st
+                self.states[(group, topic)] = qs
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        self.dirty = False
+        data: dict[str, Any] = {}
+        for (group, topic), qs in self.states.items():
+            out = data.setdefault(group, {}).setdefault(topic, {})
+            for qid, st in qs.items():
+                out[str(qid)] = {
+                    "cursor": st.cursor,
+                    "pending": {str(o): e.attempts for o, e in st.pending.items()},
+                }
+                low = min(st.pending) if st.pending else st.cursor
+                if low != st.committed:
+                    try:
+                        self.store.commit_offset(group, topic, qid, low)
+                        st.committed = low
+                    except Exception:  # noqa: BLE001 - best effort mirror
+                        pass
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    # -- helpers -------------------------------------------------------------
+    def _read(self, topic: str, qid: int, off: int) -> MessageExt | None:
+        try:
+            units = self.store.get_queue_units(topic, qid, off, 1)
+            if not units:
+                return None
+            return self.store.read_message(units[0][0])
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _queues(self, group: str, topic: str) -> dict[int, QState]:
+        qs = self.states.get((group, topic))
+        if qs is None:
+            qs = self.states[(group, topic)] = {}
+        self.store.refresh_topics()
+        cfg = self.store.topics.topics.get(topic)
+        n = cfg.read_queue_nums if cfg else 0
+        for qid in range(n):
+            if qid not in qs:
+                start = self.store.committed_offset(group, topic, qid)
+                if start < 0:
+                    start = self.store.min_offset(topic, qid)
+                qs[qid] = QState(cursor=start, committed=start)
+                self.dirty = True
+        return qs
+
+    # -- pop -----------------------------------------------------------------
+    def pop(
+        self,
+        group: str,
+        topic: str,
+        batch: int,
+        invisible_ms: int,
+        expression: str,
+        expression_type: str,
+    ) -> list[tuple[int, Entry]]:
+        """Return up to ``batch`` (queue id, entry) pairs now invisible."""
+        qs = self._queues(group, topic)
+        if not qs:
+            return []
+        now = now_ms()
+        out: list[tuple[int, Entry]] = []
+        qids = sorted(qs)
+        self._rr += 1
+        start = self._rr % len(qids)
+        for qid in qids[start:] + qids[:start]:
+            st = qs[qid]
+            if len(st.pending) < max(batch * 2, 64):
+                self._fill(group, topic, qid, st, expression, expression_type)
+            blocked: set[str] = set()
+            for e in list(st.pending.values()):
+                if e.visible_at > now:
+                    if e.group is not None:
+                        blocked.add(e.group)
+                    continue
+                if e.attempts >= self.max_attempts:
+                    self._to_dlq(group, topic, qid, st, e)
+                    continue
+                if e.group is not None:
+                    if e.group in blocked:
+                        continue
+                    blocked.add(e.group)
+                if e.msg is None:
+                    e.msg = self._read(topic, qid, e.offset)
+                    if e.msg is None:
+                        del st.pending[e.offset]
+                        continue
+                e.attempts += 1
+                e.nonce = random.getrandbits(48)
+                e.visible_at = now + invisible_ms
+                out.append((qid, e))
+                self.dirty = True
+                if len(out) >= batch:
+                    return out
+        return out
+
+    def _fill(
+        self,
+        group: str,
+        topic: str,
+        qid: int,
+        st: QState,
+        expression: str,
+        expression_type: str,
+    ) -> None:
+        r = self.broker.pull(
+            group,
+            topic,
+            qid,
+            st.cursor,
+            max_messages=self.refill,
+            expression=expression,
+            expression_type=expression_type,
+        )
+        if r.status is PullStatus.OFFSET_ILLEGAL:
+            st.cursor = r.next_offset
+            self.dirty = True
+            return
+        for m in r.messages:
+            st.pending[m.queue_offset] = Entry(
+                m.queue_offset, m, m.properties.get(SHARDING_KEY)
+            )
+        if r.next_offset != st.cursor:
+            st.cursor = r.next_offset
+            self.dirty = True
+
+    def _to_dlq(self, group: str, topic: str, qid: int, st: QState, e: Entry) -> None:
+        m = e.msg or self._read(topic, qid, e.offset)
+        if m is not None:
+            inner: MessageInner = m.to_inner()
+            inner.topic = f"%DLQ%{group}"
+            inner.queue_id = 0
+            props = dict(inner.properties)
+            props["RETRY_TOPIC"] = topic
+            props["ORIGIN_MESSAGE_ID"] = props.get("UNIQ_KEY", m.offset_msg_id)
+            props["DLQ_ORIGIN_QUEUE"] = str(qid)
+            props["DLQ_ORIGIN_OFFSET"] = str(e.offset)
+            inner.properties = props
+            inner.reconsume_times = e.attempts
+            self.store.put_inner(inner)
+            self.dlq_count += 1
+        st.pending.pop(e.offset, None)
+        self.dirty = True
+
+    # -- handles -------------------------------------------------------------
+    def _entry(self, group: str, topic: str, handle: str) -> tuple[int, QState, Entry]:
+        qid, off, nonce, _deadline = decode_handle(handle)
+        qs = self.states.get((group, topic))
+        st = qs.get(qid) if qs else None
+        e = st.pending.get(off) if st else None
+        if st is None or e is None or e.nonce != nonce:
+            raise InvalidHandle("the receipt handle is stale or unknown")
+        return qid, st, e
+
+    def ack(self, group: str, topic: str, handle: str) -> None:
+        _qid, st, e = self._entry(group, topic, handle)
+        del st.pending[e.offset]
+        self.dirty = True
+
+    def change_invisible(
+        self, group: str, topic: str, handle: str, invisible_ms: int
+    ) -> str:
+        qid, _st, e = self._entry(group, topic, handle)
+        e.nonce = random.getrandbits(48)
+        e.visible_at = now_ms() + invisible_ms
+        self.dirty = True
+        return encode_handle(qid, e.offset, e.nonce, e.visible_at)
+
+    def forward_dlq(self, group: str, topic: str, handle: str) -> None:
+        qid, st, e = self._entry(group, topic, handle)
+        self._to_dlq(group, topic, qid, st, e)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            f"{g}@{t}": {
+                "pending": sum(len(s.pending) for s in qs.values()),
+                "inflight": sum(
+                    1
+                    for s in qs.values()
+                    for e in s.pending.values()
+                    if e.visible_at > now_ms()
+                ),
+            }
+            for (g, t), qs in self.states.items()
+        }

@@ -1,0 +1,833 @@
+"""grpc.aio server for ``apache.rocketmq.v2.MessagingService`` over broker_core.
+
+See docs/grpc.md. Stubs come from the ``rocketmq-python-client`` package
+(``rocketmq.grpc_protocol``), as the issue requires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf import duration_pb2, timestamp_pb2
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
+
+from broker_core.broker import Broker
+from broker_core.endpoint.pop import (
+    SHARDING_KEY,
+    InvalidHandle,
+    PopManager,
+    encode_handle,
+    now_ms,
+)
+from broker_core.errors import (
+    FilterError,
+    InvalidDelayError,
+    InvalidGroupError,
+    InvalidMessageError,
+    InvalidTopicError,
+    MessageTooLargeError,
+    RecallError,
+    TopicNotAllowedError,
+    TopicNotFoundError,
+    TransactionConflictError,
+    UnknownTransactionError,
+    ValidationError,
+    WrongProducerGroupError,
+)
+from broker_core.message import Message
+from broker_core.validation import validate_topic
+
+log = logging.getLogger("broker_core.endpoint")
+C = pb.Code
+
+#: Properties the broker keeps for itself: not shown as user properties.
+SYSTEM_PROPS = frozenset(
+    {
+        "TAGS",
+        "KEYS",
+        "UNIQ_KEY",
+        SHARDING_KEY,
+        "DELAY",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TIMER_DELIVER_MS",
+        "TIMER_DELAY_MS",
+        "TIMER_DELAY_SEC",
+        "TIMER_OUT_MS",
+        "TIMER_DEQUEUE_MS",
+        "DELAY_SRC",
+        "TRAN_MSG",
+        "PGROUP",
+        "__transactionId__",
+        "TRANSACTION_CHECK_TIMES",
+        "CHECK_IMMUNITY_TIME_IN_SECONDS",
+        "MSG_REGION",
+        "TRACE_ON",
+        "WAIT",
+    }
+)
+ALL_TYPES = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION, pb.PRIORITY]
+
+
+def status(code: int, message: str = "") -> pb.Status:
+    return pb.Status(code=code, message=message or pb.Code.Name(code))
+
+
+def ts_ms(ms: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def dur_ms(d: duration_pb2.Duration) -> int:
+    return d.seconds * 1000 + d.nanos // 1_000_000
+
+
+def error_code(exc: Exception) -> int:
+    if isinstance(exc, MessageTooLargeError):
+        if "propert" in str(exc):
+            return C.MESSAGE_PROPERTIES_TOO_LARGE
+        return C.MESSAGE_BODY_TOO_LARGE
+    if isinstance(exc, InvalidTopicError | TopicNotAllowedError):
+        return C.ILLEGAL_TOPIC
+    if isinstance(exc, TopicNotFoundError):
+        return C.TOPIC_NOT_FOUND
+    if isinstance(exc, InvalidGroupError):
+        return C.ILLEGAL_CONSUMER_GROUP
+    if isinstance(exc, InvalidDelayError):
+        return C.ILLEGAL_DELIVERY_TIME
+    if isinstance(exc, FilterError):
+        return C.ILLEGAL_FILTER_EXPRESSION
+    if isinstance(exc, InvalidMessageError):
+        if "empty" in str(exc):
+            return C.MESSAGE_BODY_EMPTY
+        return C.BAD_REQUEST
+    if isinstance(exc, UnknownTransactionError):
+        return C.INVALID_TRANSACTION_ID
+    if isinstance(exc, WrongProducerGroupError | TransactionConflictError):
+        return C.BAD_REQUEST
+    if isinstance(exc, ValidationError):
+        return C.BAD_REQUEST
+    return C.INTERNAL_ERROR
+
+
+@dataclass
+class ClientInfo:
+    client_id: str
+    client_type: str = "CLIENT_TYPE_UNSPECIFIED"
+    group: str = ""
+    topics: list[str] = field(default_factory=list)
+    address: str = ""
+    language: str = ""
+    version: str = ""
+    connected_at: float = field(default_factory=time.time)
+    last_heartbeat: float = field(default_factory=time.time)
+    online: bool = True
+    queue: asyncio.Queue[Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "client_id": self.client_id,
+            "client_type": self.client_type,
+            "group": self.group,
+            "topics": self.topics,
+            "address": self.address,
+            "language": self.language,
+            "version": self.version,
+            "connected_at": self.connected_at,
+            "last_heartbeat": self.last_heartbeat,
+            "online": self.online,
+            "telemetry": self.queue is not None,
+        }
+
+
+@dataclass
+class EndpointConfig:
+    host: str = "127.0.0.1"
+    port: int = 8081
+    embedded_timers: bool = False
+    transaction_timeout_ms: int | None = None
+    check_interval_ms: int | None = None
+    max_attempts: int = 17
+    consumer_backoff_ms: list[int] = field(
+        default_factory=lambda: [1000, 5000, 10000, 30000, 60000, 120000]
+    )
+    fifo_groups: set[str] = field(default_factory=set)
+    default_invisible_ms: int = 30_000
+    long_polling_ms: int = 20_000
+    max_batch: int = 32
+
+
+def client_id_of(context: grpc.aio.ServicerContext) -> str:
+    for k, v in context.invocation_metadata() or ():
+        if k == "x-mq-client-id":
+            return str(v)
+    return ""
+
+
+class Endpoint(sgrpc.MessagingServiceServicer):
+    def __init__(self, broker: Broker, cfg: EndpointConfig) -> None:
+        from broker_core.schedule import DelayService
+        from broker_core.transaction import TransactionService
+
+        self.broker = broker
+        self.cfg = cfg
+        self.store = broker.store
+        self.max_body = self.store.config.max_message_size
+        tx_settings: dict[str, Any] = {}
+        if cfg.transaction_timeout_ms is not None:
+            tx_settings["transaction_timeout_ms"] = cfg.transaction_timeout_ms
+        if cfg.check_interval_ms is not None:
+            tx_settings["check_interval_ms"] = cfg.check_interval_ms
+        self.tx = TransactionService(broker, **tx_settings)
+        self.delays = DelayService(broker)
+        self.pop = PopManager(broker, max_attempts=cfg.max_attempts)
+        self.clients: dict[str, ClientInfo] = {}
+        self.clients_dirty = True
+        self.tx_client: dict[str, str] = {}  # transaction id -> client id
+        self.wakeups: dict[str, asyncio.Event] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stop_event = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.counters = {"sent": 0, "received": 0, "acked": 0, "checks_sent": 0}
+
+    # -- plumbing ------------------------------------------------------------
+    def endpoints(self) -> pb.Endpoints:
+        return pb.Endpoints(
+            scheme=pb.IPv4,
+            addresses=[pb.Address(host=self.cfg.host, port=self.cfg.port)],
+        )
+
+    def queue(self, topic: str, qid: int = 0) -> pb.MessageQueue:
+        return pb.MessageQueue(
+            topic=pb.Resource(name=topic),
+            id=qid,
+            permission=pb.READ_WRITE,
+            broker=pb.Broker(name="broker-a", id=0, endpoints=self.endpoints()),
+            accept_message_types=ALL_TYPES,
+        )
+
+    def wake(self, topic: str) -> None:
+        ev = self.wakeups.pop(topic, None)
+        if ev is not None:
+            ev.set()
+
+    def client(self, context: grpc.aio.ServicerContext) -> ClientInfo:
+        cid = client_id_of(context) or context.peer()
+        c = self.clients.get(cid)
+        if c is None:
+            c = self.clients[cid] = ClientInfo(cid, address=context.peer())
+            self.clients_dirty = True
+        c.last_heartbeat = time.time()
+        c.online = True
+        return c
+
+    async def start_background(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.tx.checkers.set_default(GrpcCheckTransport(self))
+        asyncio.get_running_loop().create_task(self._persist_loop())
+        if self.cfg.embedded_timers:
+            self.delays.start()
+            t = threading.Thread(target=self._check_loop, daemon=True, name="tx-check")
+            t.start()
+            self.threads.append(t)
+
+    def _check_loop(self) -> None:
+        period = 1.0
+        if self.cfg.check_interval_ms:
+            period = min(1.0, max(0.1, self.cfg.check_interval_ms / 4000))
+        while not self.stop_event.wait(period):
+            try:
+                self.tx.run_check(time_budget_s=2.0, wait=False)
+            except Exception:  # noqa: BLE001
+                log.exception("transaction check failed")
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                self.pop.save()
+                self.save_clients()
+            except Exception:  # noqa: BLE001
+                log.exception("persisting endpoint state failed")
+
+    def save_clients(self, force: bool = False) -> None:
+        now = time.time()
+        for c in self.clients.values():
+            if c.online and c.queue is None and now - c.last_heartbeat > 60:
+                c.online = False
+                self.clients_dirty = True
+        if not (self.clients_dirty or force):
+            return
+        self.clients_dirty = False
+        path = self.store.root / "clients.json"
+        tmp = path.with_suffix(".json.tmp")
+        data = {
+            "updated_at": now,
+            "endpoint": f"{self.cfg.host}:{self.cfg.port}",
+            "clients": [c.as_json() for c in self.clients.values()],
+            "consumers": self.pop.stats(),
+            "counters": self.counters,
+        }
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+
+    def close(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(timeout=5)
+        try:
+            self.delays.stop()
+        except Exception:  # noqa: BLE001
+            pass
+        self.pop.dirty = True
+        self.pop.save()
+        for c in self.clients.values():
+            c.online = False
+            c.queue = None
+        self.save_clients(force=True)
+        self.delays.close()
+        self.tx.close()
+
+    # -- routes, heartbeats, telemetry ----------------------------------------
+    def _topic_exists(self, topic: str) -> bool:
+        self.store.refresh_topics()
+        return topic in self.store.topics.topics
+
+    async def QueryRoute(self, request, context):  # noqa: N802
+        topic = request.topic.name
+        try:
+            if not self._topic_exists(topic):
+                validate_topic(topic)
+                if not self.store.config.auto_create_topic:
+                    return spb.QueryRouteResponse(status=status(C.TOPIC_NOT_FOUND))
+                try:
+                    self.broker.create_topic(topic)
+                except Exception:  # noqa: BLE001 - created concurrently
+                    pass
+        except ValidationError as exc:
+            return spb.QueryRouteResponse(status=status(C.ILLEGAL_TOPIC, str(exc)))
+        return spb.QueryRouteResponse(
+            status=status(C.OK), message_queues=[self.queue(topic)]
+        )
+
+    async def Heartbeat(self, request, context):  # noqa: N802
+        c = self.client(context)
+        if request.client_type:
+            c.client_type = pb.ClientType.Name(request.client_type)
+        if request.group.name:
+            c.group = request.group.name
+        self.clients_dirty = True
+        return spb.HeartbeatResponse(status=status(C.OK))
+
+    async def NotifyClientTermination(self, request, context):  # noqa: N802
+        cid = client_id_of(context)
+        c = self.clients.get(cid)
+        if c is not None:
+            c.online = False
+            c.queue = None
+            self.clients_dirty = True
+        return spb.NotifyClientTerminationResponse(status=status(C.OK))
+
+    def settings_reply(self, c: ClientInfo, s: pb.Settings) -> spb.TelemetryCommand:
+        out = pb.Settings()
+        out.CopyFrom(s)
+        out.metric.Clear()
+        out.metric.on = False
+        c.client_type = pb.ClientType.Name(s.client_type)
+        c.language = pb.Language.Name(s.user_agent.language) if s.user_agent else ""
+        c.version = s.user_agent.version
+        if s.client_type == pb.PRODUCER:
+            c.topics = [t.name for t in s.publishing.topics]
+            out.publishing.max_body_size = self.max_body
+            out.publishing.validate_message_type = True
+            bp = out.backoff_policy
+            bp.Clear()
+            bp.max_attempts = 3
+            bp.exponential_backoff.initial.FromMilliseconds(10)
+            bp.exponential_backoff.max.FromMilliseconds(1000)
+            bp.exponential_backoff.multiplier = 2.0
+        elif s.client_type in (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER):
+            sub = out.subscription
+            c.group = s.subscription.group.name
+            c.topics = [e.topic.name for e in s.subscription.subscriptions]
+            sub.fifo = c.group in self.cfg.fifo_groups
+            sub.receive_batch_size = self.cfg.max_batch
+            if s.client_type == pb.PUSH_CONSUMER or not sub.HasField(
+                "long_polling_timeout"
+            ):
+                sub.long_polling_timeout.FromMilliseconds(self.cfg.long_polling_ms)
+            bp = out.backoff_policy
+            bp.Clear()
+            bp.max_attempts = self.cfg.max_attempts
+            for ms in self.cfg.consumer_backoff_ms:
+                d = bp.customized_backoff.next.add()
+                d.FromMilliseconds(ms)
+        self.clients_dirty = True
+        return spb.TelemetryCommand(status=status(C.OK), settings=out)
+
+    async def Telemetry(self, request_iterator, context):  # noqa: N802
+        c = self.client(context)
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        c.queue = q
+        self.clients_dirty = True
+
+        async def reader() -> None:
+            try:
+                async for cmd in request_iterator:
+                    if cmd.HasField("settings"):
+                        q.put_nowait(self.settings_reply(c, cmd.settings))
+                    c.last_heartbeat = time.time()
+            except Exception:  # noqa: BLE001 - stream cancelled
+                pass
+            finally:
+                q.put_nowait(None)
+
+        task = asyncio.get_running_loop().create_task(reader())
+        try:
+            while True:
+                item = await q.get()
+                if item is None:
+                    break
+                yield item
+        finally:
+            task.cancel()
+            if c.queue is q:
+                c.queue = None
+                c.online = False
+            self.clients_dirty = True
+
+    # -- sending -------------------------------------------------------------
+    def _to_message(self, m: pb.Message) -> tuple[Message, int]:
+        sp = m.system_properties
+        topic = m.topic.name
+        if not topic:
+            raise InvalidTopicError("the topic is empty")
+        props = {k: v for k, v in m.user_properties.items()}
+        if sp.message_group:
+            props[SHARDING_KEY] = sp.message_group
+        mtype = sp.message_type
+        if sp.HasField("delivery_timestamp"):
+            t = sp.delivery_timestamp.seconds
+            # G3: the client puts the user's value into seconds; a value above
+            # 1e11 is a millisecond timestamp (the client's own docstring).
+            ms = t if t > 100_000_000_000 else t * 1000 + sp.delivery_timestamp.nanos // 1_000_000
+            if ms < 0:
+                raise InvalidDelayError("negative delivery timestamp")
+            if ms > now_ms():
+                props["TIMER_DELIVER_MS"] = str(ms)
+        body = bytes(m.body)
+        if sp.body_encoding == pb.GZIP:
+            body = zlib.decompress(body, 47)
+        keys = list(sp.keys) or None
+        return (
+            Message(topic, body, tags=sp.tag or None, keys=keys, properties=props or None),
+            mtype,
+        )
+
+    def _queue_for(self, topic: str, group: str) -> int | None:
+        if not group:
+            return None
+        cfg = self.store.topics.topics.get(topic)
+        n = cfg.write_queue_nums if cfg else self.store.config.default_queue_nums
+        return zlib.crc32(group.encode()) % max(1, n)
+
+    async def SendMessage(self, request, context):  # noqa: N802
+        if not request.messages:
+            return spb.SendMessageResponse(
+                status=status(C.BAD_REQUEST, "no message in the request")
+            )
+        entries = []
+        first_err: pb.Status | None = None
+        cid = client_id_of(context)
+        for m in request.messages:
+            try:
+                if len(m.body) > self.max_body:
+                    raise MessageTooLargeError(
+                        f"the message body size {len(m.body)} exceeds the maximum {self.max_body}"
+                    )
+                msg, mtype = self._to_message(m)
+                group = m.system_properties.message_group
+                if group:
+                    self.store.refresh_topics()
+                    msg.queue_id = self._queue_for(msg.topic, group)
+                if mtype == pb.TRANSACTION:
+                    r = self.tx.send_half(msg.topic, msg)
+                    self.tx_client[r.transaction_id] = cid
+                    if len(self.tx_client) > 100_000:
+                        self.tx_client.pop(next(iter(self.tx_client)))
+                    entries.append(
+                        spb.SendResultEntry(
+                            status=status(C.OK),
+                            message_id=r.msg_id,
+                            transaction_id=r.transaction_id,
+                            offset=r.queue_offset,
+                        )
+                    )
+                else:
+                    r = self.broker.send(msg)
+                    delayed = msg.properties and "TIMER_DELIVER_MS" in msg.properties
+                    entries.append(
+                        spb.SendResultEntry(
+                            status=status(C.OK),
+                            message_id=r.msg_id,
+                            offset=r.queue_offset,
+                            recall_handle=r.msg_id if delayed else "",
+                        )
+                    )
+                    self.wake(msg.topic)
+                self.counters["sent"] += 1
+            except Exception as exc:  # noqa: BLE001
+                code = error_code(exc)
+                if code == C.INTERNAL_ERROR:
+                    log.exception("send failed")
+                st = status(code, str(exc))
+                first_err = first_err or st
+                entries.append(spb.SendResultEntry(status=st))
+        if first_err is None:
+            top = status(C.OK)
+        elif len(entries) == 1:
+            top = first_err
+        else:
+            top = status(C.MULTIPLE_RESULTS)
+        return spb.SendMessageResponse(status=top, entries=entries)
+
+    async def RecallMessage(self, request, context):  # noqa: N802
+        handle = request.recall_handle
+        if not handle:
+            return spb.RecallMessageResponse(
+                status=status(C.BAD_REQUEST, "recall handle is empty")
+            )
+        try:
+            r = await asyncio.to_thread(self.delays.recall, handle)
+        except RecallError as exc:
+            return spb.RecallMessageResponse(status=status(C.NOT_FOUND, str(exc)))
+        except Exception as exc:  # noqa: BLE001
+            return spb.RecallMessageResponse(status=status(error_code(exc), str(exc)))
+        return spb.RecallMessageResponse(status=status(C.OK), message_id=r.msg_id)
+
+    async def EndTransaction(self, request, context):  # noqa: N802
+        from broker_core.transaction import TransactionResolution
+
+        tid = request.transaction_id
+        if not tid:
+            return spb.EndTransactionResponse(
+                status=status(C.INVALID_TRANSACTION_ID, "transaction id is empty")
+            )
+        res = {
+            pb.COMMIT: TransactionResolution.COMMIT,
+            pb.ROLLBACK: TransactionResolution.ROLLBACK,
+        }.get(request.resolution, TransactionResolution.UNKNOWN)
+        source = "CHECK" if request.source == pb.SOURCE_SERVER_CHECK else "CLIENT"
+        try:
+            await asyncio.to_thread(
+                self.tx.end_transaction, tid, request.topic.name, res, source
+            )
+        except Exception as exc:  # noqa: BLE001
+            code = error_code(exc)
+            if code == C.INTERNAL_ERROR:
+                log.exception("end transaction failed")
+            return spb.EndTransactionResponse(status=status(code, str(exc)))
+        self.tx_client.pop(tid, None)
+        if res is TransactionResolution.COMMIT:
+            self.wake(request.topic.name)
+        return spb.EndTransactionResponse(status=status(C.OK))
+
+    # -- consuming -----------------------------------------------------------
+    def _to_pb(self, qid: int, e: Any, invisible_ms: int) -> pb.Message:
+        m = e.msg
+        props = m.properties
+        body = m.body
+        sp = pb.SystemProperties(
+            message_id=props.get("UNIQ_KEY") or m.offset_msg_id,
+            body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body):08X}"),
+            body_encoding=pb.IDENTITY,
+            born_timestamp=ts_ms(m.born_timestamp),
+            born_host=m.born_host.rsplit(":", 1)[0],
+            store_timestamp=ts_ms(m.store_timestamp),
+            store_host=m.store_host,
+            receipt_handle=encode_handle(qid, e.offset, e.nonce, e.visible_at),
+            queue_id=qid,
+            queue_offset=e.offset,
+            delivery_attempt=e.attempts,
+        )
+        sp.invisible_duration.FromMilliseconds(invisible_ms)
+        tags = props.get("TAGS")
+        if tags:
+            sp.tag = tags
+        keys = props.get("KEYS")
+        if keys:
+            sp.keys.extend(keys.split(" "))
+        group = props.get(SHARDING_KEY)
+        if group:
+            sp.message_group = group
+            sp.message_type = pb.FIFO
+        elif "TIMER_OUT_MS" in props or "DELAY_SRC" in props:
+            sp.message_type = pb.DELAY
+            if "TIMER_OUT_MS" in props:
+                sp.delivery_timestamp.CopyFrom(ts_ms(int(props["TIMER_OUT_MS"])))
+        elif m.prepared_transaction_offset:
+            sp.message_type = pb.TRANSACTION
+        else:
+            sp.message_type = pb.NORMAL
+        user = {k: v for k, v in props.items() if k not in SYSTEM_PROPS}
+        return pb.Message(
+            topic=pb.Resource(name=m.topic), user_properties=user, system_properties=sp, body=body
+        )
+
+    async def ReceiveMessage(self, request, context):  # noqa: N802
+        group = request.group.name
+        topic = request.message_queue.topic.name
+        if not group:
+            yield spb.ReceiveMessageResponse(
+                status=status(C.ILLEGAL_CONSUMER_GROUP, "consumer group is empty")
+            )
+            return
+        if not topic or not self._topic_exists(topic):
+            yield spb.ReceiveMessageResponse(
+                status=status(C.TOPIC_NOT_FOUND, f"topic {topic!r} not found")
+            )
+            return
+        fe = request.filter_expression
+        expr_type = "SQL92" if fe.type == pb.SQL else "TAG"
+        expr = fe.expression or "*"
+        if request.HasField("invisible_duration"):
+            invisible = dur_ms(request.invisible_duration)
+            if invisible < 1000 or invisible > 12 * 3600 * 1000:
+                yield spb.ReceiveMessageResponse(
+                    status=status(C.ILLEGAL_INVISIBLE_TIME, "invisible duration out of range")
+                )
+                return
+        else:
+            invisible = self.cfg.default_invisible_ms
+        batch = max(1, min(request.batch_size or 1, self.cfg.max_batch))
+        poll_ms = (
+            dur_ms(request.long_polling_timeout)
+            if request.HasField("long_polling_timeout")
+            else self.cfg.long_polling_ms
+        )
+        remaining = context.time_remaining()
+        if remaining is not None:
+            poll_ms = min(poll_ms, max(0, int((remaining - 1.0) * 1000)))
+        deadline = time.monotonic() + poll_ms / 1000
+        while True:
+            try:
+                got = self.pop.pop(group, topic, batch, invisible, expr, expr_type)
+            except Exception as exc:  # noqa: BLE001
+                code = error_code(exc)
+                if code == C.INTERNAL_ERROR:
+                    log.exception("receive failed")
+                yield spb.ReceiveMessageResponse(status=status(code, str(exc)))
+                return
+            if got:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                yield spb.ReceiveMessageResponse(
+                    status=status(C.MESSAGE_NOT_FOUND, "no new message")
+                )
+                return
+            ev = self.wakeups.get(topic)
+            if ev is None:
+                ev = self.wakeups[topic] = asyncio.Event()
+            try:
+                await asyncio.wait_for(ev.wait(), timeout=min(left, 0.1))
+            except TimeoutError:
+                pass
+        self.counters["received"] += len(got)
+        yield spb.ReceiveMessageResponse(status=status(C.OK))
+        yield spb.ReceiveMessageResponse(delivery_timestamp=ts_ms(now_ms()))
+        for qid, e in got:
+            yield spb.ReceiveMessageResponse(message=self._to_pb(qid, e, invisible))
+
+    async def AckMessage(self, request, context):  # noqa: N802
+        group, topic = request.group.name, request.topic.name
+        if not request.entries:
+            return spb.AckMessageResponse(status=status(C.BAD_REQUEST, "no entry"))
+        out = []
+        first_err = None
+        for e in request.entries:
+            try:
+                self.pop.ack(group, topic, e.receipt_handle)
+                st = status(C.OK)
+                self.counters["acked"] += 1
+            except InvalidHandle as exc:
+                st = status(C.INVALID_RECEIPT_HANDLE, str(exc))
+                first_err = first_err or st
+            out.append(
+                spb.AckMessageResultEntry(
+                    message_id=e.message_id, receipt_handle=e.receipt_handle, status=st
+                )
+            )
+        if first_err is None:
+            top = status(C.OK)
+        elif len(out) == 1:
+            top = first_err
+        else:
+            top = status(C.MULTIPLE_RESULTS)
+        return spb.AckMessageResponse(status=top, entries=out)
+
+    async def ChangeInvisibleDuration(self, request, context):  # noqa: N802
+        ms = dur_ms(request.invisible_duration)
+        if ms < 0 or ms > 12 * 3600 * 1000:
+            return spb.ChangeInvisibleDurationResponse(
+                status=status(C.ILLEGAL_INVISIBLE_TIME),
+                receipt_handle=request.receipt_handle,
+            )
+        try:
+            h = self.pop.change_invisible(
+                request.group.name, request.topic.name, request.receipt_handle, ms
+            )
+        except InvalidHandle as exc:
+            return spb.ChangeInvisibleDurationResponse(
+                status=status(C.INVALID_RECEIPT_HANDLE, str(exc)),
+                receipt_handle=request.receipt_handle,
+            )
+        return spb.ChangeInvisibleDurationResponse(status=status(C.OK), receipt_handle=h)
+
+    async def ForwardMessageToDeadLetterQueue(self, request, context):  # noqa: N802
+        try:
+            self.pop.forward_dlq(
+                request.group.name, request.topic.name, request.receipt_handle
+            )
+        except InvalidHandle as exc:
+            return spb.ForwardMessageToDeadLetterQueueResponse(
+                status=status(C.INVALID_RECEIPT_HANDLE, str(exc))
+            )
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=status(C.OK))
+
+    async def QueryAssignment(self, request, context):  # noqa: N802
+        topic = request.topic.name
+        if not topic or not self._topic_exists(topic):
+            return spb.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND))
+        return spb.QueryAssignmentResponse(
+            status=status(C.OK), assignments=[pb.Assignment(message_queue=self.queue(topic))]
+        )
+
+    # -- check-backs (called from the check threads) ----------------------------
+    def deliver_check(self, req: Any) -> str:
+        from broker_core.transaction import CheckBackError
+
+        target = None
+        cid = self.tx_client.get(req.transaction_id)
+        c = self.clients.get(cid) if cid else None
+        if c is not None and c.queue is not None:
+            target = c
+        if target is None:
+            producers = [
+                x
+                for x in list(self.clients.values())
+                if x.queue is not None and x.client_type == "PRODUCER"
+            ]
+            for x in producers:
+                if req.topic in x.topics:
+                    target = x
+                    break
+            else:
+                target = producers[0] if producers else None
+        if target is None or self.loop is None:
+            raise CheckBackError("no live producer of the group")
+        props = dict(req.properties)
+        sp = pb.SystemProperties(
+            message_id=req.msg_id,
+            body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(req.body):08X}"),
+            body_encoding=pb.IDENTITY,
+            message_type=pb.TRANSACTION,
+            born_timestamp=ts_ms(req.born_timestamp),
+            born_host="127.0.0.1",
+        )
+        if req.tags:
+            sp.tag = req.tags
+        if req.keys:
+            sp.keys.extend(req.keys.split(" "))
+        msg = pb.Message(
+            topic=pb.Resource(name=req.topic),
+            user_properties={k: v for k, v in props.items() if k not in SYSTEM_PROPS},
+            system_properties=sp,
+            body=req.body,
+        )
+        cmd = spb.TelemetryCommand(
+            recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
+                message=msg, transaction_id=req.transaction_id
+            )
+        )
+        q = target.queue
+        assert q is not None
+        self.loop.call_soon_threadsafe(q.put_nowait, cmd)
+        self.counters["checks_sent"] += 1
+        return target.client_id
+
+
+class GrpcCheckTransport:
+    """A ``CheckTransport`` sending RecoverOrphanedTransactionCommand on a live
+    producer's Telemetry stream; the answer comes back as EndTransaction."""
+
+    name = "grpc"
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self._target = "-"
+
+    @property
+    def target(self) -> str:
+        return self._target
+
+    def check(self, request: Any) -> Any:
+        from broker_core.transaction import CheckAnswer
+
+        self._target = self.endpoint.deliver_check(request)
+        return CheckAnswer.SENT
+
+
+# CheckTransport is an ABC: register the class as a virtual subclass.
+def _register() -> None:
+    from broker_core.transaction import CheckTransport
+
+    CheckTransport.register(GrpcCheckTransport)
+
+
+_register()
+
+
+async def serve(store_dir: str, cfg: EndpointConfig, ready_file: str | None = None) -> None:
+    import signal
+
+    broker = Broker.open(store_dir)
+    endpoint = Endpoint(broker, cfg)
+    limit = max(16 << 20, endpoint.max_body * 2 + (1 << 20))
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    sgrpc.add_MessagingServiceServicer_to_server(endpoint, server)
+    bound = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+    if bound == 0:
+        raise SystemExit(f"cannot listen on {cfg.host}:{cfg.port}")
+    cfg.port = bound
+    await server.start()
+    await endpoint.start_background()
+    log.info("listening on %s:%d", cfg.host, cfg.port)
+    print(f"broker_core gRPC endpoint listening on {cfg.host}:{cfg.port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop(grace=1)
+        endpoint.close()
+        broker.close()
