@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from broker_core.errors import TransactionError
 from broker_core.transaction.types import CheckAnswer, TransactionResolution
@@ -82,6 +82,17 @@ class CheckTransport(abc.ABC):
         """Ask about one half; return the answer, or SENT for an asynchronous
         checker whose answer comes back through ``end_transaction(source=CHECK)``.
         Raise ``CheckBackError`` when there is no valid answer."""
+
+
+class SupportsCheck(Protocol):
+    """What the registry accepts: a ``CheckTransport`` or any object shaped like one."""
+
+    name: str
+
+    @property
+    def target(self) -> str: ...
+
+    def check(self, request: CheckRequest) -> CheckAnswer: ...
 
 
 def parse_answer(value: Any) -> CheckAnswer:
@@ -225,8 +236,8 @@ class CheckerRegistry:
         self.path = path
         self._lock = threading.Lock()
         self._loaded = _Loaded()
-        self._runtime: dict[str, CheckTransport] = {}
-        self._default: CheckTransport | None = None
+        self._runtime: dict[str, SupportsCheck] = {}
+        self._default: SupportsCheck | None = None
         self._built: dict[str, tuple[str, CheckTransport]] = {}
 
     def _load(self) -> dict[str, dict[str, Any]]:
@@ -278,15 +289,15 @@ class CheckerRegistry:
             for g, cfg in groups.items()
         }
 
-    def set_transport(self, producer_group: str, transport: CheckTransport) -> None:
+    def set_transport(self, producer_group: str, transport: SupportsCheck) -> None:
         """Use ``transport`` for ``producer_group`` in this process."""
         self._runtime[producer_group] = transport
 
-    def set_default(self, transport: CheckTransport | None) -> None:
+    def set_default(self, transport: SupportsCheck | None) -> None:
         """Use ``transport`` for groups with no checker of their own (this process)."""
         self._default = transport
 
-    def for_group(self, producer_group: str) -> CheckTransport | None:
+    def for_group(self, producer_group: str) -> SupportsCheck | None:
         """Return the transport of ``producer_group``, None if it has none."""
         runtime = self._runtime.get(producer_group)
         if runtime is not None:
