@@ -151,6 +151,7 @@ REPORTS_DIR = Path(env.str("REPORTS_DIR", default=str(VAR_DIR / "reports")))
 TRANSACTION_CHECK_INTERVAL = env.float("TRANSACTION_CHECK_INTERVAL", default=60.0)
 DELAY_TICK_INTERVAL = env.float("DELAY_TICK_INTERVAL", default=1.0)
 BEAT_HEARTBEAT_INTERVAL = env.float("BEAT_HEARTBEAT_INTERVAL", default=10.0)
+TOPICS_SYNC_INTERVAL = env.float("TOPICS_SYNC_INTERVAL", default=30.0)
 
 # --- Celery -----------------------------------------------------------------
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
@@ -181,6 +182,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "transactions.run_check",
         "schedule": timedelta(seconds=TRANSACTION_CHECK_INTERVAL),
         "options": {"expires": TRANSACTION_CHECK_INTERVAL},
+    },
+    # Console tables of topics, depths and consumer offsets, copied from the
+    # store so pages and the API can filter and sort them.
+    "topics-sync": {
+        "task": "topics.sync",
+        "schedule": timedelta(seconds=TOPICS_SYNC_INTERVAL),
+        "options": {"expires": TOPICS_SYNC_INTERVAL},
     },
 }
 
