@@ -1,0 +1,355 @@
+"""Client-side scenarios run in a subprocess with the unmodified official
+RocketMQ Python client (reference §1.6: the client's stubs and ours never share
+an interpreter with the tests). Usage: ``python scenarios.py NAME ENDPOINT
+SUFFIX``; the last line printed is ``RESULT <json>``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
+
+EP = sys.argv[2]
+SUF = sys.argv[3]
+CFG = ClientConfiguration(EP, Credentials())
+
+
+def msg(topic, body, tag=None, keys=None, props=None, group=None, deliver_at=None):
+    m = Message()
+    m.topic = topic
+    m.body = body if isinstance(body, bytes) else body.encode()
+    if tag:
+        m.tag = tag
+    if keys:
+        m.keys = keys
+    for k, v in (props or {}).items():
+        m.add_property(k, v)
+    if group:
+        m.message_group = group
+    if deliver_at:
+        m.delivery_timestamp = deliver_at
+    return m
+
+
+def drain(c, want, timeout=15.0, invisible=20, ack=True):
+    out = []
+    end = time.time() + timeout
+    while len(out) < want and time.time() < end:
+        for m in c.receive(32, invisible):
+            out.append(m)
+            if ack:
+                c.ack(m)
+    return out
+
+
+def producer(topics, checker=None):
+    p = Producer(CFG, tuple(topics), checker=checker)
+    p.startup()
+    return p
+
+
+def consumer(group, subs, await_s=2):
+    c = SimpleConsumer(CFG, group, subs, await_duration=await_s)
+    c.startup()
+    return c
+
+
+def s_normal():
+    t, g = f"TN{SUF}", f"GN{SUF}"
+    p = producer([t])
+    c = consumer(g, {t: FilterExpression("*")})
+    ids = [p.send(msg(t, f"m{i}", tag="a", keys=f"k{i}", props={"n": str(i)})).message_id for i in range(5)]
+    futs = [p.send_async(msg(t, f"async{i}")) for i in range(5)]
+    ids += [f.result(timeout=10).message_id for f in futs]
+    got = drain(c, 10)
+    empty = c.receive(32, 20)
+    res = {
+        "sent_ids": ids,
+        "got_ids": [m.message_id for m in got],
+        "bodies": sorted(m.body.decode() for m in got),
+        "props": {m.body.decode(): m.properties for m in got},
+        "tags": sorted({m.tag for m in got if m.tag}),
+        "keys": sorted(k for m in got for k in (m.keys or [])),
+        "empty_after": len(empty),
+    }
+    c.shutdown()
+    p.shutdown()
+    return res
+
+
+def s_invisible():
+    t, g = f"TI{SUF}", f"GI{SUF}"
+    p = producer([t])
+    c = consumer(g, {t: FilterExpression("*")})
+    p.send(msg(t, "once"))
+    first = drain(c, 1, ack=False, invisible=2)
+    t0 = time.time()
+    again = drain(c, 1, ack=False, invisible=2, timeout=10)
+    waited = time.time() - t0
+    m = again[0]
+    old_handle = m.receipt_handle
+    c.change_invisible_duration(m, 3)
+    stale_err = None
+    # ack with the old handle must fail (40013); the new one succeeds
+    m2 = again[0]
+    new_handle = m2.receipt_handle
+    m2.receipt_handle = old_handle
+    try:
+        c.ack(m2)
+    except Exception as e:  # noqa: BLE001
+        stale_err = getattr(e, "code", None) or str(e)
+    m2.receipt_handle = new_handle
+    none_yet = c.receive(32, 5)
+    c.ack(m2)
+    after = c.receive(32, 5)
+    c.shutdown()
+    p.shutdown()
+    return {
+        "first_attempt": first[0].delivery_attempt,
+        "second_attempt": m.delivery_attempt,
+        "waited": waited,
+        "handle_changed": old_handle != new_handle,
+        "stale_err": str(stale_err),
+        "none_while_invisible": len(none_yet),
+        "after_ack": len(after),
+    }
+
+
+def s_filters():
+    t = f"TF{SUF}"
+    p = producer([t])
+    for i, tag in enumerate(["a", "b", "c", "a", "d"]):
+        p.send(msg(t, f"{tag}{i}", tag=tag, props={"price": str(i * 10), "region": "eu" if i % 2 else "us"}))
+    ct = consumer(f"GFT{SUF}", {t: FilterExpression("a||b")})
+    cs = consumer(f"GFS{SUF}", {t: _sql("price >= 20 AND region = 'us'")})
+    tag_got = sorted(m.body.decode() for m in drain(ct, 3, timeout=6))
+    sql_got = sorted(m.body.decode() for m in drain(cs, 2, timeout=6))
+    ct.shutdown()
+    cs.shutdown()
+    p.shutdown()
+    return {"tag": tag_got, "sql": sql_got}
+
+
+def _sql(expr):
+    from rocketmq.grpc_protocol import FilterType
+
+    return FilterExpression(expr, FilterType.SQL)
+
+
+def s_delay():
+    t, g = f"TD{SUF}", f"GD{SUF}"
+    p = producer([t])
+    c = consumer(g, {t: FilterExpression("*")}, await_s=1)
+    t0 = time.time()
+    r = p.send(msg(t, "later", deliver_at=int(time.time()) + 3))
+    r2 = p.send(msg(t, "recalled", deliver_at=int(time.time()) + 3))
+    recalled = p.recall_message(t, r2.recall_handle)
+    early = c.receive(32, 20)
+    got = drain(c, 1, timeout=10)
+    elapsed = time.time() - t0
+    time.sleep(1.5)
+    extra = c.receive(32, 20)
+    c.shutdown()
+    p.shutdown()
+    return {
+        "early": len(early),
+        "got": [m.body.decode() for m in got],
+        "elapsed": elapsed,
+        "recall_handle": bool(r.recall_handle),
+        "recalled_id": str(recalled),
+        "extra": [m.body.decode() for m in extra],
+    }
+
+
+def s_fifo():
+    t, g = f"TO{SUF}", f"GO{SUF}"
+    p = producer([t])
+    for i in range(6):
+        for grp in ("g1", "g2"):
+            p.send(msg(t, f"{grp}-{i}", group=grp))
+    c = consumer(g, {t: FilterExpression("*")})
+    order = []
+    max_batch = 0
+    end = time.time() + 30
+    while len(order) < 12 and time.time() < end:
+        batch = c.receive(32, 10)
+        groups = [m.message_group for m in batch]
+        max_batch = max(max_batch, len(batch))
+        if len(groups) != len(set(groups)):
+            return {"error": "two messages of one group in flight", "batch": groups}
+        for m in batch:
+            order.append(m.body.decode())
+            c.ack(m)
+    c.shutdown()
+    p.shutdown()
+    return {"order": order, "max_batch": max_batch}
+
+
+class Checker(TransactionChecker):
+    def __init__(self):
+        self.seen = []
+
+    def check(self, message):
+        self.seen.append(message.body.decode())
+        return TransactionResolution.COMMIT
+
+
+def s_transaction():
+    t, g = f"TX{SUF}", f"GX{SUF}"
+    chk = Checker()
+    p = producer([t], checker=chk)
+    c = consumer(g, {t: FilterExpression("*")}, await_s=1)
+    tx = p.begin_transaction()
+    r1 = p.send(msg(t, "committed"), tx)
+    tx.commit()
+    tx2 = p.begin_transaction()
+    p.send(msg(t, "rolled-back"), tx2)
+    tx2.rollback()
+    tx3 = p.begin_transaction()
+    p.send(msg(t, "checked"), tx3)  # never resolved: the check-back commits it
+    got = drain(c, 2, timeout=25)
+    time.sleep(1)
+    extra = c.receive(32, 20)
+    for m in extra:
+        c.ack(m)
+    c.shutdown()
+    p.shutdown()
+    return {
+        "got": sorted(m.body.decode() for m in got + extra),
+        "checked": chk.seen,
+        "tx_id": bool(r1.transaction_id),
+    }
+
+
+def s_push_dlq():
+    from rocketmq import PushConsumer
+    from rocketmq.v5.consumer.push import MessageListener
+
+    t, g = f"TP{SUF}", f"GP{SUF}"
+    attempts = []
+    lock = threading.Lock()
+
+    class Failing(MessageListener):
+        def consume(self, message):
+            with lock:
+                attempts.append((message.body.decode(), message.delivery_attempt))
+            return ConsumeResult.FAILURE
+
+    p = producer([t])
+    pc = PushConsumer(CFG, g, Failing(), {t: FilterExpression("*")})
+    pc.startup()
+    p.send(msg(t, "poison"))
+    end = time.time() + 30
+    dlq = []
+    dc = consumer(f"GDLQ{SUF}", {f"%DLQ%{g}": FilterExpression("*")}, await_s=1)
+    while time.time() < end and not dlq:
+        dlq = dc.receive(32, 20)
+    for m in dlq:
+        dc.ack(m)
+    pc.shutdown()
+    dc.shutdown()
+    p.shutdown()
+    return {
+        "attempts": attempts,
+        "dlq": [(m.topic, m.body.decode(), m.properties.get("RETRY_TOPIC")) for m in dlq],
+    }
+
+
+def s_bad():
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as spb
+    from rocketmq.grpc_protocol import service_pb2_grpc as sg
+
+    ch = grpc.insecure_channel(EP, options=[("grpc.max_send_message_length", 64 << 20)])
+    st = sg.MessagingServiceStub(ch)
+    md = (("x-mq-client-id", f"bad-{SUF}"),)
+    out = {}
+
+    def send(topic, body, **sp):
+        m = pb.Message(topic=pb.Resource(name=topic), body=body,
+                       system_properties=pb.SystemProperties(message_id="X", **sp))
+        r = st.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=md, timeout=10)
+        return pb.Code.Name(r.status.code)
+
+    t = f"TB{SUF}"
+    out["ok"] = send(t, b"fine")
+    out["oversized"] = send(t, b"x" * (4 * 1024 * 1024 + 1))
+    out["empty_body"] = send(t, b"")
+    out["invalid_topic"] = send("bad topic!", b"x")
+    out["empty_topic"] = send("", b"x")
+    out["no_messages"] = pb.Code.Name(st.SendMessage(spb.SendMessageRequest(), metadata=md, timeout=5).status.code)
+    out["route_invalid"] = pb.Code.Name(st.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="a/b")), metadata=md, timeout=5).status.code)
+    out["unknown_tx"] = pb.Code.Name(st.EndTransaction(spb.EndTransactionRequest(
+        topic=pb.Resource(name=t), message_id="X", transaction_id="7F00000100002A9F0000000000ABCDEF",
+        resolution=pb.COMMIT, source=pb.SOURCE_CLIENT), metadata=md, timeout=5).status.code)
+    out["empty_tx"] = pb.Code.Name(st.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=t)), metadata=md, timeout=5).status.code)
+    g = pb.Resource(name=f"GB{SUF}")
+    out["ack_malformed"] = pb.Code.Name(st.AckMessage(spb.AckMessageRequest(group=g, topic=pb.Resource(name=t), entries=[
+        spb.AckMessageEntry(message_id="X", receipt_handle="garbage")]), metadata=md, timeout=5).status.code)
+    # receive the message, ack it, then ack it again: stale
+    rq = spb.ReceiveMessageRequest(group=g, message_queue=pb.MessageQueue(topic=pb.Resource(name=t)),
+                                   filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+                                   batch_size=1)
+    rq.invisible_duration.FromSeconds(10)
+    rq.long_polling_timeout.FromSeconds(2)
+    handle = None
+    for item in st.ReceiveMessage(rq, metadata=md, timeout=10):
+        if item.HasField("message"):
+            handle = item.message.system_properties.receipt_handle
+    ack = lambda: pb.Code.Name(st.AckMessage(spb.AckMessageRequest(group=g, topic=pb.Resource(name=t), entries=[  # noqa: E731
+        spb.AckMessageEntry(message_id="X", receipt_handle=handle)]), metadata=md, timeout=5).status.code)
+    out["ack_first"] = ack()
+    out["ack_stale"] = ack()
+    ci = spb.ChangeInvisibleDurationRequest(group=g, topic=pb.Resource(name=t), receipt_handle=handle)
+    ci.invisible_duration.FromSeconds(5)
+    out["change_stale"] = pb.Code.Name(st.ChangeInvisibleDuration(ci, metadata=md, timeout=5).status.code)
+
+    def recv_code(req):
+        codes = [pb.Code.Name(i.status.code) for i in st.ReceiveMessage(req, metadata=md, timeout=10) if i.HasField("status")]
+        return codes[0] if codes else "NONE"
+
+    bad_sql = spb.ReceiveMessageRequest()
+    bad_sql.CopyFrom(rq)
+    bad_sql.filter_expression.type = pb.SQL
+    bad_sql.filter_expression.expression = "a >>> 'x"
+    out["bad_sql"] = recv_code(bad_sql)
+    no_group = spb.ReceiveMessageRequest()
+    no_group.CopyFrom(rq)
+    no_group.ClearField("group")
+    out["no_group"] = recv_code(no_group)
+    bad_inv = spb.ReceiveMessageRequest()
+    bad_inv.CopyFrom(rq)
+    bad_inv.invisible_duration.FromMilliseconds(10)
+    out["bad_invisible"] = recv_code(bad_inv)
+    no_topic = spb.ReceiveMessageRequest()
+    no_topic.CopyFrom(rq)
+    no_topic.message_queue.topic.name = "NoSuchTopic" + SUF
+    out["unknown_topic_receive"] = recv_code(no_topic)
+    out["recall_unknown"] = pb.Code.Name(st.RecallMessage(spb.RecallMessageRequest(
+        topic=pb.Resource(name=t), recall_handle="nope"), metadata=md, timeout=5).status.code)
+    out["still_ok"] = send(t, b"after all that")
+    return out
+
+
+if __name__ == "__main__":
+    res = globals()["s_" + sys.argv[1]]()
+    print("RESULT " + json.dumps(res), flush=True)
+    sys.stdout.flush()
+    import os
+
+    os._exit(0)

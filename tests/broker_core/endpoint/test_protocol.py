@@ -1,0 +1,185 @@
+"""Conformance: the unmodified official RocketMQ Python client (5.1.2), in
+subprocesses, against ``python -m broker_core serve`` (also a subprocess).
+
+One server is shared by all scenarios; the scenarios run concurrently (each on
+its own topics and groups) to keep the wall time low.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.protocol, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[3]
+PY = sys.executable
+SCEN = Path(__file__).with_name("scenarios.py")
+NAMES = ["normal", "invisible", "filters", "delay", "fifo", "transaction", "push_dlq", "bad"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(store: Path, port: int, log: Path) -> subprocess.Popen:
+    cmd = [
+        PY, "-m", "broker_core", "serve", "--store", str(store),
+        "--listen", f"127.0.0.1:{port}", "--embedded-timers",
+        "--transaction-timeout-ms", "1000", "--check-interval-ms", "2000",
+        "--max-delivery-attempts", "3", "--consumer-backoff-ms", "300,300,300",
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    end = time.time() + 30
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {log.read_text()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server did not start")
+
+
+def stop_server(proc: subprocess.Popen) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return -9
+
+
+def spawn(name: str, endpoint: str, suffix: str, home: Path) -> subprocess.Popen:
+    env = dict(os.environ, HOME=str(home), PYTHONPATH="")
+    return subprocess.Popen(
+        [PY, str(SCEN), name, endpoint, suffix],
+        cwd=str(home), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def result(proc: subprocess.Popen, timeout: float = 120) -> dict:
+    out, _ = proc.communicate(timeout=timeout)
+    lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"scenario failed:\n{out[-4000:]}"
+    return json.loads(lines[-1][7:])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    base = tmp_path_factory.mktemp("grpc")
+    port = free_port()
+    proc = start_server(base / "store", port, base / "server.log")
+    ep = f"127.0.0.1:{port}"
+    runs = {n: spawn(n, ep, f"s{port}", base) for n in NAMES}
+    yield {"proc": proc, "endpoint": ep, "runs": runs, "base": base}
+    for p in runs.values():
+        if p.poll() is None:
+            p.kill()
+    assert stop_server(proc) == 0
+    log = (base / "server.log").read_text()
+    assert "Traceback" not in log, log[-4000:]
+
+
+def test_normal_send_receive_ack(server):
+    r = result(server["runs"]["normal"])
+    assert sorted(r["got_ids"]) == sorted(r["sent_ids"])  # echoed ids are the received ids
+    assert r["bodies"] == sorted([f"m{i}" for i in range(5)] + [f"async{i}" for i in range(5)])
+    assert r["props"]["m3"] == {"n": "3"}
+    assert r["tags"] == ["a"] and r["keys"] == [f"k{i}" for i in range(5)]
+    assert r["empty_after"] == 0
+
+
+def test_invisibility_change_and_redelivery(server):
+    r = result(server["runs"]["invisible"])
+    assert r["first_attempt"] == 1 and r["second_attempt"] == 2
+    assert 1.0 <= r["waited"] <= 6
+    assert r["handle_changed"]
+    assert r["stale_err"] == "40013"  # INVALID_RECEIPT_HANDLE
+    assert r["none_while_invisible"] == 0 and r["after_ack"] == 0
+
+
+def test_tag_and_sql92_subscriptions(server):
+    r = result(server["runs"]["filters"])
+    assert r["tag"] == ["a0", "a3", "b1"]
+    assert r["sql"] == ["c2", "d4"]
+
+
+def test_delay_and_recall(server):
+    r = result(server["runs"]["delay"])
+    assert r["early"] == 0
+    assert r["got"] == ["later"]
+    assert r["elapsed"] >= 2.0
+    assert r["recall_handle"] and r["recalled_id"]
+    assert r["extra"] == []  # the recalled message never arrives
+
+
+def test_fifo_order_one_in_flight_per_group(server):
+    r = result(server["runs"]["fifo"])
+    assert "error" not in r, r
+    for grp in ("g1", "g2"):
+        assert [b for b in r["order"] if b.startswith(grp)] == [f"{grp}-{i}" for i in range(6)]
+    assert r["max_batch"] <= 2
+
+
+def test_transaction_commit_rollback_checkback(server):
+    r = result(server["runs"]["transaction"])
+    assert r["tx_id"]
+    assert r["got"] == ["checked", "committed"]  # rolled-back never delivered
+    assert "checked" in r["checked"]
+
+
+def test_push_consumer_failure_redelivered_then_dlq(server):
+    r = result(server["runs"]["push_dlq"])
+    assert [a for _b, a in r["attempts"]][:3] == [1, 2, 3]
+    assert r["dlq"] and r["dlq"][0][1] == "poison" and r["dlq"][0][0].startswith("%DLQ%")
+
+
+def test_bad_input_statuses(server):
+    r = result(server["runs"]["bad"])
+    assert r == {
+        "ok": "OK",
+        "oversized": "MESSAGE_BODY_TOO_LARGE",
+        "empty_body": "MESSAGE_BODY_EMPTY",
+        "invalid_topic": "ILLEGAL_TOPIC",
+        "empty_topic": "ILLEGAL_TOPIC",
+        "no_messages": "BAD_REQUEST",
+        "route_invalid": "ILLEGAL_TOPIC",
+        "unknown_tx": "INVALID_TRANSACTION_ID",
+        "empty_tx": "INVALID_TRANSACTION_ID",
+        "ack_malformed": "INVALID_RECEIPT_HANDLE",
+        "ack_first": "OK",
+        "ack_stale": "INVALID_RECEIPT_HANDLE",
+        "change_stale": "INVALID_RECEIPT_HANDLE",
+        "bad_sql": "ILLEGAL_FILTER_EXPRESSION",
+        "no_group": "ILLEGAL_CONSUMER_GROUP",
+        "bad_invisible": "ILLEGAL_INVISIBLE_TIME",
+        "unknown_topic_receive": "TOPIC_NOT_FOUND",
+        "recall_unknown": "NOT_FOUND",
+        "still_ok": "OK",
+    }
+
+
+def test_clients_registry_file(server):
+    # after the scenarios ran, clients.json lists producers and consumers
+    for p in server["runs"].values():
+        p.wait(timeout=120)
+    time.sleep(1.0)
+    data = json.loads((server["base"] / "store" / "clients.json").read_text())
+    types = {c["client_type"] for c in data["clients"]}
+    assert {"PRODUCER", "SIMPLE_CONSUMER", "PUSH_CONSUMER"} <= types
+    groups = {c["group"] for c in data["clients"]}
+    assert any(g.startswith("GN") for g in groups)
+    assert all("last_heartbeat" in c and "address" in c for c in data["clients"])
