@@ -152,6 +152,15 @@ TRANSACTION_CHECK_INTERVAL = env.float("TRANSACTION_CHECK_INTERVAL", default=60.
 DELAY_TICK_INTERVAL = env.float("DELAY_TICK_INTERVAL", default=1.0)
 BEAT_HEARTBEAT_INTERVAL = env.float("BEAT_HEARTBEAT_INTERVAL", default=10.0)
 TOPICS_SYNC_INTERVAL = env.float("TOPICS_SYNC_INTERVAL", default=30.0)
+# TransactionConfig fields for the check. A half is checked at most once per
+# check_interval_ms; keep it a little under beat's interval so a half due at
+# one run is not missed by milliseconds and left for the next.
+TRANSACTION_OPTIONS = {
+    "transaction_timeout_ms": env.int("TRANSACTION_TIMEOUT_MS", default=6000),
+    "check_max": env.int("TRANSACTION_CHECK_MAX", default=15),
+    "check_interval_ms": int(TRANSACTION_CHECK_INTERVAL * 1000 * 0.9),
+    "rollback_on_max_checks": env.bool("TRANSACTION_ROLLBACK_ON_MAX", default=False),
+}
 
 # --- Celery -----------------------------------------------------------------
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
