@@ -81,6 +81,9 @@ class PopManager:
         self.dirty = False
         self.dlq_count = 0
         self._rr = 0
+        #: auto-renew handles (push consumers, G7): (group, topic, qid, offset)
+        #: -> (client id, invisible ms, renew until ms)
+        self.renew: dict[tuple[str, str, int, int], tuple[str, int, int]] = {}
         self._load()
 
     # -- persistence ---------------------------------------------------------
@@ -270,14 +273,41 @@ class PopManager:
         return qid, st, e
 
     def ack(self, group: str, topic: str, handle: str) -> None:
-        _qid, st, e = self._entry(group, topic, handle)
+        qid, st, e = self._entry(group, topic, handle)
         del st.pending[e.offset]
+        self.renew.pop((group, topic, qid, e.offset), None)
         self.dirty = True
+
+    def auto_renew(
+        self, group: str, topic: str, got: list[tuple[int, Entry]], client_id: str,
+        invisible_ms: int, max_renew_ms: int,
+    ) -> None:
+        until = now_ms() + max_renew_ms
+        for qid, e in got:
+            self.renew[(group, topic, qid, e.offset)] = (client_id, invisible_ms, until)
+
+    def renew_due(self, alive: set[str]) -> int:
+        """Extend the invisibility of auto-renew entries of live clients whose
+        deadline is near (keeps their handles valid); drop the others."""
+        now = now_ms()
+        n = 0
+        for key, (cid, inv, until) in list(self.renew.items()):
+            group, topic, qid, off = key
+            st = self.states.get((group, topic), {}).get(qid)
+            e = st.pending.get(off) if st else None
+            if e is None or cid not in alive or now >= until or e.visible_at <= now:
+                del self.renew[key]
+                continue
+            if e.visible_at - now < min(10_000, inv // 2):
+                e.visible_at = now + inv
+                n += 1
+        return n
 
     def change_invisible(
         self, group: str, topic: str, handle: str, invisible_ms: int
     ) -> str:
         qid, _st, e = self._entry(group, topic, handle)
+        self.renew.pop((group, topic, qid, e.offset), None)
         e.nonce = random.getrandbits(48)
         e.visible_at = now_ms() + invisible_ms
         self.dirty = True
@@ -285,6 +315,7 @@ class PopManager:
 
     def forward_dlq(self, group: str, topic: str, handle: str) -> None:
         qid, st, e = self._entry(group, topic, handle)
+        self.renew.pop((group, topic, qid, e.offset), None)
         self._to_dlq(group, topic, qid, st, e)
 
     def stats(self) -> dict[str, Any]:

@@ -165,6 +165,8 @@ class EndpointConfig:
     default_invisible_ms: int = 30_000
     long_polling_ms: int = 20_000
     max_batch: int = 32
+    #: auto-renewed invisibility (push consumers) ends after this long
+    max_renew_ms: int = 30 * 60 * 1000
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -255,6 +257,9 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         while True:
             await asyncio.sleep(0.5)
             try:
+                if self.pop.renew:
+                    alive = {c.client_id for c in self.clients.values() if c.online}
+                    self.pop.renew_due(alive)
                 self.pop.save()
                 self.save_clients()
             except Exception:  # noqa: BLE001
@@ -645,6 +650,10 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             except TimeoutError:
                 pass
         self.counters["received"] += len(got)
+        if request.auto_renew:
+            self.pop.auto_renew(
+                group, topic, got, client_id_of(context), invisible, self.cfg.max_renew_ms
+            )
         yield spb.ReceiveMessageResponse(status=status(C.OK))
         yield spb.ReceiveMessageResponse(delivery_timestamp=ts_ms(now_ms()))
         for qid, e in got:

@@ -346,6 +346,35 @@ def s_bad():
     return out
 
 
+def s_restart_a():
+    t, g = f"TR{SUF}", f"GR{SUF}"
+    p = producer([t])
+    for i in range(4):
+        p.send(msg(t, f"r{i}"))
+    c = consumer(g, {t: FilterExpression("*")})
+    got = []
+    end = time.time() + 15
+    while len(got) < 3 and time.time() < end:  # one is never received
+        got += c.receive(1, 60)
+    acked = got[0].body.decode()
+    c.ack(got[0])
+    c.shutdown()
+    p.shutdown()
+    return {"acked": acked, "received": sorted(m.body.decode() for m in got)}
+
+
+def s_restart_b():
+    t, g = f"TR{SUF}", f"GR{SUF}"
+    c = consumer(g, {t: FilterExpression("*")})
+    got = drain(c, 3, timeout=8)
+    more = c.receive(32, 20)
+    c.shutdown()
+    return {
+        "got": sorted(m.body.decode() for m in got + more),
+        "attempts": {m.body.decode(): m.delivery_attempt for m in got},
+    }
+
+
 if __name__ == "__main__":
     res = globals()["s_" + sys.argv[1]]()
     print("RESULT " + json.dumps(res), flush=True)
