@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,6 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="push consumer nack delays (comma-separated ms)")
     p.add_argument("--fifo-groups", default="", help="comma-separated FIFO consumer groups")
     p.add_argument("--long-polling-ms", type=int, default=20000)
+    p.add_argument("--redis-url", default=None,
+                   help="Redis for check-backs relayed from the Celery check "
+                   "(default: $REDIS_URL; off with --embedded-timers unless given)")
+    p.add_argument("--no-redis-relay", action="store_true")
+    p.add_argument("--redis-channel", default="broker_core:grpc:check")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +42,12 @@ def run(args: argparse.Namespace) -> int:
         consumer_backoff_ms=[int(x) for x in args.consumer_backoff_ms.split(",") if x],
         fifo_groups={g for g in args.fifo_groups.split(",") if g},
         long_polling_ms=args.long_polling_ms,
+        redis_channel=args.redis_channel,
+        redis_url=None if args.no_redis_relay else (
+            args.redis_url
+            or (None if args.embedded_timers else os.environ.get(
+                "REDIS_URL", "redis://127.0.0.1:6379/0"))
+        ),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     asyncio.run(serve(args.store, cfg))

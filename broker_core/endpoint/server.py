@@ -167,6 +167,9 @@ class EndpointConfig:
     max_batch: int = 32
     #: auto-renewed invisibility (push consumers) ends after this long
     max_renew_ms: int = 30 * 60 * 1000
+    #: Redis URL for check-backs relayed from the Celery check task; None: off
+    redis_url: str | None = None
+    redis_channel: str = "broker_core:grpc:check"
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -236,6 +239,16 @@ class Endpoint(sgrpc.MessagingServiceServicer):
     async def start_background(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.tx.checkers.set_default(GrpcCheckTransport(self))
+        from broker_core.transaction import register_transport_kind
+
+        # In this process a group configured with kind "grpc" is checked directly.
+        import broker_core.endpoint.relay as relay
+
+        register_transport_kind("grpc", lambda cfg: GrpcCheckTransport(self))
+        self.relay = None
+        if self.cfg.redis_url:
+            self.relay = relay.RelayListener(self, self.cfg.redis_url, self.cfg.redis_channel)
+            self.relay.start()
         asyncio.get_running_loop().create_task(self._persist_loop())
         if self.cfg.embedded_timers:
             self.delays.start()
@@ -289,6 +302,8 @@ class Endpoint(sgrpc.MessagingServiceServicer):
 
     def close(self) -> None:
         self.stop_event.set()
+        if getattr(self, "relay", None) is not None:
+            self.relay.close()
         for t in self.threads:
             t.join(timeout=5)
         try:

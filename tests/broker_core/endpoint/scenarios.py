@@ -346,6 +346,20 @@ def s_bad():
     return out
 
 
+def s_relay():
+    t, g = f"TY{SUF}", f"GY{SUF}"
+    chk = Checker()
+    p = producer([t], checker=chk)
+    c = consumer(g, {t: FilterExpression("*")}, await_s=1)
+    tx = p.begin_transaction()
+    p.send(msg(t, "relayed"), tx)  # resolved only by the relayed check-back
+    print("HALF-SENT", flush=True)
+    got = drain(c, 1, timeout=40)
+    c.shutdown()
+    p.shutdown()
+    return {"got": [m.body.decode() for m in got], "checked": chk.seen}
+
+
 def s_restart_a():
     t, g = f"TR{SUF}", f"GR{SUF}"
     p = producer([t])

@@ -1,0 +1,154 @@
+"""Check-backs from another process (the Celery check task) to the gRPC endpoint
+through Redis.
+
+Worker side: importing this module registers the transport kind ``grpc``
+(``checkers.configure(group, "grpc", redis_url=..., channel=...)`` or list this
+module in ``TRANSACTION_TRANSPORT_MODULES`` and set it as the default with
+``install_default()``). ``check()`` publishes the ``CheckRequest`` as JSON on
+the channel and waits (``timeout_s``) on a one-off reply list for the endpoint's
+answer: ``sent <client id>`` -> ``SENT`` (the producer's answer comes back as
+EndTransaction source CHECK), ``none`` or no endpoint -> ``CheckBackError`` (a
+FAILED check that counts, as with any unreachable checker).
+
+Endpoint side: ``RelayListener(endpoint, redis_url, channel)`` subscribes and
+forwards each request on a live producer's Telemetry stream.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import threading
+import uuid
+from typing import Any
+
+from broker_core.transaction import (
+    CheckAnswer,
+    CheckBackError,
+    CheckRequest,
+    CheckTransport,
+    register_transport_kind,
+)
+
+log = logging.getLogger("broker_core.endpoint.relay")
+DEFAULT_CHANNEL = "broker_core:grpc:check"
+
+
+def default_url() -> str:
+    return os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+class RedisRelayTransport(CheckTransport):
+    name = "grpc"
+
+    def __init__(
+        self, redis_url: str | None = None, channel: str = DEFAULT_CHANNEL,
+        timeout_s: float = 2.0,
+    ) -> None:
+        import redis
+
+        self.url = redis_url or default_url()
+        self.channel = channel
+        self.timeout_s = timeout_s
+        self.redis = redis.Redis.from_url(self.url)
+        self._target = f"redis:{channel}"
+
+    @property
+    def target(self) -> str:
+        return self._target
+
+    def check(self, request: CheckRequest) -> CheckAnswer:
+        reply = f"{self.channel}:reply:{uuid.uuid4().hex}"
+        payload = json.dumps({"reply": reply, "request": request.to_json()})
+        try:
+            if self.redis.publish(self.channel, payload) == 0:
+                raise CheckBackError("no gRPC endpoint subscribed")
+            got = self.redis.blpop([reply], timeout=max(1, int(self.timeout_s)))
+        except CheckBackError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - redis down etc.
+            raise CheckBackError(f"redis relay failed: {exc}") from exc
+        if got is None:
+            raise CheckBackError("no answer from the gRPC endpoint")
+        answer = got[1].decode()
+        if not answer.startswith("sent "):
+            raise CheckBackError(f"gRPC endpoint: {answer}")
+        self._target = answer[5:]
+        return CheckAnswer.SENT
+
+
+def _factory(cfg: dict[str, Any]) -> CheckTransport:
+    return RedisRelayTransport(
+        cfg.get("redis_url"), cfg.get("channel", DEFAULT_CHANNEL),
+        float(cfg.get("timeout_s", 2.0)),
+    )
+
+
+register_transport_kind("grpc", _factory)
+
+
+def install_default(service: Any, redis_url: str | None = None) -> None:
+    """Make the relay the default checker of ``service`` (groups without one)."""
+    service.checkers.set_default(RedisRelayTransport(redis_url))
+
+
+def request_from_json(d: dict[str, Any]) -> CheckRequest:
+    d = dict(d)
+    d["body"] = base64.b64decode(d["body"])
+    return CheckRequest(**d)
+
+
+class RelayListener:
+    """Endpoint side: forwards relayed check requests to live producers."""
+
+    def __init__(self, endpoint: Any, redis_url: str | None, channel: str = DEFAULT_CHANNEL):
+        import redis
+
+        self.endpoint = endpoint
+        self.redis = redis.Redis.from_url(redis_url or default_url())
+        self.channel = channel
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="grpc-relay")
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                ps = self.redis.pubsub(ignore_subscribe_messages=True)
+                ps.subscribe(self.channel)
+                while not self.stop.is_set():
+                    m = ps.get_message(timeout=0.5)
+                    if m is None:
+                        continue
+                    self._handle(m["data"])
+            except Exception as exc:  # noqa: BLE001 - reconnect
+                log.warning("relay listener: %s; retrying in 5 s", exc)
+                self.stop.wait(5.0)
+
+    def _handle(self, data: bytes) -> None:
+        try:
+            d = json.loads(data)
+            req = request_from_json(d["request"])
+        except Exception:  # noqa: BLE001
+            log.warning("malformed relayed check request")
+            return
+        try:
+            target = self.endpoint.deliver_check(req)
+            answer = f"sent {target}"
+        except CheckBackError as exc:
+            answer = f"none: {exc}"
+        except Exception as exc:  # noqa: BLE001
+            answer = f"error: {exc}"
+        try:
+            self.redis.rpush(d["reply"], answer)
+            self.redis.expire(d["reply"], 30)
+        except Exception:  # noqa: BLE001
+            log.exception("relay reply failed")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=3)

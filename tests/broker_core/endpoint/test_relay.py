@@ -1,0 +1,62 @@
+"""Check-back from another process (as the Celery check task does) through the
+Redis relay to the producer's Telemetry stream."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from tests.broker_core.endpoint.test_protocol import ROOT, PY, free_port, result, spawn, stop_server
+
+pytestmark = [pytest.mark.protocol, pytest.mark.slow, pytest.mark.services]
+
+REDIS = "redis://127.0.0.1:6379/15"
+
+
+def test_check_back_through_redis_relay(tmp_path):
+    redis = pytest.importorskip("redis")
+    try:
+        redis.Redis.from_url(REDIS).ping()
+    except Exception:  # noqa: BLE001
+        pytest.skip("no Redis")
+    from broker_core import Broker
+    from broker_core.endpoint.relay import RedisRelayTransport
+    from broker_core.transaction import TransactionService
+
+    store = tmp_path / "store"
+    channel = f"test:grpc:check:{uuid.uuid4().hex}"
+    port = free_port()
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen(
+        [PY, "-m", "broker_core", "serve", "--store", str(store), "--listen",
+         f"127.0.0.1:{port}", "--redis-url", REDIS, "--redis-channel", channel],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )
+    time.sleep(1.5)
+    try:
+        client = spawn("relay", f"127.0.0.1:{port}", "r", tmp_path)
+        time.sleep(4)  # the half is stored and older than the check immunity
+        b = Broker.open(store)
+        tx = TransactionService(b, transaction_timeout_ms=1000, check_interval_ms=3000)
+        tx.checkers.set_default(RedisRelayTransport(REDIS, channel))
+        answers = {}
+        try:
+            end = time.time() + 20
+            while time.time() < end and client.poll() is None:
+                r = tx.run_check(time_budget_s=2)
+                for k, v in r.answers.items():
+                    answers[k] = answers.get(k, 0) + v
+                time.sleep(0.5)
+        finally:
+            tx.close()
+            b.close()
+        res = result(client, timeout=60)
+    finally:
+        assert stop_server(proc) == 0
+    assert res["got"] == ["relayed"], (res, answers)
+    assert res["checked"] == ["relayed"]
+    assert answers.get("SENT", 0) >= 1
