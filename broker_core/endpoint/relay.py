@@ -7,8 +7,10 @@ module in ``TRANSACTION_TRANSPORT_MODULES`` and set it as the default with
 ``install_default()``). ``check()`` publishes the ``CheckRequest`` as JSON on
 the channel and waits (``timeout_s``) on a one-off reply list for the endpoint's
 answer: ``sent <client id>`` -> ``SENT`` (the producer's answer comes back as
-EndTransaction source CHECK), ``none`` or no endpoint -> ``CheckBackError`` (a
-FAILED check that counts, as with any unreachable checker).
+EndTransaction source CHECK). An endpoint without a live producer for the half
+stays silent (several endpoints may share the channel), so no endpoint or no
+producer -> ``CheckBackError`` after the wait (a FAILED check that counts, as
+with any unreachable checker).
 
 Endpoint side: ``RelayListener(endpoint, redis_url, channel)`` subscribes and
 forwards each request on a live producer's Telemetry stream.
@@ -139,10 +141,13 @@ class RelayListener:
         try:
             target = self.endpoint.deliver_check(req)
             answer = f"sent {target}"
-        except CheckBackError as exc:
-            answer = f"none: {exc}"
+        except CheckBackError:
+            # Stay silent: another endpoint subscribed to the channel may have
+            # the producer; with none the worker's wait times out (FAILED).
+            return
         except Exception as exc:  # noqa: BLE001
-            answer = f"error: {exc}"
+            log.warning("relayed check failed: %s", exc)
+            return
         try:
             self.redis.rpush(d["reply"], answer)
             self.redis.expire(d["reply"], 30)

@@ -199,6 +199,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         self.clients: dict[str, ClientInfo] = {}
         self.clients_dirty = True
         self.tx_client: dict[str, str] = {}  # transaction id -> client id
+        self._checker_groups: set[str] = set()
         self.wakeups: dict[str, asyncio.Event] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop_event = threading.Event()
@@ -482,6 +483,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
                     self.store.refresh_topics()
                     msg.queue_id = self._queue_for(msg.topic, group)
                 if mtype == pb.TRANSACTION:
+                    self._ensure_checker(msg.topic)
                     r = self.tx.send_half(msg.topic, msg)
                     self.tx_client[r.transaction_id] = cid
                     if len(self.tx_client) > 100_000:
@@ -521,6 +523,19 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         else:
             top = status(C.MULTIPLE_RESULTS)
         return spb.SendMessageResponse(status=top, entries=entries)
+
+    def _ensure_checker(self, group: str) -> None:
+        """Persist kind "grpc" for a producer group with no checker, so the
+        Celery check (which imports broker_core.endpoint.relay through
+        TRANSACTION_TRANSPORT_MODULES) relays its check-backs here."""
+        if group in self._checker_groups:
+            return
+        self._checker_groups.add(group)
+        try:
+            if group not in self.tx.checkers.configured():
+                self.tx.checkers.configure(group, "grpc")
+        except Exception:  # noqa: BLE001 - best effort
+            log.warning("could not configure the grpc checker for %s", group)
 
     async def RecallMessage(self, request, context):  # noqa: N802
         handle = request.recall_handle

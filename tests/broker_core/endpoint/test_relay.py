@@ -42,7 +42,10 @@ def test_check_back_through_redis_relay(tmp_path):
         time.sleep(4)  # the half is stored and older than the check immunity
         b = Broker.open(store)
         tx = TransactionService(b, transaction_timeout_ms=1000, check_interval_ms=3000)
-        tx.checkers.set_default(RedisRelayTransport(REDIS, channel))
+        # the endpoint persisted kind "grpc" for the group (topic); here the
+        # relay is pointed at this test's own channel
+        assert tx.checkers.configured().get("TYr", {}).get("kind") == "grpc"
+        tx.checkers.set_transport("TYr", RedisRelayTransport(REDIS, channel))
         answers = {}
         try:
             end = time.time() + 20
