@@ -58,8 +58,10 @@ def worker_send(ep: str, topic: str, n: int, body: int, window: int) -> dict:
     done, _ = wait(inflight)
     errors += sum(1 for f in done if f.exception() is not None)
     dt = time.time() - t0
+    cpu = time.process_time()
     p.shutdown()
-    return {"sent": n - errors, "errors": errors, "seconds": dt, "t0": t0, "t1": t0 + dt}
+    return {"sent": n - errors, "errors": errors, "seconds": dt, "t0": t0, "t1": t0 + dt,
+            "cpu_s": cpu}
 
 
 def worker_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) -> dict:
@@ -104,8 +106,9 @@ def worker_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) 
     wait(acks)
     ack_err = sum(1 for f in acks if f.exception() is not None)
     t_last = max(t_last, time.time()) if acks else t_last
+    cpu = time.process_time()
     c.shutdown()
-    return {"received": got, "ack_errors": ack_err, "receive_errors": errors, "t0": t0, "t1": t_last}
+    return {"cpu_s": cpu, "received": got, "ack_errors": ack_err, "receive_errors": errors, "t0": t0, "t1": t_last}
 
 
 def facade_rate(seconds: float, body: int) -> float:
@@ -120,6 +123,16 @@ def facade_rate(seconds: float, body: int) -> float:
                 b.send(Message("BenchFacade", payload))
             n += 200
         return n / (time.perf_counter() - t0)
+
+
+def proc_cpu(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
 
 
 def free_port() -> int:
@@ -181,18 +194,22 @@ def main(argv: list[str]) -> int:
     try:
         topic = f"Bench{int(time.time())}"
         per = a.messages // a.clients
+        spid = server.pid if server is not None else None
+        c0 = proc_cpu(spid)
         sends = run_workers(
             [["_send", ep, topic, str(per), str(a.body), str(a.window)] for _ in range(a.clients)],
             tmp,
         )
         sent = sum(r["sent"] for r in sends)
         send_span = max(r["t1"] for r in sends) - min(r["t0"] for r in sends)
+        c1 = proc_cpu(spid)
         recvs = run_workers(
             [["_recv", ep, topic, f"G{topic}", str(sent), "90"] for _ in range(a.clients)],
             tmp,
         )
         received = sum(r["received"] for r in recvs)
         recv_span = max(r["t1"] for r in recvs) - min(r["t0"] for r in recvs)
+        c2 = proc_cpu(spid)
         facade = facade_rate(a.facade_seconds, a.body)
     finally:
         if server is not None:
@@ -208,6 +225,10 @@ def main(argv: list[str]) -> int:
         "ack_errors": sum(r["ack_errors"] for r in recvs),
         "receive_ack_msg_per_s": received / recv_span if recv_span else 0,
         "facade_single_send_msg_per_s": facade,
+        "server_cpu_us_per_msg_send": (c1 - c0) / max(1, sent) * 1e6 if spid else None,
+        "server_cpu_us_per_msg_receive_ack": (c2 - c1) / max(1, received) * 1e6 if spid else None,
+        "client_cpu_us_per_msg_send": sum(r["cpu_s"] for r in sends) / max(1, sent) * 1e6,
+        "client_cpu_us_per_msg_receive_ack": sum(r["cpu_s"] for r in recvs) / max(1, received) * 1e6,
         "load_average": os.getloadavg(),
         "cpus": os.cpu_count(),
     }
@@ -215,6 +236,9 @@ def main(argv: list[str]) -> int:
     print(f"{'gRPC send (' + str(a.clients) + ' client processes)':<40}{res['send_msg_per_s']:>12,.0f}")
     print(f"{'gRPC receive+ack (' + str(a.clients) + ' processes)':<40}{res['receive_ack_msg_per_s']:>12,.0f}")
     print(f"{'facade Broker.send, one process':<40}{facade:>12,.0f}")
+    print(f"CPU per message, server/clients: send {res['server_cpu_us_per_msg_send'] or 0:,.0f}/"
+          f"{res['client_cpu_us_per_msg_send']:,.0f} us, receive+ack "
+          f"{res['server_cpu_us_per_msg_receive_ack'] or 0:,.0f}/{res['client_cpu_us_per_msg_receive_ack']:,.0f} us")
     print(f"messages {sent} sent ({res['send_errors']} errors), {received} received "
           f"({res['ack_errors']} ack errors); load {res['load_average']}")
     out = a.json or f"{tmp}/grpc-bench.json"

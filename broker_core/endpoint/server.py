@@ -838,6 +838,78 @@ def _register() -> None:
 _register()
 
 
+def _tolerant(cls: Any) -> Any:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except Exception:  # noqa: BLE001 - DecodeError: answered BAD_REQUEST
+            return None
+
+    return deserialize
+
+
+def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
+    """Register the servicer like the generated ``add_MessagingServiceServicer_
+    to_server``, but a request that does not decode gets RocketMQ's
+    BAD_REQUEST in the method's response type instead of a gRPC error."""
+    svc = spb.DESCRIPTOR.services_by_name["MessagingService"]
+    handlers = {}
+    for method in svc.methods:
+        req_cls = getattr(spb, method.input_type.name)
+        resp_cls = getattr(spb, method.output_type.name)
+        impl = getattr(endpoint, method.name)
+        bad = resp_cls(status=status(C.BAD_REQUEST, "malformed request"))
+        if method.name not in Endpoint.__dict__:
+            # Pull/offset RPCs, lite subscriptions: RocketMQ's NOT_IMPLEMENTED
+            bad = resp_cls(status=status(C.NOT_IMPLEMENTED, f"{method.name} is not implemented"))
+
+            async def impl(req, ctx, _bad=bad, _stream=method.server_streaming):
+                return _bad
+
+            if method.server_streaming:
+                async def impl(req, ctx, _bad=bad):  # noqa: F811
+                    yield _bad
+        if method.server_streaming and method.client_streaming:
+            async def bidi(it, ctx, _impl=impl):
+                async def clean():
+                    async for x in it:
+                        if x is not None:
+                            yield x
+
+                async for out in _impl(clean(), ctx):
+                    yield out
+
+            h = grpc.stream_stream_rpc_method_handler(
+                bidi, _tolerant(req_cls), resp_cls.SerializeToString
+            )
+        elif method.server_streaming:
+            async def ustream(req, ctx, _impl=impl, _bad=bad):
+                if req is None:
+                    yield _bad
+                    return
+                async for out in _impl(req, ctx):
+                    yield out
+
+            h = grpc.unary_stream_rpc_method_handler(
+                ustream, _tolerant(req_cls), resp_cls.SerializeToString
+            )
+        elif method.client_streaming:
+            continue
+        else:
+            async def unary(req, ctx, _impl=impl, _bad=bad):
+                if req is None:
+                    return _bad
+                return await _impl(req, ctx)
+
+            h = grpc.unary_unary_rpc_method_handler(
+                unary, _tolerant(req_cls), resp_cls.SerializeToString
+            )
+        handlers[method.name] = h
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(svc.full_name, handlers),)
+    )
+
+
 async def serve(store_dir: str, cfg: EndpointConfig, ready_file: str | None = None) -> None:
     import signal
 
@@ -851,7 +923,7 @@ async def serve(store_dir: str, cfg: EndpointConfig, ready_file: str | None = No
             ("grpc.so_reuseport", 0),
         ]
     )
-    sgrpc.add_MessagingServiceServicer_to_server(endpoint, server)
+    add_endpoint_to_server(endpoint, server)
     bound = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
     if bound == 0:
         raise SystemExit(f"cannot listen on {cfg.host}:{cfg.port}")

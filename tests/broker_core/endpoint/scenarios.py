@@ -342,6 +342,15 @@ def s_bad():
     out["unknown_topic_receive"] = recv_code(no_topic)
     out["recall_unknown"] = pb.Code.Name(st.RecallMessage(spb.RecallMessageRequest(
         topic=pb.Resource(name=t), recall_handle="nope"), metadata=md, timeout=5).status.code)
+    raw = ch.unary_unary("/apache.rocketmq.v2.MessagingService/SendMessage",
+                         request_serializer=None,
+                         response_deserializer=spb.SendMessageResponse.FromString)
+    try:
+        out["garbage"] = pb.Code.Name(raw(b"\xff\xff\xff garbage", timeout=5).status.code)
+    except grpc.RpcError as e:
+        out["garbage"] = e.code().name
+    out["get_offset"] = pb.Code.Name(st.GetOffset(spb.GetOffsetRequest(group=g), metadata=md, timeout=5).status.code)
+    out["pull"] = [pb.Code.Name(i.status.code) for i in st.PullMessage(spb.PullMessageRequest(group=g), metadata=md, timeout=5)]
     out["still_ok"] = send(t, b"after all that")
     return out
 

@@ -168,6 +168,9 @@ def test_bad_input_statuses(server):
         "bad_invisible": "ILLEGAL_INVISIBLE_TIME",
         "unknown_topic_receive": "TOPIC_NOT_FOUND",
         "recall_unknown": "NOT_FOUND",
+        "garbage": "BAD_REQUEST",  # undecodable protobuf
+        "get_offset": "NOT_IMPLEMENTED",
+        "pull": ["NOT_IMPLEMENTED"],
         "still_ok": "OK",
     }
 
