@@ -60,17 +60,30 @@ def worker_send(ep: str, topic: str, n: int, body: int, window: int) -> dict:
     dt = time.time() - t0
     cpu = time.process_time()
     p.shutdown()
-    return {"sent": n - errors, "errors": errors, "seconds": dt, "t0": t0, "t1": t0 + dt,
-            "cpu_s": cpu}
+    return {
+        "sent": n - errors,
+        "errors": errors,
+        "seconds": dt,
+        "t0": t0,
+        "t1": t0 + dt,
+        "cpu_s": cpu,
+    }
 
 
 def worker_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) -> dict:
     from concurrent.futures import wait
 
-    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+    from rocketmq import (
+        ClientConfiguration,
+        Credentials,
+        FilterExpression,
+        SimpleConsumer,
+    )
 
     c = SimpleConsumer(
-        ClientConfiguration(ep, Credentials()), group, {topic: FilterExpression("*")},
+        ClientConfiguration(ep, Credentials()),
+        group,
+        {topic: FilterExpression("*")},
         await_duration=1,
     )
     c.startup()
@@ -108,7 +121,14 @@ def worker_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) 
     t_last = max(t_last, time.time()) if acks else t_last
     cpu = time.process_time()
     c.shutdown()
-    return {"cpu_s": cpu, "received": got, "ack_errors": ack_err, "receive_errors": errors, "t0": t0, "t1": t_last}
+    return {
+        "cpu_s": cpu,
+        "received": got,
+        "ack_errors": ack_err,
+        "receive_errors": errors,
+        "t0": t0,
+        "t1": t_last,
+    }
 
 
 def facade_rate(seconds: float, body: int) -> float:
@@ -144,7 +164,14 @@ def free_port() -> int:
 def run_workers(args: list[list[str]], home: str) -> list[dict]:
     env = dict(os.environ, HOME=home)
     procs = [
-        subprocess.Popen([PY, os.path.abspath(__file__), *a], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=home)
+        subprocess.Popen(
+            [PY, os.path.abspath(__file__), *a],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=home,
+        )
         for a in args
     ]
     out = []
@@ -182,8 +209,19 @@ def main(argv: list[str]) -> int:
         port = free_port()
         ep = f"127.0.0.1:{port}"
         server = subprocess.Popen(
-            [PY, "-m", "broker_core", "serve", "--store", f"{tmp}/store", "--listen", ep],
-            cwd=ROOT, stdout=open(f"{tmp}/server.log", "w"), stderr=subprocess.STDOUT,
+            [
+                PY,
+                "-m",
+                "broker_core",
+                "serve",
+                "--store",
+                f"{tmp}/store",
+                "--listen",
+                ep,
+            ],
+            cwd=ROOT,
+            stdout=open(f"{tmp}/server.log", "w"),
+            stderr=subprocess.STDOUT,
         )
         for _ in range(300):
             try:
@@ -197,14 +235,20 @@ def main(argv: list[str]) -> int:
         spid = server.pid if server is not None else None
         c0 = proc_cpu(spid)
         sends = run_workers(
-            [["_send", ep, topic, str(per), str(a.body), str(a.window)] for _ in range(a.clients)],
+            [
+                ["_send", ep, topic, str(per), str(a.body), str(a.window)]
+                for _ in range(a.clients)
+            ],
             tmp,
         )
         sent = sum(r["sent"] for r in sends)
         send_span = max(r["t1"] for r in sends) - min(r["t0"] for r in sends)
         c1 = proc_cpu(spid)
         recvs = run_workers(
-            [["_recv", ep, topic, f"G{topic}", str(sent), "90"] for _ in range(a.clients)],
+            [
+                ["_recv", ep, topic, f"G{topic}", str(sent), "90"]
+                for _ in range(a.clients)
+            ],
             tmp,
         )
         received = sum(r["received"] for r in recvs)
@@ -226,21 +270,36 @@ def main(argv: list[str]) -> int:
         "receive_ack_msg_per_s": received / recv_span if recv_span else 0,
         "facade_single_send_msg_per_s": facade,
         "server_cpu_us_per_msg_send": (c1 - c0) / max(1, sent) * 1e6 if spid else None,
-        "server_cpu_us_per_msg_receive_ack": (c2 - c1) / max(1, received) * 1e6 if spid else None,
-        "client_cpu_us_per_msg_send": sum(r["cpu_s"] for r in sends) / max(1, sent) * 1e6,
-        "client_cpu_us_per_msg_receive_ack": sum(r["cpu_s"] for r in recvs) / max(1, received) * 1e6,
+        "server_cpu_us_per_msg_receive_ack": (c2 - c1) / max(1, received) * 1e6
+        if spid
+        else None,
+        "client_cpu_us_per_msg_send": sum(r["cpu_s"] for r in sends)
+        / max(1, sent)
+        * 1e6,
+        "client_cpu_us_per_msg_receive_ack": sum(r["cpu_s"] for r in recvs)
+        / max(1, received)
+        * 1e6,
         "load_average": os.getloadavg(),
         "cpus": os.cpu_count(),
     }
     print(f"{'measure':<40}{'msg/s':>12}")
-    print(f"{'gRPC send (' + str(a.clients) + ' client processes)':<40}{res['send_msg_per_s']:>12,.0f}")
-    print(f"{'gRPC receive+ack (' + str(a.clients) + ' processes)':<40}{res['receive_ack_msg_per_s']:>12,.0f}")
+    label = f"gRPC send ({a.clients} client processes)"
+    print(f"{label:<40}{res['send_msg_per_s']:>12,.0f}")
+    label = f"gRPC receive+ack ({a.clients} processes)"
+    print(f"{label:<40}{res['receive_ack_msg_per_s']:>12,.0f}")
     print(f"{'facade Broker.send, one process':<40}{facade:>12,.0f}")
-    print(f"CPU per message, server/clients: send {res['server_cpu_us_per_msg_send'] or 0:,.0f}/"
-          f"{res['client_cpu_us_per_msg_send']:,.0f} us, receive+ack "
-          f"{res['server_cpu_us_per_msg_receive_ack'] or 0:,.0f}/{res['client_cpu_us_per_msg_receive_ack']:,.0f} us")
-    print(f"messages {sent} sent ({res['send_errors']} errors), {received} received "
-          f"({res['ack_errors']} ack errors); load {res['load_average']}")
+    ss = res["server_cpu_us_per_msg_send"] or 0
+    sr = res["server_cpu_us_per_msg_receive_ack"] or 0
+    cs = res["client_cpu_us_per_msg_send"]
+    cr = res["client_cpu_us_per_msg_receive_ack"]
+    print(
+        f"CPU per message, server/clients: send {ss:,.0f}/{cs:,.0f} us, "
+        f"receive+ack {sr:,.0f}/{cr:,.0f} us"
+    )
+    print(
+        f"messages {sent} sent ({res['send_errors']} errors), {received} received "
+        f"({res['ack_errors']} ack errors); load {res['load_average']}"
+    )
     out = a.json or f"{tmp}/grpc-bench.json"
     Path(out).write_text(json.dumps(res, indent=2))
     print(f"JSON: {out}")

@@ -1,1 +1,4 @@
-"""The RocketMQ 5 gRPC endpoint (``apache.rocketmq.v2.MessagingService``); see docs/grpc.md."""
+"""The RocketMQ 5 gRPC endpoint (``apache.rocketmq.v2.MessagingService``).
+
+See docs/grpc.md.
+"""

@@ -11,19 +11,34 @@ import os
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, help="store directory")
     p.add_argument("--listen", default="127.0.0.1:8081", help="HOST:PORT")
-    p.add_argument("--embedded-timers", action="store_true",
-                   help="run the transaction check and delay delivery in-process")
+    p.add_argument(
+        "--embedded-timers",
+        action="store_true",
+        help="run the transaction check and delay delivery in-process",
+    )
     p.add_argument("--transaction-timeout-ms", type=int, default=None)
     p.add_argument("--check-interval-ms", type=int, default=None)
-    p.add_argument("--max-delivery-attempts", type=int, default=17,
-                   help="deliveries before a message goes to %%DLQ%%<group>")
-    p.add_argument("--consumer-backoff-ms", default="1000,5000,10000,30000,60000,120000",
-                   help="push consumer nack delays (comma-separated ms)")
-    p.add_argument("--fifo-groups", default="", help="comma-separated FIFO consumer groups")
+    p.add_argument(
+        "--max-delivery-attempts",
+        type=int,
+        default=17,
+        help="deliveries before a message goes to %%DLQ%%<group>",
+    )
+    p.add_argument(
+        "--consumer-backoff-ms",
+        default="1000,5000,10000,30000,60000,120000",
+        help="push consumer nack delays (comma-separated ms)",
+    )
+    p.add_argument(
+        "--fifo-groups", default="", help="comma-separated FIFO consumer groups"
+    )
     p.add_argument("--long-polling-ms", type=int, default=20000)
-    p.add_argument("--redis-url", default=None,
-                   help="Redis for check-backs relayed from the Celery check "
-                   "(default: $REDIS_URL; off with --embedded-timers unless given)")
+    p.add_argument(
+        "--redis-url",
+        default=None,
+        help="Redis for check-backs relayed from the Celery check "
+        "(default: $REDIS_URL; off with --embedded-timers unless given)",
+    )
     p.add_argument("--no-redis-relay", action="store_true")
     p.add_argument("--redis-channel", default="broker_core:grpc:check")
 
@@ -43,12 +58,19 @@ def run(args: argparse.Namespace) -> int:
         fifo_groups={g for g in args.fifo_groups.split(",") if g},
         long_polling_ms=args.long_polling_ms,
         redis_channel=args.redis_channel,
-        redis_url=None if args.no_redis_relay else (
+        redis_url=None
+        if args.no_redis_relay
+        else (
             args.redis_url
-            or (None if args.embedded_timers else os.environ.get(
-                "REDIS_URL", "redis://127.0.0.1:6379/0"))
+            or (
+                None
+                if args.embedded_timers
+                else os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+            )
         ),
     )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     asyncio.run(serve(args.store, cfg))
     return 0

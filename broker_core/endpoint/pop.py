@@ -17,7 +17,6 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from broker_core.broker import Broker
@@ -279,8 +278,13 @@ class PopManager:
         self.dirty = True
 
     def auto_renew(
-        self, group: str, topic: str, got: list[tuple[int, Entry]], client_id: str,
-        invisible_ms: int, max_renew_ms: int,
+        self,
+        group: str,
+        topic: str,
+        got: list[tuple[int, Entry]],
+        client_id: str,
+        invisible_ms: int,
+        max_renew_ms: int,
     ) -> None:
         until = now_ms() + max_renew_ms
         for qid, e in got:

@@ -46,7 +46,9 @@ class RedisRelayTransport(CheckTransport):
     name = "grpc"
 
     def __init__(
-        self, redis_url: str | None = None, channel: str = DEFAULT_CHANNEL,
+        self,
+        redis_url: str | None = None,
+        channel: str = DEFAULT_CHANNEL,
         timeout_s: float = 2.0,
     ) -> None:
         import redis
@@ -83,7 +85,8 @@ class RedisRelayTransport(CheckTransport):
 
 def _factory(cfg: dict[str, Any]) -> CheckTransport:
     return RedisRelayTransport(
-        cfg.get("redis_url"), cfg.get("channel", DEFAULT_CHANNEL),
+        cfg.get("redis_url"),
+        cfg.get("channel", DEFAULT_CHANNEL),
         float(cfg.get("timeout_s", 2.0)),
     )
 
@@ -105,7 +108,9 @@ def request_from_json(d: dict[str, Any]) -> CheckRequest:
 class RelayListener:
     """Endpoint side: forwards relayed check requests to live producers."""
 
-    def __init__(self, endpoint: Any, redis_url: str | None, channel: str = DEFAULT_CHANNEL):
+    def __init__(
+        self, endpoint: Any, redis_url: str | None, channel: str = DEFAULT_CHANNEL
+    ):
         import redis
 
         self.endpoint = endpoint

@@ -240,15 +240,16 @@ class Endpoint(sgrpc.MessagingServiceServicer):
     async def start_background(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.tx.checkers.set_default(GrpcCheckTransport(self))
-        from broker_core.transaction import register_transport_kind
-
         # In this process a group configured with kind "grpc" is checked directly.
         import broker_core.endpoint.relay as relay
+        from broker_core.transaction import register_transport_kind
 
         register_transport_kind("grpc", lambda cfg: GrpcCheckTransport(self))
         self.relay = None
         if self.cfg.redis_url:
-            self.relay = relay.RelayListener(self, self.cfg.redis_url, self.cfg.redis_channel)
+            self.relay = relay.RelayListener(
+                self, self.cfg.redis_url, self.cfg.redis_channel
+            )
             self.relay.start()
         asyncio.get_running_loop().create_task(self._persist_loop())
         if self.cfg.embedded_timers:
@@ -442,7 +443,11 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             t = sp.delivery_timestamp.seconds
             # G3: the client puts the user's value into seconds; a value above
             # 1e11 is a millisecond timestamp (the client's own docstring).
-            ms = t if t > 100_000_000_000 else t * 1000 + sp.delivery_timestamp.nanos // 1_000_000
+            ms = (
+                t
+                if t > 100_000_000_000
+                else t * 1000 + sp.delivery_timestamp.nanos // 1_000_000
+            )
             if ms < 0:
                 raise InvalidDelayError("negative delivery timestamp")
             if ms > now_ms():
@@ -452,7 +457,9 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             body = zlib.decompress(body, 47)
         keys = list(sp.keys) or None
         return (
-            Message(topic, body, tags=sp.tag or None, keys=keys, properties=props or None),
+            Message(
+                topic, body, tags=sp.tag or None, keys=keys, properties=props or None
+            ),
             mtype,
         )
 
@@ -475,7 +482,8 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             try:
                 if len(m.body) > self.max_body:
                     raise MessageTooLargeError(
-                        f"the message body size {len(m.body)} exceeds the maximum {self.max_body}"
+                        f"the message body size {len(m.body)} exceeds "
+                        f"the maximum {self.max_body}"
                     )
                 msg, mtype = self._to_message(m)
                 group = m.system_properties.message_group
@@ -617,7 +625,10 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             sp.message_type = pb.NORMAL
         user = {k: v for k, v in props.items() if k not in SYSTEM_PROPS}
         return pb.Message(
-            topic=pb.Resource(name=m.topic), user_properties=user, system_properties=sp, body=body
+            topic=pb.Resource(name=m.topic),
+            user_properties=user,
+            system_properties=sp,
+            body=body,
         )
 
     async def ReceiveMessage(self, request, context):  # noqa: N802
@@ -640,7 +651,9 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             invisible = dur_ms(request.invisible_duration)
             if invisible < 1000 or invisible > 12 * 3600 * 1000:
                 yield spb.ReceiveMessageResponse(
-                    status=status(C.ILLEGAL_INVISIBLE_TIME, "invisible duration out of range")
+                    status=status(
+                        C.ILLEGAL_INVISIBLE_TIME, "invisible duration out of range"
+                    )
                 )
                 return
         else:
@@ -682,7 +695,12 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         self.counters["received"] += len(got)
         if request.auto_renew:
             self.pop.auto_renew(
-                group, topic, got, client_id_of(context), invisible, self.cfg.max_renew_ms
+                group,
+                topic,
+                got,
+                client_id_of(context),
+                invisible,
+                self.cfg.max_renew_ms,
             )
         yield spb.ReceiveMessageResponse(status=status(C.OK))
         yield spb.ReceiveMessageResponse(delivery_timestamp=ts_ms(now_ms()))
@@ -732,7 +750,9 @@ class Endpoint(sgrpc.MessagingServiceServicer):
                 status=status(C.INVALID_RECEIPT_HANDLE, str(exc)),
                 receipt_handle=request.receipt_handle,
             )
-        return spb.ChangeInvisibleDurationResponse(status=status(C.OK), receipt_handle=h)
+        return spb.ChangeInvisibleDurationResponse(
+            status=status(C.OK), receipt_handle=h
+        )
 
     async def ForwardMessageToDeadLetterQueue(self, request, context):  # noqa: N802
         try:
@@ -750,7 +770,8 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         if not topic or not self._topic_exists(topic):
             return spb.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND))
         return spb.QueryAssignmentResponse(
-            status=status(C.OK), assignments=[pb.Assignment(message_queue=self.queue(topic))]
+            status=status(C.OK),
+            assignments=[pb.Assignment(message_queue=self.queue(topic))],
         )
 
     # -- check-backs (called from the check threads) ----------------------------
@@ -779,7 +800,9 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         props = dict(req.properties)
         sp = pb.SystemProperties(
             message_id=req.msg_id,
-            body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(req.body):08X}"),
+            body_digest=pb.Digest(
+                type=pb.CRC32, checksum=f"{zlib.crc32(req.body):08X}"
+            ),
             body_encoding=pb.IDENTITY,
             message_type=pb.TRANSACTION,
             born_timestamp=ts_ms(req.born_timestamp),
@@ -861,15 +884,20 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
         bad = resp_cls(status=status(C.BAD_REQUEST, "malformed request"))
         if method.name not in Endpoint.__dict__:
             # Pull/offset RPCs, lite subscriptions: RocketMQ's NOT_IMPLEMENTED
-            bad = resp_cls(status=status(C.NOT_IMPLEMENTED, f"{method.name} is not implemented"))
+            bad = resp_cls(
+                status=status(C.NOT_IMPLEMENTED, f"{method.name} is not implemented")
+            )
 
             async def impl(req, ctx, _bad=bad, _stream=method.server_streaming):
                 return _bad
 
             if method.server_streaming:
+
                 async def impl(req, ctx, _bad=bad):  # noqa: F811
                     yield _bad
+
         if method.server_streaming and method.client_streaming:
+
             async def bidi(it, ctx, _impl=impl):
                 async def clean():
                     async for x in it:
@@ -883,6 +911,7 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                 bidi, _tolerant(req_cls), resp_cls.SerializeToString
             )
         elif method.server_streaming:
+
             async def ustream(req, ctx, _impl=impl, _bad=bad):
                 if req is None:
                     yield _bad
@@ -896,6 +925,7 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
         elif method.client_streaming:
             continue
         else:
+
             async def unary(req, ctx, _impl=impl, _bad=bad):
                 if req is None:
                     return _bad
@@ -910,7 +940,9 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
     )
 
 
-async def serve(store_dir: str, cfg: EndpointConfig, ready_file: str | None = None) -> None:
+async def serve(
+    store_dir: str, cfg: EndpointConfig, ready_file: str | None = None
+) -> None:
     import signal
 
     broker = Broker.open(store_dir)

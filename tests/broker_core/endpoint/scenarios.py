@@ -72,7 +72,10 @@ def s_normal():
     t, g = f"TN{SUF}", f"GN{SUF}"
     p = producer([t])
     c = consumer(g, {t: FilterExpression("*")})
-    ids = [p.send(msg(t, f"m{i}", tag="a", keys=f"k{i}", props={"n": str(i)})).message_id for i in range(5)]
+    ids = [
+        p.send(msg(t, f"m{i}", tag="a", keys=f"k{i}", props={"n": str(i)})).message_id
+        for i in range(5)
+    ]
     futs = [p.send_async(msg(t, f"async{i}")) for i in range(5)]
     ids += [f.result(timeout=10).message_id for f in futs]
     got = drain(c, 10)
@@ -133,7 +136,14 @@ def s_filters():
     t = f"TF{SUF}"
     p = producer([t])
     for i, tag in enumerate(["a", "b", "c", "a", "d"]):
-        p.send(msg(t, f"{tag}{i}", tag=tag, props={"price": str(i * 10), "region": "eu" if i % 2 else "us"}))
+        p.send(
+            msg(
+                t,
+                f"{tag}{i}",
+                tag=tag,
+                props={"price": str(i * 10), "region": "eu" if i % 2 else "us"},
+            )
+        )
     ct = consumer(f"GFT{SUF}", {t: FilterExpression("a||b")})
     cs = consumer(f"GFS{SUF}", {t: _sql("price >= 20 AND region = 'us'")})
     tag_got = sorted(m.body.decode() for m in drain(ct, 3, timeout=6))
@@ -265,7 +275,9 @@ def s_push_dlq():
     p.shutdown()
     return {
         "attempts": attempts,
-        "dlq": [(m.topic, m.body.decode(), m.properties.get("RETRY_TOPIC")) for m in dlq],
+        "dlq": [
+            (m.topic, m.body.decode(), m.properties.get("RETRY_TOPIC")) for m in dlq
+        ],
     }
 
 
@@ -281,9 +293,14 @@ def s_bad():
     out = {}
 
     def send(topic, body, **sp):
-        m = pb.Message(topic=pb.Resource(name=topic), body=body,
-                       system_properties=pb.SystemProperties(message_id="X", **sp))
-        r = st.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=md, timeout=10)
+        m = pb.Message(
+            topic=pb.Resource(name=topic),
+            body=body,
+            system_properties=pb.SystemProperties(message_id="X", **sp),
+        )
+        r = st.SendMessage(
+            spb.SendMessageRequest(messages=[m]), metadata=md, timeout=10
+        )
         return pb.Code.Name(r.status.code)
 
     t = f"TB{SUF}"
@@ -292,35 +309,82 @@ def s_bad():
     out["empty_body"] = send(t, b"")
     out["invalid_topic"] = send("bad topic!", b"x")
     out["empty_topic"] = send("", b"x")
-    out["no_messages"] = pb.Code.Name(st.SendMessage(spb.SendMessageRequest(), metadata=md, timeout=5).status.code)
-    out["route_invalid"] = pb.Code.Name(st.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="a/b")), metadata=md, timeout=5).status.code)
-    out["unknown_tx"] = pb.Code.Name(st.EndTransaction(spb.EndTransactionRequest(
-        topic=pb.Resource(name=t), message_id="X", transaction_id="7F00000100002A9F0000000000ABCDEF",
-        resolution=pb.COMMIT, source=pb.SOURCE_CLIENT), metadata=md, timeout=5).status.code)
-    out["empty_tx"] = pb.Code.Name(st.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=t)), metadata=md, timeout=5).status.code)
+    out["no_messages"] = pb.Code.Name(
+        st.SendMessage(spb.SendMessageRequest(), metadata=md, timeout=5).status.code
+    )
+    out["route_invalid"] = pb.Code.Name(
+        st.QueryRoute(
+            spb.QueryRouteRequest(topic=pb.Resource(name="a/b")), metadata=md, timeout=5
+        ).status.code
+    )
+    out["unknown_tx"] = pb.Code.Name(
+        st.EndTransaction(
+            spb.EndTransactionRequest(
+                topic=pb.Resource(name=t),
+                message_id="X",
+                transaction_id="7F00000100002A9F0000000000ABCDEF",
+                resolution=pb.COMMIT,
+                source=pb.SOURCE_CLIENT,
+            ),
+            metadata=md,
+            timeout=5,
+        ).status.code
+    )
+    out["empty_tx"] = pb.Code.Name(
+        st.EndTransaction(
+            spb.EndTransactionRequest(topic=pb.Resource(name=t)), metadata=md, timeout=5
+        ).status.code
+    )
     g = pb.Resource(name=f"GB{SUF}")
-    out["ack_malformed"] = pb.Code.Name(st.AckMessage(spb.AckMessageRequest(group=g, topic=pb.Resource(name=t), entries=[
-        spb.AckMessageEntry(message_id="X", receipt_handle="garbage")]), metadata=md, timeout=5).status.code)
+    out["ack_malformed"] = pb.Code.Name(
+        st.AckMessage(
+            spb.AckMessageRequest(
+                group=g,
+                topic=pb.Resource(name=t),
+                entries=[spb.AckMessageEntry(message_id="X", receipt_handle="garbage")],
+            ),
+            metadata=md,
+            timeout=5,
+        ).status.code
+    )
     # receive the message, ack it, then ack it again: stale
-    rq = spb.ReceiveMessageRequest(group=g, message_queue=pb.MessageQueue(topic=pb.Resource(name=t)),
-                                   filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-                                   batch_size=1)
+    rq = spb.ReceiveMessageRequest(
+        group=g,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=t)),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=1,
+    )
     rq.invisible_duration.FromSeconds(10)
     rq.long_polling_timeout.FromSeconds(2)
     handle = None
     for item in st.ReceiveMessage(rq, metadata=md, timeout=10):
         if item.HasField("message"):
             handle = item.message.system_properties.receipt_handle
-    ack = lambda: pb.Code.Name(st.AckMessage(spb.AckMessageRequest(group=g, topic=pb.Resource(name=t), entries=[  # noqa: E731
-        spb.AckMessageEntry(message_id="X", receipt_handle=handle)]), metadata=md, timeout=5).status.code)
+
+    def ack():
+        req = spb.AckMessageRequest(
+            group=g,
+            topic=pb.Resource(name=t),
+            entries=[spb.AckMessageEntry(message_id="X", receipt_handle=handle)],
+        )
+        return pb.Code.Name(st.AckMessage(req, metadata=md, timeout=5).status.code)
+
     out["ack_first"] = ack()
     out["ack_stale"] = ack()
-    ci = spb.ChangeInvisibleDurationRequest(group=g, topic=pb.Resource(name=t), receipt_handle=handle)
+    ci = spb.ChangeInvisibleDurationRequest(
+        group=g, topic=pb.Resource(name=t), receipt_handle=handle
+    )
     ci.invisible_duration.FromSeconds(5)
-    out["change_stale"] = pb.Code.Name(st.ChangeInvisibleDuration(ci, metadata=md, timeout=5).status.code)
+    out["change_stale"] = pb.Code.Name(
+        st.ChangeInvisibleDuration(ci, metadata=md, timeout=5).status.code
+    )
 
     def recv_code(req):
-        codes = [pb.Code.Name(i.status.code) for i in st.ReceiveMessage(req, metadata=md, timeout=10) if i.HasField("status")]
+        codes = [
+            pb.Code.Name(i.status.code)
+            for i in st.ReceiveMessage(req, metadata=md, timeout=10)
+            if i.HasField("status")
+        ]
         return codes[0] if codes else "NONE"
 
     bad_sql = spb.ReceiveMessageRequest()
@@ -340,17 +404,31 @@ def s_bad():
     no_topic.CopyFrom(rq)
     no_topic.message_queue.topic.name = "NoSuchTopic" + SUF
     out["unknown_topic_receive"] = recv_code(no_topic)
-    out["recall_unknown"] = pb.Code.Name(st.RecallMessage(spb.RecallMessageRequest(
-        topic=pb.Resource(name=t), recall_handle="nope"), metadata=md, timeout=5).status.code)
-    raw = ch.unary_unary("/apache.rocketmq.v2.MessagingService/SendMessage",
-                         request_serializer=None,
-                         response_deserializer=spb.SendMessageResponse.FromString)
+    out["recall_unknown"] = pb.Code.Name(
+        st.RecallMessage(
+            spb.RecallMessageRequest(topic=pb.Resource(name=t), recall_handle="nope"),
+            metadata=md,
+            timeout=5,
+        ).status.code
+    )
+    raw = ch.unary_unary(
+        "/apache.rocketmq.v2.MessagingService/SendMessage",
+        request_serializer=None,
+        response_deserializer=spb.SendMessageResponse.FromString,
+    )
     try:
-        out["garbage"] = pb.Code.Name(raw(b"\xff\xff\xff garbage", timeout=5).status.code)
+        out["garbage"] = pb.Code.Name(
+            raw(b"\xff\xff\xff garbage", timeout=5).status.code
+        )
     except grpc.RpcError as e:
         out["garbage"] = e.code().name
-    out["get_offset"] = pb.Code.Name(st.GetOffset(spb.GetOffsetRequest(group=g), metadata=md, timeout=5).status.code)
-    out["pull"] = [pb.Code.Name(i.status.code) for i in st.PullMessage(spb.PullMessageRequest(group=g), metadata=md, timeout=5)]
+    out["get_offset"] = pb.Code.Name(
+        st.GetOffset(spb.GetOffsetRequest(group=g), metadata=md, timeout=5).status.code
+    )
+    out["pull"] = [
+        pb.Code.Name(i.status.code)
+        for i in st.PullMessage(spb.PullMessageRequest(group=g), metadata=md, timeout=5)
+    ]
     out["still_ok"] = send(t, b"after all that")
     return out
 

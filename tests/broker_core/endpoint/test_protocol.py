@@ -23,7 +23,16 @@ pytestmark = [pytest.mark.protocol, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
 PY = sys.executable
 SCEN = Path(__file__).with_name("scenarios.py")
-NAMES = ["normal", "invisible", "filters", "delay", "fifo", "transaction", "push_dlq", "bad"]
+NAMES = [
+    "normal",
+    "invisible",
+    "filters",
+    "delay",
+    "fifo",
+    "transaction",
+    "push_dlq",
+    "bad",
+]
 
 
 def free_port() -> int:
@@ -34,12 +43,27 @@ def free_port() -> int:
 
 def start_server(store: Path, port: int, log: Path) -> subprocess.Popen:
     cmd = [
-        PY, "-m", "broker_core", "serve", "--store", str(store),
-        "--listen", f"127.0.0.1:{port}", "--embedded-timers",
-        "--transaction-timeout-ms", "1000", "--check-interval-ms", "2000",
-        "--max-delivery-attempts", "3", "--consumer-backoff-ms", "300,300,300",
+        PY,
+        "-m",
+        "broker_core",
+        "serve",
+        "--store",
+        str(store),
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--embedded-timers",
+        "--transaction-timeout-ms",
+        "1000",
+        "--check-interval-ms",
+        "2000",
+        "--max-delivery-attempts",
+        "3",
+        "--consumer-backoff-ms",
+        "300,300,300",
     ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT
+    )
     end = time.time() + 30
     while time.time() < end:
         if proc.poll() is not None:
@@ -66,7 +90,11 @@ def spawn(name: str, endpoint: str, suffix: str, home: Path) -> subprocess.Popen
     env = dict(os.environ, HOME=str(home), PYTHONPATH="")
     return subprocess.Popen(
         [PY, str(SCEN), name, endpoint, suffix],
-        cwd=str(home), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=str(home),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -95,8 +123,12 @@ def server(tmp_path_factory):
 
 def test_normal_send_receive_ack(server):
     r = result(server["runs"]["normal"])
-    assert sorted(r["got_ids"]) == sorted(r["sent_ids"])  # echoed ids are the received ids
-    assert r["bodies"] == sorted([f"m{i}" for i in range(5)] + [f"async{i}" for i in range(5)])
+    assert sorted(r["got_ids"]) == sorted(
+        r["sent_ids"]
+    )  # echoed ids are the received ids
+    assert r["bodies"] == sorted(
+        [f"m{i}" for i in range(5)] + [f"async{i}" for i in range(5)]
+    )
     assert r["props"]["m3"] == {"n": "3"}
     assert r["tags"] == ["a"] and r["keys"] == [f"k{i}" for i in range(5)]
     assert r["empty_after"] == 0
@@ -130,7 +162,9 @@ def test_fifo_order_one_in_flight_per_group(server):
     r = result(server["runs"]["fifo"])
     assert "error" not in r, r
     for grp in ("g1", "g2"):
-        assert [b for b in r["order"] if b.startswith(grp)] == [f"{grp}-{i}" for i in range(6)]
+        assert [b for b in r["order"] if b.startswith(grp)] == [
+            f"{grp}-{i}" for i in range(6)
+        ]
     assert r["max_batch"] <= 2
 
 
@@ -144,7 +178,9 @@ def test_transaction_commit_rollback_checkback(server):
 def test_push_consumer_failure_redelivered_then_dlq(server):
     r = result(server["runs"]["push_dlq"])
     assert [a for _b, a in r["attempts"]][:3] == [1, 2, 3]
-    assert r["dlq"] and r["dlq"][0][1] == "poison" and r["dlq"][0][0].startswith("%DLQ%")
+    assert (
+        r["dlq"] and r["dlq"][0][1] == "poison" and r["dlq"][0][0].startswith("%DLQ%")
+    )
 
 
 def test_bad_input_statuses(server):

@@ -4,13 +4,19 @@ Redis relay to the producer's Telemetry stream."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 import uuid
 
 import pytest
 
-from tests.broker_core.endpoint.test_protocol import ROOT, PY, free_port, result, spawn, stop_server
+from tests.broker_core.endpoint.test_protocol import (
+    PY,
+    ROOT,
+    free_port,
+    result,
+    spawn,
+    stop_server,
+)
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow, pytest.mark.services]
 
@@ -32,9 +38,23 @@ def test_check_back_through_redis_relay(tmp_path):
     port = free_port()
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(
-        [PY, "-m", "broker_core", "serve", "--store", str(store), "--listen",
-         f"127.0.0.1:{port}", "--redis-url", REDIS, "--redis-channel", channel],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        [
+            PY,
+            "-m",
+            "broker_core",
+            "serve",
+            "--store",
+            str(store),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--redis-url",
+            REDIS,
+            "--redis-channel",
+            channel,
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     time.sleep(1.5)
     try:
