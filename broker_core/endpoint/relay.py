@@ -76,7 +76,8 @@ class RedisRelayTransport(CheckTransport):
             raise CheckBackError(f"redis relay failed: {exc}") from exc
         if got is None:
             raise CheckBackError("no answer from the gRPC endpoint")
-        answer = got[1].decode()
+        raw = got[1]
+        answer = raw.decode() if isinstance(raw, bytes) else str(raw)
         if not answer.startswith("sent "):
             raise CheckBackError(f"gRPC endpoint: {answer}")
         self._target = answer[5:]

@@ -46,6 +46,7 @@ from broker_core.errors import (
     WrongProducerGroupError,
 )
 from broker_core.message import Message
+from broker_core.transaction import CheckTransport
 from broker_core.validation import validate_topic
 
 log = logging.getLogger("broker_core.endpoint")
@@ -204,6 +205,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
+        self.relay: Any = None
         self.counters = {"sent": 0, "received": 0, "acked": 0, "checks_sent": 0}
 
     # -- plumbing ------------------------------------------------------------
@@ -245,7 +247,6 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         from broker_core.transaction import register_transport_kind
 
         register_transport_kind("grpc", lambda cfg: GrpcCheckTransport(self))
-        self.relay = None
         if self.cfg.redis_url:
             self.relay = relay.RelayListener(
                 self, self.cfg.redis_url, self.cfg.redis_channel
@@ -304,7 +305,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
 
     def close(self) -> None:
         self.stop_event.set()
-        if getattr(self, "relay", None) is not None:
+        if self.relay is not None:
             self.relay.close()
         for t in self.threads:
             t.join(timeout=5)
@@ -830,7 +831,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         return target.client_id
 
 
-class GrpcCheckTransport:
+class GrpcCheckTransport(CheckTransport):
     """A ``CheckTransport`` sending RecoverOrphanedTransactionCommand on a live
     producer's Telemetry stream; the answer comes back as EndTransaction."""
 
@@ -849,16 +850,6 @@ class GrpcCheckTransport:
 
         self._target = self.endpoint.deliver_check(request)
         return CheckAnswer.SENT
-
-
-# CheckTransport is an ABC: register the class as a virtual subclass.
-def _register() -> None:
-    from broker_core.transaction import CheckTransport
-
-    CheckTransport.register(GrpcCheckTransport)
-
-
-_register()
 
 
 def _tolerant(cls: Any) -> Any:
