@@ -70,11 +70,14 @@ class PopManager:
         broker: Broker,
         max_attempts: int = 17,
         refill: int = 256,
+        max_pending: int = 20_000,
     ) -> None:
         self.broker = broker
         self.store = broker.store
         self.max_attempts = max_attempts
         self.refill = refill
+        #: read-ahead bound per queue (in flight + waiting for redelivery)
+        self.max_pending = max_pending
         self.states: dict[tuple[str, str], dict[int, QState]] = {}
         self.path = self.store.root / "grpc" / "pop.json"
         self.dirty = False
@@ -184,7 +187,11 @@ class PopManager:
         start = self._rr % len(qids)
         for qid in qids[start:] + qids[:start]:
             st = qs[qid]
-            if len(st.pending) < max(batch * 2, 64):
+            n = len(st.pending)
+            if n < self.max_pending and (
+                n < max(batch * 2, 64)
+                or sum(1 for e in st.pending.values() if e.visible_at <= now) < batch
+            ):
                 self._fill(group, topic, qid, st, expression, expression_type)
             blocked: set[str] = set()
             for e in list(st.pending.values()):
