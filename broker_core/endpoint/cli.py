@@ -41,6 +41,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-redis-relay", action="store_true")
     p.add_argument("--redis-channel", default="broker_core:grpc:check")
+    p.add_argument(
+        "--auth",
+        action="append",
+        default=[],
+        metavar="AK:SK",
+        help="require the client's HMAC-SHA1 signature with this access key "
+        "and secret (repeatable; default: $GRPC_AUTH 'ak:sk,ak2:sk2'; none: open)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +66,11 @@ def run(args: argparse.Namespace) -> int:
         fifo_groups={g for g in args.fifo_groups.split(",") if g},
         long_polling_ms=args.long_polling_ms,
         redis_channel=args.redis_channel,
+        credentials=dict(
+            pair.split(":", 1)
+            for pair in (args.auth or os.environ.get("GRPC_AUTH", "").split(","))
+            if ":" in pair
+        ),
         redis_url=None
         if args.no_redis_relay
         else (

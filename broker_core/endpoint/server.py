@@ -7,6 +7,8 @@ See docs/grpc.md. Stubs come from the ``rocketmq-python-client`` package
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -171,6 +173,8 @@ class EndpointConfig:
     #: Redis URL for check-backs relayed from the Celery check task; None: off
     redis_url: str | None = None
     redis_channel: str = "broker_core:grpc:check"
+    #: access key -> secret key; empty: no authentication
+    credentials: dict[str, str] = field(default_factory=dict)
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -209,6 +213,28 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         self.counters = {"sent": 0, "received": 0, "acked": 0, "checks_sent": 0}
 
     # -- plumbing ------------------------------------------------------------
+    def authorized(self, context: grpc.aio.ServicerContext) -> bool:
+        """Check the client's ``MQv2-HMAC-SHA1`` authorization header: HMAC-SHA1
+        of ``x-mq-date-time`` with the access key's secret (no clock-skew check:
+        the client formats local time with a literal Z, G12)."""
+        creds = self.cfg.credentials
+        if not creds:
+            return True
+        md = {k: v for k, v in (context.invocation_metadata() or ())}
+        auth = str(md.get("authorization", ""))
+        date = str(md.get("x-mq-date-time", ""))
+        if not auth.startswith("MQv2-HMAC-SHA1 ") or not date:
+            return False
+        fields = {}
+        for part in auth[len("MQv2-HMAC-SHA1 ") :].split(","):
+            k, _, v = part.strip().partition("=")
+            fields[k] = v
+        secret = creds.get(fields.get("Credential", ""))
+        if secret is None:
+            return False
+        want = hmac.new(secret.encode(), date.encode(), hashlib.sha1).hexdigest()
+        return hmac.compare_digest(want, fields.get("Signature", "").lower())
+
     def endpoints(self) -> pb.Endpoints:
         return pb.Endpoints(
             scheme=pb.IPv4,
@@ -873,6 +899,7 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
         resp_cls = getattr(spb, method.output_type.name)
         impl = getattr(endpoint, method.name)
         bad = resp_cls(status=status(C.BAD_REQUEST, "malformed request"))
+        unauth = resp_cls(status=status(C.UNAUTHORIZED, "authentication failed"))
         if method.name not in Endpoint.__dict__:
             # Pull/offset RPCs, lite subscriptions: RocketMQ's NOT_IMPLEMENTED
             bad = resp_cls(
@@ -889,7 +916,11 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
 
         if method.server_streaming and method.client_streaming:
 
-            async def bidi(it, ctx, _impl=impl):
+            async def bidi(it, ctx, _impl=impl, _unauth=unauth):
+                if not endpoint.authorized(ctx):
+                    yield _unauth
+                    return
+
                 async def clean():
                     async for x in it:
                         if x is not None:
@@ -903,7 +934,10 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
             )
         elif method.server_streaming:
 
-            async def ustream(req, ctx, _impl=impl, _bad=bad):
+            async def ustream(req, ctx, _impl=impl, _bad=bad, _unauth=unauth):
+                if not endpoint.authorized(ctx):
+                    yield _unauth
+                    return
                 if req is None:
                     yield _bad
                     return
@@ -917,7 +951,9 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
             continue
         else:
 
-            async def unary(req, ctx, _impl=impl, _bad=bad):
+            async def unary(req, ctx, _impl=impl, _bad=bad, _unauth=unauth):
+                if not endpoint.authorized(ctx):
+                    return _unauth
                 if req is None:
                     return _bad
                 return await _impl(req, ctx)

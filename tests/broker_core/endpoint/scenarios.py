@@ -7,6 +7,7 @@ SUFFIX``; the last line printed is ``RESULT <json>``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -25,7 +26,9 @@ from rocketmq import (
 
 EP = sys.argv[2]
 SUF = sys.argv[3]
-CFG = ClientConfiguration(EP, Credentials())
+CFG = ClientConfiguration(
+    EP, Credentials(os.environ.get("MQ_AK", ""), os.environ.get("MQ_SK", ""))
+)
 
 
 def msg(topic, body, tag=None, keys=None, props=None, group=None, deliver_at=None):
@@ -445,6 +448,23 @@ def s_relay():
     c.shutdown()
     p.shutdown()
     return {"got": [m.body.decode() for m in got], "checked": chk.seen}
+
+
+def s_auth():
+    t, g = f"TA{SUF}", f"GA{SUF}"
+    p = producer([t])
+    try:
+        sent = p.send(msg(t, "secret")).message_id
+        err = None
+    except Exception as e:  # noqa: BLE001
+        sent, err = None, str(getattr(e, "code", "")) or str(e)[:200]
+    got = []
+    if sent:
+        c = consumer(g, {t: FilterExpression("*")})
+        got = [m.body.decode() for m in drain(c, 1, timeout=5)]
+        c.shutdown()
+    p.shutdown()
+    return {"sent": bool(sent), "err": err, "got": got}
 
 
 def s_restart_a():

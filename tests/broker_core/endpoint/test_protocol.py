@@ -43,34 +43,27 @@ def free_port() -> int:
 
 def start_server(store: Path, port: int, log: Path) -> subprocess.Popen:
     cmd = [
-        PY,
-        "-m",
-        "broker_core",
-        "serve",
-        "--store",
-        str(store),
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--embedded-timers",
-        "--transaction-timeout-ms",
-        "1000",
-        "--check-interval-ms",
-        "2000",
-        "--max-delivery-attempts",
-        "3",
-        "--consumer-backoff-ms",
-        "300,300,300",
-    ]
+        PY, "-m", "broker_core", "serve", "--store", str(store),
+        "--listen", f"127.0.0.1:{port}", "--embedded-timers",
+        "--transaction-timeout-ms", "1000", "--check-interval-ms", "2000",
+        "--max-delivery-attempts", "3", "--consumer-backoff-ms", "300,300,300",
+        "--no-redis-relay",
+    ]  # fmt: skip
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT
     )
+    wait_port(proc, port)
+    return proc
+
+
+def wait_port(proc: subprocess.Popen, port: int) -> None:
     end = time.time() + 30
     while time.time() < end:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {log.read_text()}")
+            raise RuntimeError("server exited")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc
+                return
         except OSError:
             time.sleep(0.1)
     proc.kill()
