@@ -41,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-redis-relay", action="store_true")
     p.add_argument("--redis-channel", default="broker_core:grpc:check")
+    p.add_argument("--tls-listen", default=None, metavar="HOST:PORT")
+    p.add_argument("--tls-cert", default=None, help="PEM certificate chain")
+    p.add_argument("--tls-key", default=None, help="PEM private key")
     p.add_argument(
         "--auth",
         action="append",
@@ -66,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         fifo_groups={g for g in args.fifo_groups.split(",") if g},
         long_polling_ms=args.long_polling_ms,
         redis_channel=args.redis_channel,
+        tls=(args.tls_listen, args.tls_cert, args.tls_key)
+        if args.tls_listen and args.tls_cert and args.tls_key
+        else None,
         credentials=dict(
             pair.split(":", 1)
             for pair in (args.auth or os.environ.get("GRPC_AUTH", "").split(","))

@@ -175,6 +175,8 @@ class EndpointConfig:
     redis_channel: str = "broker_core:grpc:check"
     #: access key -> secret key; empty: no authentication
     credentials: dict[str, str] = field(default_factory=dict)
+    #: TLS port beside the plaintext one: (host:port, cert file, key file)
+    tls: tuple[str, str, str] | None = None
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -210,6 +212,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
         self.relay: Any = None
+        self.ports: set[int] = {cfg.port}
         self.counters = {"sent": 0, "received": 0, "acked": 0, "checks_sent": 0}
 
     # -- plumbing ------------------------------------------------------------
@@ -235,18 +238,28 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         want = hmac.new(secret.encode(), date.encode(), hashlib.sha1).hexdigest()
         return hmac.compare_digest(want, fields.get("Signature", "").lower())
 
-    def endpoints(self) -> pb.Endpoints:
+    def endpoints(self, asked: pb.Endpoints | None = None) -> pb.Endpoints:
+        """The broker address for routes: the access point the client used when
+        it is one of ours (plaintext or TLS port), else the listen address."""
+        if asked is not None and asked.addresses:
+            a = asked.addresses[0]
+            if a.port in self.ports:
+                out = pb.Endpoints()
+                out.CopyFrom(asked)
+                return out
         return pb.Endpoints(
             scheme=pb.IPv4,
             addresses=[pb.Address(host=self.cfg.host, port=self.cfg.port)],
         )
 
-    def queue(self, topic: str, qid: int = 0) -> pb.MessageQueue:
+    def queue(
+        self, topic: str, qid: int = 0, asked: pb.Endpoints | None = None
+    ) -> pb.MessageQueue:
         return pb.MessageQueue(
             topic=pb.Resource(name=topic),
             id=qid,
             permission=pb.READ_WRITE,
-            broker=pb.Broker(name="broker-a", id=0, endpoints=self.endpoints()),
+            broker=pb.Broker(name="broker-a", id=0, endpoints=self.endpoints(asked)),
             accept_message_types=ALL_TYPES,
         )
 
@@ -367,7 +380,8 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         except ValidationError as exc:
             return spb.QueryRouteResponse(status=status(C.ILLEGAL_TOPIC, str(exc)))
         return spb.QueryRouteResponse(
-            status=status(C.OK), message_queues=[self.queue(topic)]
+            status=status(C.OK),
+            message_queues=[self.queue(topic, 0, request.endpoints)],
         )
 
     async def Heartbeat(self, request, context):  # noqa: N802
@@ -798,7 +812,9 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             return spb.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND))
         return spb.QueryAssignmentResponse(
             status=status(C.OK),
-            assignments=[pb.Assignment(message_queue=self.queue(topic))],
+            assignments=[
+                pb.Assignment(message_queue=self.queue(topic, 0, request.endpoints))
+            ],
         )
 
     # -- check-backs (called from the check threads) ----------------------------
@@ -987,6 +1003,17 @@ async def serve(
     if bound == 0:
         raise SystemExit(f"cannot listen on {cfg.host}:{cfg.port}")
     cfg.port = bound
+    endpoint.ports = {bound}
+    if cfg.tls:
+        listen, cert, key = cfg.tls
+        creds = grpc.ssl_server_credentials(
+            [(open(key, "rb").read(), open(cert, "rb").read())]
+        )
+        tls_port = server.add_secure_port(listen, creds)
+        if tls_port == 0:
+            raise SystemExit(f"cannot listen (TLS) on {listen}")
+        endpoint.ports.add(tls_port)
+        print(f"broker_core gRPC endpoint TLS on {listen}", flush=True)
     await server.start()
     await endpoint.start_background()
     log.info("listening on %s:%d", cfg.host, cfg.port)

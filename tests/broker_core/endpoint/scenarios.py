@@ -59,14 +59,17 @@ def drain(c, want, timeout=15.0, invisible=20, ack=True):
     return out
 
 
+TLS = os.environ.get("MQ_TLS") == "1"
+
+
 def producer(topics, checker=None):
-    p = Producer(CFG, tuple(topics), checker=checker)
+    p = Producer(CFG, tuple(topics), checker=checker, tls_enable=TLS)
     p.startup()
     return p
 
 
 def consumer(group, subs, await_s=2):
-    c = SimpleConsumer(CFG, group, subs, await_duration=await_s)
+    c = SimpleConsumer(CFG, group, subs, await_duration=await_s, tls_enable=TLS)
     c.startup()
     return c
 
