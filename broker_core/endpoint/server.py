@@ -580,6 +580,9 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         if group in self._checker_groups:
             return
         self._checker_groups.add(group)
+        # In this process: live producers first, then the group's own
+        # configured checker (e.g. its webhook).
+        self.tx.checkers.set_transport(group, GrpcCheckTransport(self, group))
         try:
             if group not in self.tx.checkers.configured():
                 self.tx.checkers.configure(group, "grpc")
@@ -875,23 +878,50 @@ class Endpoint(sgrpc.MessagingServiceServicer):
 
 class GrpcCheckTransport(CheckTransport):
     """A ``CheckTransport`` sending RecoverOrphanedTransactionCommand on a live
-    producer's Telemetry stream; the answer comes back as EndTransaction."""
+    producer's Telemetry stream; the answer comes back as EndTransaction.
+
+    With ``group`` set and no live producer, the group's persisted checker of
+    another kind (a webhook) is asked instead."""
 
     name = "grpc"
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, group: str | None = None) -> None:
         self.endpoint = endpoint
+        self.group = group
         self._target = "-"
 
     @property
     def target(self) -> str:
         return self._target
 
-    def check(self, request: Any) -> Any:
-        from broker_core.transaction import CheckAnswer
+    def _fallback(self) -> Any:
+        if self.group is None:
+            return None
+        reg = self.endpoint.tx.checkers
+        try:
+            with reg._lock:
+                cfg = reg._load().get(self.group)
+        except Exception:  # noqa: BLE001
+            return None
+        if not cfg or cfg.get("kind") in (None, "grpc"):
+            return None
+        from broker_core.transaction.transports import _KINDS
 
-        self._target = self.endpoint.deliver_check(request)
-        return CheckAnswer.SENT
+        factory = _KINDS.get(cfg["kind"])
+        return factory(cfg) if factory else None
+
+    def check(self, request: Any) -> Any:
+        from broker_core.transaction import CheckAnswer, CheckBackError
+
+        try:
+            self._target = self.endpoint.deliver_check(request)
+            return CheckAnswer.SENT
+        except CheckBackError:
+            fb = self._fallback()
+            if fb is None:
+                raise
+            self._target = f"fallback:{fb.target}"
+            return fb.check(request)
 
 
 def _tolerant(cls: Any) -> Any:

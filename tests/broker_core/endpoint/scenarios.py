@@ -470,6 +470,23 @@ def s_auth():
     return {"sent": bool(sent), "err": err, "got": got}
 
 
+def s_half_only():
+    t = f"TW{SUF}"
+    p = producer([t], checker=Checker())
+    tx = p.begin_transaction()
+    r = p.send(msg(t, "via-webhook"), tx)
+    p.shutdown()  # no live producer is left to answer the check
+    return {"tx": r.transaction_id}
+
+
+def s_consume_one():
+    t, g = f"TW{SUF}", f"GW{SUF}"
+    c = consumer(g, {t: FilterExpression("*")}, await_s=1)
+    got = drain(c, 1, timeout=25)
+    c.shutdown()
+    return {"got": [m.body.decode() for m in got]}
+
+
 def s_restart_a():
     t, g = f"TR{SUF}", f"GR{SUF}"
     p = producer([t])
