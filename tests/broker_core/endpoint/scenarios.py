@@ -287,6 +287,71 @@ def s_push_dlq():
     }
 
 
+def _push(group, topic, listener_fn):
+    from rocketmq import PushConsumer
+    from rocketmq.v5.consumer.push import MessageListener
+
+    class L(MessageListener):
+        def consume(self, message):
+            return listener_fn(message)
+
+    pc = PushConsumer(CFG, group, L(), {topic: FilterExpression("*")})
+    pc.startup()
+    return pc
+
+
+def s_push_ok():
+    t, g = f"TPS{SUF}", f"GPS{SUF}"
+    seen = []
+    lock = threading.Lock()
+
+    def ok(m):
+        with lock:
+            seen.append(m.body.decode())
+        return ConsumeResult.SUCCESS
+
+    p = producer([t])
+    pc = _push(g, t, ok)
+    for i in range(20):
+        p.send(msg(t, f"p{i}"))
+    end = time.time() + 30
+    while time.time() < end and len(seen) < 20:
+        time.sleep(0.2)
+    time.sleep(2)  # nothing more arrives once acknowledged
+    pc.shutdown()
+    p.shutdown()
+    return {"seen": sorted(seen)}
+
+
+def s_push_fifo_dlq():
+    t, g = f"TPF{SUF}", f"GPF{SUF}"
+    seen = []
+    lock = threading.Lock()
+
+    def fn(m):
+        with lock:
+            seen.append((m.body.decode(), m.delivery_attempt))
+        if m.body == b"bad":
+            return ConsumeResult.FAILURE
+        return ConsumeResult.SUCCESS
+
+    p = producer([t])
+    pc = _push(g, t, fn)
+    for body in ("first", "bad", "after"):
+        p.send(msg(t, body, group="order-1"))
+    dc = consumer(f"GDF{SUF}", {f"%DLQ%{g}": FilterExpression("*")}, await_s=1)
+    dlq = []
+    end = time.time() + 40
+    while time.time() < end and not (dlq and any(b == "after" for b, _ in seen)):
+        for m in dc.receive(32, 20):
+            dlq.append(m.body.decode())
+            dc.ack(m)
+    pc.shutdown()
+    dc.shutdown()
+    p.shutdown()
+    return {"seen": seen, "dlq": dlq}
+
+
 def s_bad():
     import grpc
     from rocketmq.grpc_protocol import definition_pb2 as pb

@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[3]
 PY = sys.executable
 SCEN = Path(__file__).with_name("scenarios.py")
 NAMES = [
+    "push_ok",
+    "push_fifo_dlq",
     "normal",
     "invisible",
     "filters",
@@ -41,13 +43,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(store: Path, port: int, log: Path) -> subprocess.Popen:
+def start_server(
+    store: Path, port: int, log: Path, extra: tuple[str, ...] = ()
+) -> subprocess.Popen:
     cmd = [
         PY, "-m", "broker_core", "serve", "--store", str(store),
         "--listen", f"127.0.0.1:{port}", "--embedded-timers",
         "--transaction-timeout-ms", "1000", "--check-interval-ms", "2000",
         "--max-delivery-attempts", "3", "--consumer-backoff-ms", "300,300,300",
-        "--no-redis-relay",
+        "--no-redis-relay", *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT
@@ -102,7 +106,9 @@ def result(proc: subprocess.Popen, timeout: float = 120) -> dict:
 def server(tmp_path_factory):
     base = tmp_path_factory.mktemp("grpc")
     port = free_port()
-    proc = start_server(base / "store", port, base / "server.log")
+    proc = start_server(
+        base / "store", port, base / "server.log", ("--fifo-groups", f"GPFs{port}")
+    )
     ep = f"127.0.0.1:{port}"
     runs = {n: spawn(n, ep, f"s{port}", base) for n in NAMES}
     yield {"proc": proc, "endpoint": ep, "runs": runs, "base": base}
@@ -174,6 +180,21 @@ def test_push_consumer_failure_redelivered_then_dlq(server):
     assert (
         r["dlq"] and r["dlq"][0][1] == "poison" and r["dlq"][0][0].startswith("%DLQ%")
     )
+
+
+def test_push_consumer_acks_each_message_once(server):
+    r = result(server["runs"]["push_ok"])
+    assert r["seen"] == sorted(f"p{i}" for i in range(20))
+
+
+def test_fifo_push_consumer_forwards_to_dlq_and_goes_on(server):
+    r = result(server["runs"]["push_fifo_dlq"])
+    order = [b for b, _a in r["seen"]]
+    # the client retries "bad" locally max_attempts (3) times (its
+    # delivery_attempt stays 1), forwards it to the DLQ, then goes on in order
+    assert order[0] == "first" and order[-1] == "after"
+    assert order.count("bad") == 3 and order.count("after") == 1
+    assert r["dlq"] == ["bad"]
 
 
 def test_bad_input_statuses(server):
