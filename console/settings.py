@@ -161,6 +161,11 @@ TRANSACTION_OPTIONS = {
     "check_interval_ms": int(TRANSACTION_CHECK_INTERVAL * 1000 * 0.9),
     "rollback_on_max_checks": env.bool("TRANSACTION_ROLLBACK_ON_MAX", default=False),
 }
+# Check-back transports the Celery check loads: the gRPC endpoint's Redis relay
+# reaches producers connected to the endpoint (RecoverOrphanedTransactionCommand).
+TRANSACTION_TRANSPORT_MODULES = env.list(
+    "TRANSACTION_TRANSPORT_MODULES", default=["broker_core.endpoint.relay"]
+)
 
 # --- Celery -----------------------------------------------------------------
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
