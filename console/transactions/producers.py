@@ -3,7 +3,11 @@ and each group's pending halves and latest checks."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+from django.conf import settings
 
 from broker_core.validation import validate_group
 from console.audit.services import audited
@@ -59,7 +63,30 @@ def group_detail(group: str, limit: int = 25) -> dict[str, Any]:
         "group": group,
         "checker": svc.checkers.configured().get(group),
         "checks": checks,
+        "clients": connected_clients(group),
     }
+
+
+def connected_clients(group: str | None = None) -> list[dict[str, Any]]:
+    """Clients the gRPC endpoint last saw, optionally only those of ``group``.
+
+    The endpoint rewrites ``<store>/clients.json`` atomically. RocketMQ 5
+    producers send no group, so a producer counts for a group named like one
+    of its topics (the endpoint's producer group for their transactions).
+    """
+    path = Path(settings.BROKER_STORE_DIR) / "clients.json"
+    try:
+        clients = json.loads(path.read_text()).get("clients", [])
+    except (OSError, ValueError):
+        return []
+    for client in clients:
+        # The endpoint stores seconds; pages render millisecond timestamps.
+        client["last_heartbeat_ms"] = int((client.get("last_heartbeat") or 0) * 1000)
+    if group is None:
+        return clients
+    return [
+        c for c in clients if c.get("group") == group or group in (c.get("topics") or [])
+    ]
 
 
 def configure_checker(

@@ -34,3 +34,26 @@ def test_configure_webhook(client_as, halves) -> None:
     assert client_as("operator").post(url + "remove/").status_code == 403
     client_as("admin").post(url + "remove/")
     assert "PID_pay" not in get_transaction_service().checkers.configured()
+
+
+def test_connected_clients_from_the_grpc_endpoint(client_as, halves, settings) -> None:
+    import json
+    import time
+    from pathlib import Path
+
+    clients = [
+        {"client_id": "host@1#producer", "client_type": "PRODUCER", "group": "",
+         "topics": ["PID_orders"], "address": "127.0.0.1:50001",
+         "last_heartbeat": time.time(), "online": True},
+        {"client_id": "host@2#consumer", "client_type": "SIMPLE_CONSUMER",
+         "group": "CID_other", "topics": ["payments"], "address": "127.0.0.1:50002",
+         "last_heartbeat": time.time(), "online": True},
+    ]
+    path = Path(settings.BROKER_STORE_DIR) / "clients.json"
+    path.write_text(json.dumps({"clients": clients}))
+    body = client_as("viewer").get("/producer-groups/PID_orders/").content.decode()
+    assert "host@1#producer" in body and "127.0.0.1:50001" in body
+    assert "host@2#consumer" not in body
+    path.unlink()
+    body = client_as("viewer").get("/producer-groups/PID_orders/").content.decode()
+    assert "No client of this group is connected" in body
