@@ -85,7 +85,9 @@ def connected_clients(group: str | None = None) -> list[dict[str, Any]]:
     if group is None:
         return clients
     return [
-        c for c in clients if c.get("group") == group or group in (c.get("topics") or [])
+        c
+        for c in clients
+        if c.get("group") == group or group in (c.get("topics") or [])
     ]
 
 

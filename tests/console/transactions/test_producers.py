@@ -42,12 +42,24 @@ def test_connected_clients_from_the_grpc_endpoint(client_as, halves, settings) -
     from pathlib import Path
 
     clients = [
-        {"client_id": "host@1#producer", "client_type": "PRODUCER", "group": "",
-         "topics": ["PID_orders"], "address": "127.0.0.1:50001",
-         "last_heartbeat": time.time(), "online": True},
-        {"client_id": "host@2#consumer", "client_type": "SIMPLE_CONSUMER",
-         "group": "CID_other", "topics": ["payments"], "address": "127.0.0.1:50002",
-         "last_heartbeat": time.time(), "online": True},
+        {
+            "client_id": "host@1#producer",
+            "client_type": "PRODUCER",
+            "group": "",
+            "topics": ["PID_orders"],
+            "address": "127.0.0.1:50001",
+            "last_heartbeat": time.time(),
+            "online": True,
+        },
+        {
+            "client_id": "host@2#consumer",
+            "client_type": "SIMPLE_CONSUMER",
+            "group": "CID_other",
+            "topics": ["payments"],
+            "address": "127.0.0.1:50002",
+            "last_heartbeat": time.time(),
+            "online": True,
+        },
     ]
     path = Path(settings.BROKER_STORE_DIR) / "clients.json"
     path.write_text(json.dumps({"clients": clients}))
