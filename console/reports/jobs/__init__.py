@@ -1,0 +1,1 @@
+"""PySpark jobs over the broker's commit log (first slice of issue 8)."""
