@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -24,6 +25,9 @@ def get_session(
         )
         .config("spark.sql.session.timeZone", "UTC")
     )
+    # py4j logs its connection teardown at INFO from __del__, after stdout
+    # may already be closed at interpreter exit.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
