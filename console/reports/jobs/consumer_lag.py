@@ -1,0 +1,138 @@
+"""Consumer lag per group and queue: committed offsets against the log's end.
+
+The log gives each queue's end (the highest queue offset of a record that has a
+consume-queue unit, plus one: transaction value NOT or COMMIT, §1.5) and the
+store time of the first message a group has not consumed; committed offsets
+come from the store's ``config/consumerOffset.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from console.reports.jobs.common import TRANSACTION_MASK
+
+NAME = "consumer_lag"
+
+OFFSETS_SCHEMA = T.StructType(
+    [
+        T.StructField("group", T.StringType(), False),
+        T.StructField("topic", T.StringType(), False),
+        T.StructField("queue_id", T.IntegerType(), False),
+        T.StructField("committed", T.LongType(), False),
+    ]
+)
+
+
+def read_offsets(store_dir: str | Path) -> list[tuple[str, str, int, int]]:
+    """Return (group, topic, queue, committed offset) rows of the store."""
+    path = Path(store_dir) / "config" / "consumerOffset.json"
+    try:
+        table = json.loads(path.read_text()).get("offsetTable", {})
+    except (OSError, ValueError):
+        return []
+    rows = []
+    for key, queues in table.items():
+        topic, _, group = key.rpartition("@")
+        for qid, offset in queues.items():
+            rows.append((group, topic, int(qid), int(offset)))
+    return sorted(rows)
+
+
+def offsets_frame(spark: SparkSession, store_dir: str | Path) -> DataFrame:
+    """Return the store's committed offsets as a DataFrame of ``OFFSETS_SCHEMA``."""
+    return spark.createDataFrame(read_offsets(store_dir), OFFSETS_SCHEMA)
+
+
+def transform_queue_lag(
+    records: DataFrame, offsets: DataFrame, now_ms: int
+) -> DataFrame:
+    """Per group, topic and queue: committed, end, lag in messages and in time."""
+    queued = records.where(
+        F.col("sysflag").bitwiseAND(TRANSACTION_MASK).isin(0, 0x8)
+    ).select("topic", "queue_id", "queue_offset", "store_ts")
+    ends = queued.groupBy("topic", "queue_id").agg(
+        (F.max("queue_offset") + 1).alias("max_offset"),
+        F.max("store_ts").alias("last_store_ts"),
+    )
+    first_unconsumed = queued.join(
+        offsets.select(
+            "topic", "queue_id", F.col("committed").alias("queue_offset")
+        ).distinct(),
+        ["topic", "queue_id", "queue_offset"],
+    ).select(
+        "topic",
+        "queue_id",
+        F.col("queue_offset").alias("committed"),
+        F.col("store_ts").alias("oldest_unconsumed_ts"),
+    )
+    lag = F.greatest(F.col("max_offset") - F.col("committed"), F.lit(0))
+    return (
+        offsets.join(ends, ["topic", "queue_id"], "left")
+        .join(first_unconsumed, ["topic", "queue_id", "committed"], "left")
+        .withColumn("max_offset", F.coalesce("max_offset", F.lit(0)))
+        .select(
+            "group",
+            "topic",
+            "queue_id",
+            "committed",
+            "max_offset",
+            lag.alias("lag"),
+            "oldest_unconsumed_ts",
+            F.when(lag > 0, F.lit(now_ms) - F.col("oldest_unconsumed_ts")).alias(
+                "lag_ms"
+            ),
+            "last_store_ts",
+        )
+        .orderBy("group", "topic", "queue_id")
+    )
+
+
+def transform_group_lag(queue_lag: DataFrame) -> DataFrame:
+    """Per group and topic: total lag, queues behind, oldest unconsumed age."""
+    return (
+        queue_lag.groupBy("group", "topic")
+        .agg(
+            F.count(F.lit(1)).alias("queues"),
+            F.sum(F.when(F.col("lag") > 0, 1).otherwise(0)).alias("queues_behind"),
+            F.sum("committed").alias("committed"),
+            F.sum("max_offset").alias("max_offset"),
+            F.sum("lag").alias("lag"),
+            F.max("lag_ms").alias("max_lag_ms"),
+        )
+        .orderBy(F.desc("lag"), "group", "topic")
+    )
+
+
+def run(records: DataFrame, params: dict) -> dict[str, DataFrame]:
+    """Return the report's tables (the first is the main one)."""
+    offsets = params.get("offsets")
+    if offsets is None:
+        offsets = offsets_frame(records.sparkSession, params["store_dir"])
+    queues = transform_queue_lag(records, offsets, int(params["now_ms"])).cache()
+    return {"groups": transform_group_lag(queues), "queues": queues}
+
+
+def summarize(tables: dict[str, DataFrame]) -> dict:
+    """Return the small JSON summary of the report's tables."""
+    groups = tables["groups"]
+    row = groups.agg(
+        F.countDistinct("group").alias("groups"),
+        F.sum("lag").alias("lag"),
+        F.max("max_lag_ms").alias("max_lag_ms"),
+    ).first()
+    worst = groups.limit(5).collect()
+    return {
+        "groups": int(row["groups"]),
+        "lag": int(row["lag"] or 0),
+        "max_lag_ms": row["max_lag_ms"],
+        "most_behind": [
+            {"group": r["group"], "topic": r["topic"], "lag": int(r["lag"])}
+            for r in worst
+        ],
+    }

@@ -1,0 +1,166 @@
+"""Run reports over the log and store their results (Parquet + JSON summary).
+
+No Django here: the console's service, the management command, the Celery
+task and ``main()`` (spark-submit) all call ``run_reports``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+
+from pyspark.sql import DataFrame, SparkSession
+
+from console.reports.jobs import (
+    consumer_lag,
+    delay_punctuality,
+    reader,
+    topic_traffic,
+    transaction_outcomes,
+)
+
+#: Report name -> module with ``run(records, params)`` and ``summarize(tables)``.
+REPORTS: dict[str, ModuleType] = {
+    m.NAME: m
+    for m in (transaction_outcomes, delay_punctuality, topic_traffic, consumer_lag)
+}
+SUMMARY = "summary.json"
+
+
+@dataclass
+class ReportOutput:
+    """Where a report's results went and what they hold."""
+
+    name: str
+    directory: str
+    tables: dict[str, int]  # table -> rows
+    summary: dict
+    seconds: float
+    params: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def load_records(
+    spark: SparkSession,
+    store_dir: str | Path,
+    *,
+    export_dir: str | Path | None = None,
+    scratch_dir: str | Path | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> tuple[DataFrame, dict]:
+    """Return the records in range and what was read.
+
+    With ``export_dir`` the Parquet export is brought up to date first and read
+    (only new log bytes are decoded); without it the whole log is decoded afresh
+    into ``scratch_dir``.
+    """
+    from console.reports.jobs.common import transform_time_range
+
+    if export_dir is not None:
+        export = reader.export_log(spark, store_dir, export_dir)
+        records = reader.read_export(spark, export_dir)
+        info = {"source": "export", "export": export.as_dict(), "log_end": export.end}
+    else:
+        if scratch_dir is None:
+            raise ValueError("reading the log directly needs a scratch_dir")
+        records = reader.read_log(spark, store_dir, scratch_dir)
+        info = {"source": "log"}
+    return transform_time_range(records, since_ms, until_ms), info
+
+
+def run_report(
+    spark: SparkSession,
+    name: str,
+    records: DataFrame,
+    params: dict,
+    out_dir: str | Path,
+) -> ReportOutput:
+    """Compute report ``name``, write each table as Parquet and the summary."""
+    started = time.monotonic()
+    module = REPORTS[name]
+    out = Path(out_dir)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    tables = module.run(records, params)
+    written: dict[str, DataFrame] = {}
+    rows: dict[str, int] = {}
+    for table, df in tables.items():
+        path = str(out / f"{table}.parquet")
+        df.coalesce(1).write.parquet(path)
+        written[table] = spark.read.parquet(path)
+        rows[table] = written[table].count()
+        df.unpersist()
+    summary = module.summarize(written)
+    output = ReportOutput(
+        name,
+        str(out),
+        rows,
+        summary,
+        time.monotonic() - started,
+        {k: v for k, v in params.items() if isinstance(v, (int, str, float, list))},
+    )
+    (out / SUMMARY).write_text(json.dumps(output.as_dict(), indent=1, default=str))
+    return output
+
+
+def default_params(store_dir: str | Path, now_ms: int | None = None) -> dict:
+    """Return the parameters every report accepts, read from the store's config."""
+    from broker_core.config import DEFAULT_DELAY_LEVELS, parse_delay_levels
+
+    return {
+        "store_dir": str(store_dir),
+        "now_ms": now_ms if now_ms is not None else int(time.time() * 1000),
+        "delay_levels_ms": parse_delay_levels(DEFAULT_DELAY_LEVELS),
+        "top_n": 10,
+    }
+
+
+def _ms(text: str | None) -> int | None:
+    if not text:
+        return None
+    dt = datetime.fromisoformat(text)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """spark-submit entry point: run reports, print their summaries as JSON."""
+    from console.reports.jobs.session import get_session
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("names", nargs="*", default=list(REPORTS))
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--export", help="Parquet export directory (default: read log)")
+    ap.add_argument("--since")
+    ap.add_argument("--until")
+    ap.add_argument("--master")
+    args = ap.parse_args(argv)
+    spark = get_session(args.master)
+    records, _ = load_records(
+        spark,
+        args.store,
+        export_dir=args.export,
+        since_ms=_ms(args.since),
+        until_ms=_ms(args.until),
+    )
+    params = default_params(args.store)
+    for name in args.names:
+        output = run_report(spark, name, records, params, Path(args.out) / name)
+        print(json.dumps(output.as_dict(), default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,313 @@
+"""Decode commit-log byte ranges into Arrow record batches, for the report jobs.
+
+This module imports only ``broker_core`` and ``pyarrow`` (never Django or
+PySpark): Spark ships it to the executors by value, and the benchmark's
+single-process and multiprocessing scans use it too, so all three decode the
+same way.
+
+A segment is split into byte ranges of about ``range_bytes``. A record belongs
+to the range its first byte lies in; a range's decoder finds its first record
+by searching for a record magic whose physical-offset field names that very
+position (every record stores its own log offset, so a match is a record
+boundary), then hops record to record and finishes the last record even when
+it runs past the range's end. The layout is RocketMQ's (``broker_core.record``).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+
+from broker_core import record, shared
+from broker_core.message import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+)
+
+#: Default split size: small enough to balance two cores over one segment.
+RANGE_BYTES = 32 << 20
+#: Rows per Arrow batch handed to Spark.
+BATCH_ROWS = 1 << 16
+
+# Big-endian magics as they appear in the file, used to find a record boundary.
+_MAGICS = (
+    struct.pack(">i", record.MAGIC_V1),
+    struct.pack(">i", record.MAGIC_V2),
+)
+# Formats, not ``struct.Struct`` objects: this module is pickled by value for
+# Spark's executors, and a Struct does not pickle (struct caches the formats).
+_Q = ">q"
+_STATE_Q = "@q"  # broker_core.shared: native longs in ``state``
+_STATE_Q_SIZE = 8
+_CRC_KEY = record.PROP_CRC_KEY
+_V6 = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+
+#: Properties of user messages dropped from the ``properties`` column (they are
+#: columns of their own, or per-message ids no report reads): keeps ten million
+#: rows small. System topics keep ``UNIQ_KEY`` (half message ids).
+_DROP_USER = frozenset((_CRC_KEY, PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY))
+_DROP_SYSTEM = frozenset((_CRC_KEY, PROPERTY_TAGS, PROPERTY_KEYS))
+_SYSTEM_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_")
+
+#: One row per record; the input schema of every report transform.
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string(), False),
+        pa.field("queue_id", pa.int32(), False),
+        pa.field("queue_offset", pa.int64(), False),
+        pa.field("physical_offset", pa.int64(), False),
+        pa.field("sysflag", pa.int32(), False),
+        pa.field("born_ts", pa.int64(), False),
+        pa.field("store_ts", pa.int64(), False),
+        pa.field("body_size", pa.int32(), False),
+        pa.field("prepared_offset", pa.int64(), False),
+        pa.field("tags", pa.string(), True),
+        pa.field("keys", pa.string(), True),
+        pa.field("properties", pa.map_(pa.string(), pa.string()), False),
+    ]
+)
+COLUMNS = tuple(ARROW_SCHEMA.names)
+
+
+class LogRange(NamedTuple):
+    """A byte range ``[start, end)`` of one segment file (base = its log offset)."""
+
+    path: str
+    base: int
+    start: int
+    end: int
+
+
+def segment_files(store_dir: str | Path) -> list[Path]:
+    """Return the store's commit-log segment files in offset order."""
+    return sorted((Path(store_dir) / "commitlog").glob("[0-9]" * 20))
+
+
+def commit_position(store_dir: str | Path) -> int | None:
+    """Return the end of the last complete record (``state``), None if unknown."""
+    path = Path(store_dir) / "state"
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(shared.COMMIT_AT + _STATE_Q_SIZE)
+    except OSError:
+        return None
+    if len(raw) < shared.COMMIT_AT + _STATE_Q_SIZE:
+        return None
+    if struct.unpack_from(_STATE_Q, raw, 0)[0] != shared.STATE_MAGIC:
+        return None
+    return struct.unpack_from(_STATE_Q, raw, shared.COMMIT_AT)[0]
+
+
+def split_ranges(
+    store_dir: str | Path,
+    range_bytes: int = RANGE_BYTES,
+    start_offset: int = 0,
+    end_offset: int | None = None,
+) -> list[LogRange]:
+    """Return record-aligned-by-decoder byte ranges covering the log.
+
+    ``end_offset`` defaults to the store's commit position, so bytes a live or
+    killed appender wrote past it are never read. ``start_offset`` lets an
+    incremental export skip what it already holds.
+    """
+    if end_offset is None:
+        end_offset = commit_position(store_dir)
+    out: list[LogRange] = []
+    for path in segment_files(store_dir):
+        base = int(path.name)
+        size = path.stat().st_size
+        lo = max(0, start_offset - base)
+        hi = size if end_offset is None else min(size, end_offset - base)
+        pos = lo
+        while pos < hi:
+            out.append(LogRange(str(path), base, pos, min(pos + range_bytes, hi)))
+            pos += range_bytes
+    return out
+
+
+def find_boundary(buf: Any, base: int, start: int, end: int) -> int | None:
+    """Return the first record boundary in ``buf[start:end]``, None if none.
+
+    Position 0 of a segment is always a boundary; elsewhere a boundary is a
+    magic at ``p + 4`` whose physical-offset field (``p + 28``) equals
+    ``base + p``. A body would have to embed a record header naming its own
+    offset to fool this; the hop that follows would then still stop at the
+    first inconsistent record.
+    """
+    if start == 0:
+        return 0
+    best: int | None = None
+    for magic in _MAGICS:
+        at = start + 4
+        while True:
+            at = buf.find(magic, at, end + 4)
+            if at < 0 or (best is not None and at - 4 >= best):
+                break
+            p = at - 4
+            if (
+                p + 36 <= len(buf)
+                and struct.unpack_from(_Q, buf, p + 28)[0] == base + p
+            ):
+                best = p
+                break
+            at += 1
+    return best
+
+
+def decode_range(
+    rng: LogRange | tuple[str, int, int, int], batch_rows: int = BATCH_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """Yield Arrow batches (``ARROW_SCHEMA``) of the records starting in ``rng``."""
+    path, base, start, end = rng
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0 or start >= size:
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            pos = find_boundary(buf, base, start, min(end, size))
+            if pos is None:
+                return
+            yield from _decode(buf, base, pos, min(end, size), size, batch_rows)
+
+
+def _decode(
+    buf: Any, base: int, pos: int, end: int, size: int, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    header = record.HEADER
+    unpack = header.unpack_from
+    hsize = record.HEADER_SIZE
+    magic_v1, magic_v2 = record.MAGIC_V1, record.MAGIC_V2
+    props_len = record.PROPS_LEN.unpack_from
+    topic_len_v2 = record.TOPIC_LEN_V2.unpack_from
+    min_size = record.MIN_RECORD_SIZE
+    two_ints = record.BLANK.unpack_from
+    topics: dict[bytes, tuple[str, bool]] = {}
+    cols: list[list[Any]] = [[] for _ in COLUMNS]
+    (c_topic, c_qid, c_qoff, c_phys, c_sys, c_born, c_store, c_body, c_prep) = cols[:9]
+    c_tags, c_keys, c_props = cols[9:]
+    n = 0
+    while pos < end and pos + 8 <= size:
+        total, magic = two_ints(buf, pos)
+        if magic not in (magic_v1, magic_v2) or total < min_size or pos + total > size:
+            break  # blank marker, zeros (end of data) or damage: the range ends
+        fields = unpack(buf, pos)
+        sysflag = fields[7]
+        if sysflag & _V6:
+            fields = _unpack_v6(buf, pos, sysflag)
+        qid, qoff, phys = fields[3], fields[5], fields[6]
+        born, stored, prepared, body_len = fields[8], fields[11], fields[15], fields[16]
+        if phys != base + pos:
+            break
+        bpos = pos + hsize + (_extra(sysflag) if sysflag & _V6 else 0)
+        tpos = bpos + body_len
+        if magic == magic_v1:
+            tlen = buf[tpos]
+            tpos += 1
+        else:
+            tlen = topic_len_v2(buf, tpos)[0]
+            tpos += 2
+        raw_topic = buf[tpos : tpos + tlen]
+        known = topics.get(raw_topic)
+        if known is None:
+            name = raw_topic.decode("utf-8", "replace")
+            known = topics[raw_topic] = (name, name.startswith(_SYSTEM_PREFIXES))
+        topic, system = known
+        ppos = tpos + tlen
+        plen = props_len(buf, ppos)[0]
+        tags = keys = None
+        props: list[tuple[str, str]] = []
+        if plen:
+            drop = _DROP_SYSTEM if system else _DROP_USER
+            text = buf[ppos + 2 : ppos + 2 + plen].decode("utf-8", "replace")
+            for part in text.split(PROPERTY_SEPARATOR):
+                k, sep, v = part.partition(NAME_VALUE_SEPARATOR)
+                if not (sep and k and v):
+                    continue
+                if k == PROPERTY_TAGS:
+                    tags = v
+                elif k == PROPERTY_KEYS:
+                    keys = v
+                if k not in drop:
+                    props.append((k, v))
+        c_topic.append(topic)
+        c_qid.append(qid)
+        c_qoff.append(qoff)
+        c_phys.append(phys)
+        c_sys.append(sysflag)
+        c_born.append(born)
+        c_store.append(stored)
+        c_body.append(body_len)
+        c_prep.append(prepared)
+        c_tags.append(tags)
+        c_keys.append(keys)
+        c_props.append(props)
+        n += 1
+        pos += total
+        if n >= batch_rows:
+            yield _batch(cols)
+            for col in cols:
+                col.clear()
+            n = 0
+    if n:
+        yield _batch(cols)
+
+
+def _extra(sysflag: int) -> int:
+    return (12 if sysflag & SYSFLAG_BORNHOST_V6 else 0) + (
+        12 if sysflag & SYSFLAG_STOREHOST_V6 else 0
+    )
+
+
+def _unpack_v6(buf: Any, pos: int, sysflag: int) -> tuple[Any, ...]:
+    layout = record._HEADER_V6[
+        (bool(sysflag & SYSFLAG_BORNHOST_V6), bool(sysflag & SYSFLAG_STOREHOST_V6))
+    ]
+    return layout.unpack_from(buf, pos)
+
+
+def _batch(cols: list[list[Any]]) -> pa.RecordBatch:
+    arrays = [
+        pa.array(col, type=field.type)
+        for col, field in zip(cols, ARROW_SCHEMA, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def decode_ranges(ranges: Iterable[LogRange | tuple[str, int, int, int]]) -> pa.Table:
+    """Return every record of ``ranges`` as one Arrow table (tests, small stores)."""
+    batches = [b for rng in ranges for b in decode_range(rng)]
+    return pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
+
+
+def write_range_parquet(item: tuple[int, str, int, int, int], out_dir: str) -> int:
+    """Decode range ``item = (index, path, base, start, end)`` into
+    ``out_dir/part-<index>.parquet``; return the number of records written."""
+    import pyarrow.parquet as pq
+
+    index, *rng = item
+    rows = 0
+    writer = None
+    try:
+        for batch in decode_range(tuple(rng)):  # type: ignore[arg-type]
+            if writer is None:
+                os.makedirs(out_dir, exist_ok=True)
+                writer = pq.ParquetWriter(
+                    os.path.join(out_dir, f"part-{index:05d}.parquet"), ARROW_SCHEMA
+                )
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows
