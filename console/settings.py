@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "console.consumers",
     "console.delays",
     "console.transactions",
+    "console.reports",
 ]
 
 MIDDLEWARE = [

@@ -16,6 +16,7 @@ api_patterns = [
     path("", include("console.consumers.api.urls")),
     path("", include("console.delays.api.urls")),
     path("", include("console.transactions.api.urls")),
+    path("", include("console.reports.api.urls")),
 ]
 
 urlpatterns = [
@@ -34,6 +35,7 @@ urlpatterns = [
     path("consumer-groups/", include("console.consumers.urls")),
     path("delays/", include("console.delays.urls")),
     path("transactions/", include("console.transactions.urls")),
+    path("reports/", include("console.reports.urls")),
     path("users/", include("console.accounts.urls")),
     path("account/", include("console.accounts.account_urls")),
     path("producer-groups/", include("console.transactions.producer_urls")),

@@ -1,0 +1,113 @@
+"""What the console knows about each report: title, tables, charts.
+
+Kept apart from the Spark jobs so pages render without importing PySpark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A Chart.js chart over one result table: x column, y columns, type."""
+
+    table: str
+    x: str
+    y: tuple[str, ...]
+    kind: str = "bar"
+    title: str = ""
+    series: str | None = None  # a column whose values become separate series
+
+
+@dataclass(frozen=True)
+class ReportInfo:
+    name: str
+    title: str
+    description: str
+    tables: tuple[str, ...]  # shown in this order; the first is the main one
+    charts: tuple[Chart, ...] = field(default=())
+    # Per-message tables: downloadable, shown only in part.
+    detail_tables: tuple[str, ...] = field(default=())
+
+
+REPORTS: dict[str, ReportInfo] = {
+    r.name: r
+    for r in (
+        ReportInfo(
+            "transaction_outcomes",
+            "Transaction outcomes",
+            "Per producer group, topic and hour: halves, commits, rollbacks, "
+            "discards, still pending; half-to-outcome time; check counts; who "
+            "decided; the longest-pending halves.",
+            ("hourly", "check_counts", "longest_pending", "halves"),
+            (
+                Chart(
+                    "hourly",
+                    "hour",
+                    ("commits", "rollbacks", "discarded", "pending"),
+                    "bar",
+                    "Outcomes per hour",
+                ),
+                Chart(
+                    "hourly",
+                    "hour",
+                    ("outcome_ms_p50", "outcome_ms_p95", "outcome_ms_p99"),
+                    "line",
+                    "Half to outcome (ms)",
+                ),
+                Chart("check_counts", "checks", ("halves",), "bar", "Check counts"),
+            ),
+            ("halves",),
+        ),
+        ReportInfo(
+            "delay_punctuality",
+            "Delay punctuality",
+            "Per delay level and for timers: scheduled, delivered, recalled, "
+            "pending; lateness of delivery (p50/p95/p99/max).",
+            ("levels", "lag_histogram", "scheduled"),
+            (
+                Chart(
+                    "levels",
+                    "bucket",
+                    ("lag_ms_p50", "lag_ms_p95", "lag_ms_p99"),
+                    "bar",
+                    "Delivery lag (ms)",
+                ),
+                Chart(
+                    "lag_histogram",
+                    "lag",
+                    ("messages",),
+                    "bar",
+                    "Delivered by lateness",
+                    series="bucket",
+                ),
+            ),
+            ("scheduled",),
+        ),
+        ReportInfo(
+            "topic_traffic",
+            "Topic traffic",
+            "Per topic and hour: messages, bytes, body sizes; top tags and keys.",
+            ("hourly", "top_tags", "top_keys", "body_sizes"),
+            (
+                Chart(
+                    "hourly",
+                    "hour",
+                    ("messages",),
+                    "line",
+                    "Messages per hour",
+                    series="topic",
+                ),
+            ),
+        ),
+        ReportInfo(
+            "consumer_lag",
+            "Consumer lag",
+            "Per consumer group and queue: committed offset, end of queue, lag in "
+            "messages and age of the oldest unconsumed message.",
+            ("groups", "queues"),
+            (Chart("groups", "group", ("lag",), "bar", "Lag per group", "topic"),),
+        ),
+    )
+}

@@ -1,0 +1,18 @@
+from django import forms
+
+
+class RunForm(forms.Form):
+    since = forms.DateTimeField(required=False, help_text="UTC; empty: from the start")
+    until = forms.DateTimeField(required=False, help_text="UTC; empty: to the end")
+
+    def clean(self):
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and since >= until:
+            raise forms.ValidationError("'since' must be before 'until'.")
+        return data
+
+
+class ScheduleForm(forms.Form):
+    enabled = forms.BooleanField(required=False)
+    every_minutes = forms.IntegerField(min_value=1, max_value=7 * 24 * 60)

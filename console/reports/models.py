@@ -1,0 +1,53 @@
+"""Run history of the Spark reports (results themselves are Parquet files).
+
+Schedules are django-celery-beat ``PeriodicTask`` rows (one per report, task
+``reports.run_report``), so beat picks up edits made in the console.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class ReportRun(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "QUEUED"
+        RUNNING = "RUNNING"
+        SUCCEEDED = "SUCCEEDED"
+        FAILED = "FAILED"
+
+    class Trigger(models.TextChoices):
+        MANUAL = "manual"  # "run now" in the console or the API
+        SCHEDULE = "schedule"  # celery beat
+        COMMAND = "command"  # manage.py run_report
+
+    report = models.CharField(max_length=64, db_index=True)
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.QUEUED
+    )
+    trigger = models.CharField(max_length=16, choices=Trigger.choices)
+    requested_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_s = models.FloatField(null=True, blank=True)
+    # Input range: the time window asked for and the log bytes read.
+    since = models.DateTimeField(null=True, blank=True)
+    until = models.DateTimeField(null=True, blank=True)
+    log_end = models.BigIntegerField(null=True, blank=True)
+    input_records = models.BigIntegerField(null=True, blank=True)
+    rows = models.JSONField(default=dict, blank=True)  # table -> rows
+    result_dir = models.CharField(max_length=500, blank=True)
+    summary = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["report", "status", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.report} #{self.pk} {self.status}"
+
+    @property
+    def total_rows(self) -> int:
+        return sum(int(v) for v in (self.rows or {}).values())

@@ -1,0 +1,323 @@
+"""Report operations: request and execute runs, read results, edit schedules.
+
+Views, the API, the Celery tasks and the management command call these; the
+Spark work itself is ``console.reports.jobs`` (imported only when a run
+executes, so web processes never start a JVM: they read results with pyarrow).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import shutil
+import time
+import traceback
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from console.audit.services import record_audit
+from console.reports.catalog import REPORTS
+from console.reports.models import ReportRun
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "reports.run_report"
+#: Result directories kept per report (older runs keep their history row).
+KEEP_RESULTS = 20
+DEFAULT_INTERVAL_MIN = 60
+
+
+class UnknownReportError(ValueError):
+    """No report by that name."""
+
+
+def check_name(name: str) -> str:
+    """Return ``name`` if it is a report, else raise ``UnknownReportError``."""
+    if name not in REPORTS:
+        raise UnknownReportError(
+            f"unknown report {name!r}; one of {', '.join(REPORTS)}"
+        )
+    return name
+
+
+def reports_dir() -> Path:
+    return Path(settings.REPORTS_DIR)
+
+
+def export_dir() -> Path:
+    """The incremental Parquet export of the commit log (shared by all reports)."""
+    return Path(
+        getattr(settings, "REPORTS_EXPORT_DIR", None) or reports_dir() / "export"
+    )
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def parse_when(text: str | None) -> datetime | None:
+    """Return an aware datetime for an ISO 8601 string (UTC when naive)."""
+    if not text:
+        return None
+    value = datetime.fromisoformat(text)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+# --- runs ---------------------------------------------------------------------
+
+
+def request_run(
+    name: str,
+    *,
+    actor: Any = None,
+    trigger: str = ReportRun.Trigger.MANUAL,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    request: Any = None,
+) -> ReportRun:
+    """Queue a run of report ``name`` on the Celery worker ("run now")."""
+    from console.reports.tasks import run_report_task
+
+    check_name(name)
+    user = actor.get_username() if getattr(actor, "is_authenticated", False) else ""
+    run = ReportRun.objects.create(
+        report=name, trigger=trigger, requested_by=user, since=since, until=until
+    )
+    if trigger == ReportRun.Trigger.MANUAL:
+        record_audit(
+            actor=actor,
+            action="report.run",
+            object_type="report",
+            object_id=name,
+            after={"run": run.pk, "since": since, "until": until},
+            request=request,
+        )
+    try:
+        run_report_task.apply_async(kwargs={"run_id": run.pk})
+    except Exception as exc:  # broker down: the run cannot start
+        _fail(run, f"could not queue the run: {exc}")
+    return run
+
+
+def run_now(
+    name: str,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    trigger: str = ReportRun.Trigger.COMMAND,
+) -> ReportRun:
+    """Run report ``name`` in this process and return the finished run."""
+    check_name(name)
+    run = ReportRun.objects.create(
+        report=name, trigger=trigger, since=since, until=until
+    )
+    return execute_run(run.pk)
+
+
+def execute_run(run_id: int) -> ReportRun:
+    """Execute a queued run: bring the export current, compute, store results."""
+    run = ReportRun.objects.get(pk=run_id)
+    run.status = ReportRun.Status.RUNNING
+    run.started_at = timezone.now()
+    run.save(update_fields=["status", "started_at"])
+    started = time.monotonic()
+    try:
+        from console.reports.jobs import runner
+        from console.reports.jobs.session import get_session
+
+        spark = get_session(settings.SPARK_MASTER)
+        records, info = runner.load_records(
+            spark,
+            settings.BROKER_STORE_DIR,
+            export_dir=export_dir(),
+            since_ms=_ms(run.since),
+            until_ms=_ms(run.until),
+        )
+        params = runner.default_params(settings.BROKER_STORE_DIR)
+        params.update(_store_params())
+        out_dir = reports_dir() / run.report / f"{run.pk:08d}"
+        output = runner.run_report(spark, run.report, records, params, out_dir)
+    except Exception as exc:
+        log.exception("report %s run %s failed", run.report, run.pk)
+        run.duration_s = time.monotonic() - started
+        return _fail(run, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(-3)}")
+    run.status = ReportRun.Status.SUCCEEDED
+    run.finished_at = timezone.now()
+    run.duration_s = time.monotonic() - started
+    run.log_end = info.get("log_end")
+    run.input_records = _export_rows()
+    run.rows = output.tables
+    run.summary = output.summary
+    run.result_dir = output.directory
+    run.save()
+    _prune(run.report)
+    return run
+
+
+def _store_params() -> dict[str, Any]:
+    """Report parameters from the broker's settings (delay levels)."""
+    from broker_core.config import parse_delay_levels
+
+    opts = getattr(settings, "BROKER_STORE_OPTIONS", {}) or {}
+    levels = opts.get("message_delay_level")
+    return {"delay_levels_ms": parse_delay_levels(levels)} if levels else {}
+
+
+def _export_rows() -> int | None:
+    try:
+        manifest = json.loads((export_dir() / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return sum(int(c.get("rows", 0)) for c in manifest.get("chunks", []))
+
+
+def _fail(run: ReportRun, error: str) -> ReportRun:
+    run.status = ReportRun.Status.FAILED
+    run.finished_at = timezone.now()
+    run.error = error[:10000]
+    run.save()
+    return run
+
+
+def _prune(name: str) -> None:
+    """Delete result directories beyond the newest ``KEEP_RESULTS`` of a report."""
+    old = ReportRun.objects.filter(report=name).exclude(result_dir="")
+    for run in old.order_by("-created_at", "-id")[KEEP_RESULTS:]:
+        shutil.rmtree(run.result_dir, ignore_errors=True)
+        run.result_dir = ""
+        run.save(update_fields=["result_dir"])
+
+
+def latest_run(name: str) -> ReportRun | None:
+    """Return the newest successful run of ``name``."""
+    return (
+        ReportRun.objects.filter(report=name, status=ReportRun.Status.SUCCEEDED)
+        .exclude(result_dir="")
+        .first()
+    )
+
+
+def export_now() -> dict[str, Any]:
+    """Bring the Parquet export up to the end of the log (Celery task)."""
+    from console.reports.jobs import reader
+    from console.reports.jobs.session import get_session
+
+    spark = get_session(settings.SPARK_MASTER)
+    return reader.export_log(spark, settings.BROKER_STORE_DIR, export_dir()).as_dict()
+
+
+# --- results (pyarrow only: no JVM in web processes) ----------------------------
+
+
+def _table_path(run: ReportRun, table: str) -> Path:
+    if not run.result_dir or table not in (run.rows or {}):
+        raise FileNotFoundError(f"run {run.pk} has no table {table!r}")
+    return Path(run.result_dir) / f"{table}.parquet"
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.isoformat(timespec="seconds")
+    return value
+
+
+def read_table(
+    run: ReportRun, table: str, limit: int = 200, offset: int = 0
+) -> tuple[list[str], list[list[Any]]]:
+    """Return the column names and up to ``limit`` rows of a result table."""
+    import pyarrow.parquet as pq
+
+    data = pq.read_table(_table_path(run, table))
+    part = data.slice(offset, limit).to_pylist()
+    columns = data.column_names
+    return columns, [[_cell(row[c]) for c in columns] for row in part]
+
+
+def table_csv(run: ReportRun, table: str) -> Iterator[str]:
+    """Yield a result table as CSV text, a batch of rows at a time."""
+    import pyarrow.parquet as pq
+
+    data = pq.read_table(_table_path(run, table))
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(data.column_names)
+    for batch in data.to_batches(max_chunksize=5000):
+        for row in batch.to_pylist():
+            writer.writerow([_cell(v) for v in row.values()])
+        yield buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
+    yield buf.getvalue()
+
+
+# --- schedules (django-celery-beat) ------------------------------------------------
+
+
+def schedule_name(name: str) -> str:
+    return f"report: {name}"
+
+
+def ensure_schedules() -> dict[str, PeriodicTask]:
+    """Return each report's beat entry, creating missing ones (disabled, hourly)."""
+    out = {}
+    for name in REPORTS:
+        task = PeriodicTask.objects.filter(name=schedule_name(name)).first()
+        if task is None:
+            every, _ = IntervalSchedule.objects.get_or_create(
+                every=DEFAULT_INTERVAL_MIN, period=IntervalSchedule.MINUTES
+            )
+            task = PeriodicTask.objects.create(
+                name=schedule_name(name),
+                task=TASK_NAME,
+                interval=every,
+                kwargs=json.dumps({"name": name}),
+                enabled=False,
+                description=REPORTS[name].title,
+            )
+        out[name] = task
+    return out
+
+
+def schedule_minutes(task: PeriodicTask) -> int | None:
+    if task.interval is None:
+        return None
+    factor = {"days": 1440, "hours": 60, "minutes": 1, "seconds": 1 / 60}
+    return int(task.interval.every * factor.get(task.interval.period, 1))
+
+
+def update_schedule(
+    name: str, *, enabled: bool, every_minutes: int, actor: Any, request: Any = None
+) -> PeriodicTask:
+    """Enable/disable report ``name``'s scheduled runs and set their interval."""
+    check_name(name)
+    task = ensure_schedules()[name]
+    before = {"enabled": task.enabled, "every_minutes": schedule_minutes(task)}
+    every, _ = IntervalSchedule.objects.get_or_create(
+        every=every_minutes, period=IntervalSchedule.MINUTES
+    )
+    task.interval = every
+    task.crontab = None
+    task.enabled = enabled
+    # A run that waited longer than its interval is dropped, not run late.
+    task.expires_seconds = every_minutes * 60
+    task.save()
+    record_audit(
+        actor=actor,
+        action="report.schedule",
+        object_type="report",
+        object_id=name,
+        before=before,
+        after={"enabled": enabled, "every_minutes": every_minutes},
+        request=request,
+    )
+    return task

@@ -1,0 +1,30 @@
+"""Celery tasks: run a report (queued or scheduled), keep the export current."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from console.reports import services
+from console.reports.models import ReportRun
+
+
+@shared_task(name="reports.run_report")
+def run_report_task(
+    run_id: int | None = None, name: str | None = None
+) -> dict[str, Any]:
+    """Execute a queued run, or (from beat, by ``name``) a new scheduled run."""
+    if run_id is None:
+        services.check_name(name or "")
+        run_id = ReportRun.objects.create(
+            report=name, trigger=ReportRun.Trigger.SCHEDULE
+        ).pk
+    run = services.execute_run(run_id)
+    return {"run": run.pk, "status": run.status, "rows": run.rows}
+
+
+@shared_task(name="reports.export")
+def export_task() -> dict[str, Any]:
+    """Decode the log bytes appended since the last export into Parquet."""
+    return services.export_now()

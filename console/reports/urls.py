@@ -1,0 +1,16 @@
+from django.urls import path
+
+from console.reports import views
+
+app_name = "reports"
+urlpatterns = [
+    path("", views.report_list, name="list"),
+    path("<str:name>/", views.report_detail, name="detail"),
+    path("<str:name>/run/", views.run_now, name="run"),
+    path("<str:name>/schedule/", views.schedule, name="schedule"),
+    path(
+        "<str:name>/runs/<int:run_id>/<str:table>.csv",
+        views.download_csv,
+        name="csv",
+    ),
+]

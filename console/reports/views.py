@@ -1,0 +1,188 @@
+"""Report pages: the list with schedules and latest runs, one page per report
+(summary, charts, tables, history), run now, schedule edits, CSV downloads."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from console.reports import services
+from console.reports.catalog import REPORTS, Chart
+from console.reports.forms import RunForm, ScheduleForm
+from console.reports.models import ReportRun
+from console.ui.permissions import operator_required, viewer_required
+
+ROWS = 100  # rows of a table shown on the page (the CSV has all)
+DETAIL_ROWS = 20
+CHART_ROWS = 500
+
+
+def _info(name: str):
+    try:
+        return REPORTS[name]
+    except KeyError:
+        raise Http404(f"no report {name!r}") from None
+
+
+@viewer_required
+def report_list(request: HttpRequest) -> HttpResponse:
+    schedules = services.ensure_schedules()
+    rows = []
+    for name, info in REPORTS.items():
+        task = schedules[name]
+        rows.append(
+            {
+                "info": info,
+                "latest": services.latest_run(name),
+                "last": ReportRun.objects.filter(report=name).first(),
+                "schedule": task,
+                "every": services.schedule_minutes(task),
+            }
+        )
+    recent = ReportRun.objects.all()[:20]
+    return render(request, "reports/list.html", {"rows": rows, "recent": recent})
+
+
+def _chart_data(run: ReportRun, chart: Chart) -> dict[str, Any] | None:
+    try:
+        columns, rows = services.read_table(run, chart.table, CHART_ROWS)
+    except (FileNotFoundError, OSError):
+        return None
+    if chart.x not in columns or not rows:
+        return None
+    xi = columns.index(chart.x)
+    labels: list[Any] = []
+    for r in rows:
+        if r[xi] not in labels:
+            labels.append(r[xi])
+    datasets = []
+    if chart.series and chart.series in columns:
+        si, yi = columns.index(chart.series), columns.index(chart.y[0])
+        series: dict[str, dict[Any, Any]] = {}
+        for r in rows:
+            series.setdefault(str(r[si]), {})[r[xi]] = r[yi]
+        for label, points in list(series.items())[:12]:
+            datasets.append({"label": label, "data": [points.get(x) for x in labels]})
+    else:
+        for y in chart.y:
+            if y in columns:
+                yi = columns.index(y)
+                by_x = {r[xi]: r[yi] for r in rows}
+                datasets.append({"label": y, "data": [by_x.get(x) for x in labels]})
+    return {
+        "title": chart.title,
+        "type": chart.kind,
+        "labels": [str(x) for x in labels],
+        "datasets": datasets,
+    }
+
+
+@viewer_required
+def report_detail(request: HttpRequest, name: str) -> HttpResponse:
+    info = _info(name)
+    run = None
+    if request.GET.get("run"):
+        run = get_object_or_404(ReportRun, pk=request.GET["run"], report=name)
+    else:
+        run = services.latest_run(name)
+    tables, charts = [], []
+    if run is not None and run.result_dir:
+        for table in info.tables:
+            limit = DETAIL_ROWS if table in info.detail_tables else ROWS
+            try:
+                columns, rows = services.read_table(run, table, limit)
+            except (FileNotFoundError, OSError):
+                continue
+            tables.append(
+                {
+                    "name": table,
+                    "columns": columns,
+                    "rows": rows,
+                    "total": (run.rows or {}).get(table, 0),
+                }
+            )
+        charts = [c for c in (_chart_data(run, ch) for ch in info.charts) if c]
+    task = services.ensure_schedules()[name]
+    history = ReportRun.objects.filter(report=name)[:20]
+    return render(
+        request,
+        "reports/report.html",
+        {
+            "info": info,
+            "run": run,
+            "tables": tables,
+            "charts": charts,
+            "history": history,
+            "schedule": task,
+            "schedule_form": ScheduleForm(
+                initial={
+                    "enabled": task.enabled,
+                    "every_minutes": services.schedule_minutes(task) or 60,
+                }
+            ),
+            "run_form": RunForm(),
+            "summary_json": json.dumps(run.summary, indent=1) if run else "",
+        },
+    )
+
+
+@require_POST
+@operator_required
+def run_now(request: HttpRequest, name: str) -> HttpResponse:
+    _info(name)
+    form = RunForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Not started: {form.errors.as_text()}")
+        return redirect("reports:detail", name=name)
+    run = services.request_run(
+        name,
+        actor=request.user,
+        since=form.cleaned_data.get("since"),
+        until=form.cleaned_data.get("until"),
+        request=request,
+    )
+    if run.status == ReportRun.Status.FAILED:
+        messages.error(request, f"Run #{run.pk} could not start: {run.error}")
+    else:
+        messages.success(
+            request, f"Run #{run.pk} queued; this page shows it when it finishes."
+        )
+    return redirect("reports:detail", name=name)
+
+
+@require_POST
+@operator_required
+def schedule(request: HttpRequest, name: str) -> HttpResponse:
+    _info(name)
+    form = ScheduleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Schedule not saved: {form.errors.as_text()}")
+    else:
+        services.update_schedule(
+            name,
+            enabled=form.cleaned_data["enabled"],
+            every_minutes=form.cleaned_data["every_minutes"],
+            actor=request.user,
+            request=request,
+        )
+        messages.success(request, "Schedule saved.")
+    return redirect("reports:detail", name=name)
+
+
+@viewer_required
+def download_csv(request: HttpRequest, name: str, run_id: int, table: str):
+    _info(name)
+    run = get_object_or_404(ReportRun, pk=run_id, report=name)
+    if table not in (run.rows or {}) or not run.result_dir:
+        raise Http404("no such table in this run")
+    response = StreamingHttpResponse(
+        services.table_csv(run, table), content_type="text/csv"
+    )
+    filename = f"{name}-{run.pk}-{table}.csv"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
