@@ -1,0 +1,149 @@
+"""Traffic produced with broker_core, reports run through the console's service
+in a real local SparkSession, numbers checked against what was produced."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+
+import pytest
+
+from broker_core import Broker, Message
+from broker_core.schedule import DelayService
+from broker_core.transaction import CallableTransport, TransactionService
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.django_db]
+
+
+@pytest.fixture(scope="module")
+def produced(tmp_path_factory):
+    """Build a store with plain, transactional and delayed traffic; return facts."""
+    path = tmp_path_factory.mktemp("e2e") / "store"
+    facts = {"messages": Counter(), "bytes": Counter(), "tags": Counter()}
+    opts = {"segment_size": 64 * 1024, "message_delay_level": "1s 2s"}
+
+    def sent(topic, size, tag=None):
+        facts["messages"][topic] += 1
+        facts["bytes"][topic] += size
+        if tag:
+            facts["tags"][(topic, tag)] += 1
+
+    with Broker.open(str(path), **opts) as broker:
+        for i in range(600):
+            topic, body = ("orders", "payments", "audit")[i % 3], b"x" * (5 + i % 20)
+            tag = ("paid", "refunded", "new")[i % 4 % 3]
+            broker.send(Message(topic, body, tags=tag, keys=f"k{i % 7}"))
+            sent(topic, len(body), tag)
+        with TransactionService(
+            broker, transaction_timeout_ms=0, check_interval_ms=0
+        ) as tx:
+            ids = [
+                tx.send_half("PID_shop", Message("orders", b"half", tags="tx"))
+                for _ in range(7)
+            ]
+            for h in ids[:3]:
+                tx.end_transaction(h.transaction_id, "PID_shop", "COMMIT")
+                sent("orders", 4, "tx")
+            for h in ids[3:5]:
+                tx.end_transaction(h.transaction_id, "PID_shop", "ROLLBACK")
+            tx.commit(ids[5].transaction_id, "alice")  # an operator commit
+            sent("orders", 4, "tx")
+            # The last half is checked back once (UNKNOWN): still pending.
+            tx.checkers.set_default(CallableTransport(lambda req: None))
+            time.sleep(0.05)
+            tx.run_check(max_checks=10)
+        delays = DelayService(broker)
+        broker.send(Message("later", b"L1", properties={"DELAY": "1"}))
+        broker.send(Message("later", b"L1", properties={"DELAY": "1"}))
+        for _ in range(3):
+            broker.send(Message("later", b"T", properties={"TIMER_DELAY_MS": "100"}))
+        recalled = broker.send(
+            Message("later", b"T", properties={"TIMER_DELAY_MS": "600000"})
+        )
+        delays.recall(recalled.msg_id)
+        time.sleep(1.2)
+        delivered = delays.deliver_due()
+        assert delivered.delivered == 5
+        facts["messages"]["later"] += 5
+        facts["bytes"]["later"] += 2 * 2 + 3 * 1
+        delays.close()
+        ends = {q: broker.store.max_offset("orders", q) for q in range(4)}
+        for q in range(4):
+            broker.commit_offset("billing", "orders", q, ends[q] // 2)
+        facts["lag"] = sum(e - e // 2 for e in ends.values())
+    return path, opts, facts
+
+
+@pytest.fixture
+def store(produced, settings, tmp_path):
+    path, opts, facts = produced
+    settings.BROKER_STORE_DIR = path
+    settings.BROKER_STORE_OPTIONS = opts
+    settings.REPORTS_DIR = tmp_path / "reports"
+    return facts
+
+
+def test_all_reports_match_the_traffic(spark, store):
+    from console.reports import services
+    from console.reports.models import ReportRun
+
+    facts = store
+    runs = {
+        name: services.run_now(name)
+        for name in (
+            "topic_traffic",
+            "transaction_outcomes",
+            "delay_punctuality",
+            "consumer_lag",
+        )
+    }
+    for run in runs.values():
+        assert run.status == ReportRun.Status.SUCCEEDED, run.error
+
+    traffic = runs["topic_traffic"]
+    assert traffic.summary["messages"] == sum(facts["messages"].values())
+    assert traffic.summary["bytes"] == sum(facts["bytes"].values())
+    assert traffic.summary["topics"] == len(facts["messages"])
+    _, rows = services.read_table(traffic, "top_tags", limit=1000)
+    got_tags = {(r[0], r[2]): r[3] for r in rows}
+    assert got_tags == dict(facts["tags"])
+
+    tx = runs["transaction_outcomes"].summary
+    assert tx["halves"] == 7
+    assert tx["states"] == {
+        "COMMITTED": 4,
+        "ROLLED_BACK": 2,
+        "PENDING": 1,
+        "DISCARDED": 0,
+    }
+    assert tx["decided_by"] == {"CLIENT": 5, "OPERATOR": 1}
+    _, checks = services.read_table(runs["transaction_outcomes"], "check_counts")
+    assert [(r[1], r[2]) for r in checks] == [(0, 6), (1, 1)]
+
+    delay = runs["delay_punctuality"].summary
+    assert delay["scheduled"] == 6
+    assert delay["delivered"] == 5
+    assert delay["recalled"] == 1
+    assert delay["early"] == 0
+    assert 0 <= delay["lag_ms_p50"] <= delay["lag_ms_max"] < 60_000
+
+    lag = runs["consumer_lag"].summary
+    assert lag["lag"] == facts["lag"]
+    assert lag["most_behind"][0]["group"] == "billing"
+
+    # The runs are in the history, with their input range and result files.
+    run = ReportRun.objects.get(pk=traffic.pk)
+    assert run.input_records and run.input_records > 600
+    assert run.log_end and run.duration_s > 0
+
+
+def test_run_report_command_prints_summary(spark, store, capsys):
+    from django.core.management import call_command
+
+    call_command("run_report", "topic_traffic", "--since", "2000-01-01T00:00:00")
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "SUCCEEDED"
+    assert out["summary"]["messages"] == sum(store["messages"].values())
+    call_command("run_report", "topic_traffic", "--until", "2000-01-01T00:00:00")
+    assert json.loads(capsys.readouterr().out)["summary"]["messages"] == 0
