@@ -181,11 +181,15 @@ def decode_range(
             yield from _decode(buf, base, pos, min(end, size), size, batch_rows)
 
 
-def _decode(
-    buf: Any, base: int, pos: int, end: int, size: int, batch_rows: int
-) -> Iterator[pa.RecordBatch]:
-    header = record.HEADER
-    unpack = header.unpack_from
+def iter_records(
+    buf: Any, base: int, pos: int, end: int, size: int
+) -> Iterator[tuple[Any, ...]]:
+    """Yield one ``COLUMNS`` tuple per record starting in ``buf[pos:end]``.
+
+    ``pos`` must be a record boundary; the last record may run past ``end``
+    (up to ``size``). Stops at a blank marker, zeros or a damaged record.
+    """
+    unpack = record.HEADER.unpack_from
     hsize = record.HEADER_SIZE
     magic_v1, magic_v2 = record.MAGIC_V1, record.MAGIC_V2
     props_len = record.PROPS_LEN.unpack_from
@@ -193,24 +197,18 @@ def _decode(
     min_size = record.MIN_RECORD_SIZE
     two_ints = record.BLANK.unpack_from
     topics: dict[bytes, tuple[str, bool]] = {}
-    cols: list[list[Any]] = [[] for _ in COLUMNS]
-    (c_topic, c_qid, c_qoff, c_phys, c_sys, c_born, c_store, c_body, c_prep) = cols[:9]
-    c_tags, c_keys, c_props = cols[9:]
-    n = 0
     while pos < end and pos + 8 <= size:
         total, magic = two_ints(buf, pos)
         if magic not in (magic_v1, magic_v2) or total < min_size or pos + total > size:
-            break  # blank marker, zeros (end of data) or damage: the range ends
+            return  # blank marker, zeros (end of data) or damage: the range ends
         fields = unpack(buf, pos)
         sysflag = fields[7]
         if sysflag & _V6:
             fields = _unpack_v6(buf, pos, sysflag)
-        qid, qoff, phys = fields[3], fields[5], fields[6]
-        born, stored, prepared, body_len = fields[8], fields[11], fields[15], fields[16]
+        phys, body_len = fields[6], fields[16]
         if phys != base + pos:
-            break
-        bpos = pos + hsize + (_extra(sysflag) if sysflag & _V6 else 0)
-        tpos = bpos + body_len
+            return
+        tpos = pos + hsize + (_extra(sysflag) if sysflag & _V6 else 0) + body_len
         if magic == magic_v1:
             tlen = buf[tpos]
             tpos += 1
@@ -222,13 +220,12 @@ def _decode(
         if known is None:
             name = raw_topic.decode("utf-8", "replace")
             known = topics[raw_topic] = (name, name.startswith(_SYSTEM_PREFIXES))
-        topic, system = known
         ppos = tpos + tlen
         plen = props_len(buf, ppos)[0]
         tags = keys = None
         props: list[tuple[str, str]] = []
         if plen:
-            drop = _DROP_SYSTEM if system else _DROP_USER
+            drop = _DROP_SYSTEM if known[1] else _DROP_USER
             text = buf[ppos + 2 : ppos + 2 + plen].decode("utf-8", "replace")
             for part in text.split(PROPERTY_SEPARATOR):
                 k, sep, v = part.partition(NAME_VALUE_SEPARATOR)
@@ -240,27 +237,47 @@ def _decode(
                     keys = v
                 if k not in drop:
                     props.append((k, v))
-        c_topic.append(topic)
-        c_qid.append(qid)
-        c_qoff.append(qoff)
-        c_phys.append(phys)
-        c_sys.append(sysflag)
-        c_born.append(born)
-        c_store.append(stored)
-        c_body.append(body_len)
-        c_prep.append(prepared)
-        c_tags.append(tags)
-        c_keys.append(keys)
-        c_props.append(props)
-        n += 1
+        yield (
+            known[0],
+            fields[3],  # queue id
+            fields[5],  # queue offset
+            phys,
+            sysflag,
+            fields[8],  # born timestamp
+            fields[11],  # store timestamp
+            body_len,
+            fields[15],  # prepared transaction offset
+            tags,
+            keys,
+            props,
+        )
         pos += total
-        if n >= batch_rows:
-            yield _batch(cols)
-            for col in cols:
-                col.clear()
-            n = 0
-    if n:
-        yield _batch(cols)
+
+
+def iter_range(rng: LogRange | tuple[str, int, int, int]) -> Iterator[tuple[Any, ...]]:
+    """Yield the ``COLUMNS`` tuples of the records starting in ``rng``."""
+    path, base, start, end = rng
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0 or start >= size:
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            pos = find_boundary(buf, base, start, min(end, size))
+            if pos is not None:
+                yield from iter_records(buf, base, pos, min(end, size), size)
+
+
+def _decode(
+    buf: Any, base: int, pos: int, end: int, size: int, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    rows: list[tuple[Any, ...]] = []
+    for row in iter_records(buf, base, pos, end, size):
+        rows.append(row)
+        if len(rows) >= batch_rows:
+            yield _batch(rows)
+            rows.clear()
+    if rows:
+        yield _batch(rows)
 
 
 def _extra(sysflag: int) -> int:
@@ -276,10 +293,10 @@ def _unpack_v6(buf: Any, pos: int, sysflag: int) -> tuple[Any, ...]:
     return layout.unpack_from(buf, pos)
 
 
-def _batch(cols: list[list[Any]]) -> pa.RecordBatch:
+def _batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
     arrays = [
-        pa.array(col, type=field.type)
-        for col, field in zip(cols, ARROW_SCHEMA, strict=True)
+        pa.array(list(col), type=field.type)
+        for col, field in zip(zip(*rows, strict=True), ARROW_SCHEMA, strict=True)
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
