@@ -47,6 +47,25 @@ def _timed(seconds: float, step: Callable[[], int]) -> float:
 
 
 # -- this store -----------------------------------------------------------------
+def _processes(target: Callable[..., None], args: tuple[Any, ...], n: int = 4) -> float:
+    """Run ``n`` spawned producers of ``target(*args, start, out)``; sum their rates.
+
+    Each producer waits on the shared start event so all begin together after
+    their imports, then puts its msg/s on the queue.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, start, out)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    time.sleep(1.0)
+    start.set()
+    total = sum(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join()
+    return total
+
+
 def _ours_proc(store: str, seconds: float, start: Any, out: Any) -> None:
     from broker_core import Broker, Message
 
@@ -79,19 +98,7 @@ def bench_ours(seconds: float, workdir: Path) -> dict[str, float]:
                     n += len(msg.body) > 0
                 off = r.next_offset
         res["consume"] = n / (time.perf_counter() - t0)
-    ctx = multiprocessing.get_context("spawn")
-    start, out = ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(target=_ours_proc, args=(str(store), seconds, start, out))
-        for _ in range(4)
-    ]
-    for p in procs:
-        p.start()
-    time.sleep(1.0)
-    start.set()
-    res["send_4proc"] = sum(out.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join()
+    res["send_4proc"] = _processes(_ours_proc, (str(store), seconds))
     with Broker.open(
         workdir / "ours_sync", flush="sync", index_in_background=False
     ) as b:
@@ -172,19 +179,7 @@ def bench_redis(seconds: float, url: str) -> dict[str, Any]:
             n += sum(len(f[b"b"]) > 0 for _, f in rows)
             last = rows[-1][0].decode()
         res["consume"] = n / (time.perf_counter() - t0)
-        ctx = multiprocessing.get_context("spawn")
-        start, out = ctx.Event(), ctx.Queue()
-        procs = [
-            ctx.Process(target=_redis_proc, args=(url, key, seconds, start, out))
-            for _ in range(4)
-        ]
-        for p in procs:
-            p.start()
-        time.sleep(1.0)
-        start.set()
-        res["send_4proc"] = sum(out.get(timeout=120) for _ in procs)
-        for p in procs:
-            p.join()
+        res["send_4proc"] = _processes(_redis_proc, (url, key, seconds))
         # Redis has no per-write fsync short of appendfsync=always; measure that.
         r.config_set("appendfsync", "always")
         pool = redis.ConnectionPool.from_url(url, max_connections=16)
@@ -260,19 +255,7 @@ def bench_sqlite(seconds: float, workdir: Path) -> dict[str, Any]:
         n += sum(len(b) > 0 for _, b in got)
         last = got[-1][0]
     res["consume"] = n / (time.perf_counter() - t0)
-    ctx = multiprocessing.get_context("spawn")
-    start, out = ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(target=_sqlite_proc, args=(str(path), seconds, start, out))
-        for _ in range(4)
-    ]
-    for p in procs:
-        p.start()
-    time.sleep(1.0)
-    start.set()
-    res["send_4proc"] = sum(out.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join()
+    res["send_4proc"] = _processes(_sqlite_proc, (str(path), seconds))
     con.close()
     spath = workdir / "sqlite_sync.db"
     conns = [_sqlite_open(spath, "FULL") for _ in range(8)]
