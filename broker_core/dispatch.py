@@ -81,6 +81,50 @@ def compute_tags_code(
 _I = struct.Struct(">i")
 
 
+def index_keys(view: memoryview, pos: int) -> tuple[int, int, int, str, list[str]]:
+    """Return ``(phys, store_ts, sysflag, topic, keys)`` of the validated record at
+    ``view[pos:]``, where ``keys`` are its ``UNIQ_KEY`` and ``KEYS`` tokens.
+
+    The index builder's reader: it finds the two properties in the raw bytes
+    instead of decoding every property (``decode_dispatch``).
+    """
+    head = HEADER.unpack_from(view, pos)
+    sysflag, body_len = head[7], head[16]
+    extra = (12 if sysflag & 0x10 else 0) + (12 if sysflag & 0x20 else 0)
+    if extra:
+        body_len = _I.unpack_from(view, pos + HEADER.size + extra - 4)[0]
+    tpos = pos + HEADER.size + extra + body_len
+    if head[1] == MAGIC_V1:
+        tl = view[tpos]
+        tpos += 1
+    else:
+        tl = TOPIC_LEN_V2.unpack_from(view, tpos)[0]
+        tpos += 2
+    topic = str(view[tpos : tpos + tl], "utf-8")
+    ppos = tpos + tl
+    plen = PROPS_LEN.unpack_from(view, ppos)[0]
+    raw = b"\x02" + bytes(view[ppos + 2 : ppos + 2 + plen])
+    keys: list[str] = []
+    i = raw.find(_UNIQ_AT)
+    if i >= 0:
+        i += len(_UNIQ_AT)
+        j = raw.find(b"\x02", i)
+        value = str(raw[i : j if j >= 0 else len(raw)], "utf-8")
+        if value:
+            keys.append(value)
+    i = raw.find(_KEYS_AT)
+    if i >= 0:
+        i += len(_KEYS_AT)
+        j = raw.find(b"\x02", i)
+        value = str(raw[i : j if j >= 0 else len(raw)], "utf-8")
+        keys.extend(k for k in value.split(" ") if k)
+    return head[6], head[11], sysflag, topic, keys
+
+
+_UNIQ_AT = f"\x02{PROPERTY_UNIQ_KEY}\x01".encode()
+_KEYS_AT = f"\x02{PROPERTY_KEYS}\x01".encode()
+
+
 def decode_dispatch(
     view: memoryview, pos: int, delay_ms: Callable[[int], int]
 ) -> DispatchRequest:

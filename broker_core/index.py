@@ -34,6 +34,48 @@ def key_hash(key: str) -> int:
     return 0 if h == -0x80000000 else abs(h)
 
 
+def _utf16_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
+
+
+class KeyHasher:
+    """``key_hash(topic + "#" + key)`` without hashing the whole string each time.
+
+    Java's hash of a concatenation is ``h(a) * 31**len(b) + h(b)`` (mod 2**32),
+    so the ``topic#`` prefix is hashed once per topic, and a key seen lately
+    (a committed message repeats its half's ``UNIQ_KEY``) is not hashed again.
+    """
+
+    __slots__ = ("_prefix", "_keys", "_pow")
+
+    def __init__(self) -> None:
+        self._prefix: dict[str, int] = {}
+        self._keys: dict[str, tuple[int, int]] = {}
+        self._pow: list[int] = [1]
+
+    def __call__(self, topic: str, key: str) -> int:
+        p = self._prefix.get(topic)
+        if p is None:
+            if len(self._prefix) > 4096:
+                self._prefix.clear()
+            p = self._prefix[topic] = java_string_hash(topic + "#") & 0xFFFFFFFF
+        k = self._keys.get(key)
+        if k is None:
+            if len(self._keys) > 16384:
+                self._keys.clear()
+            k = self._keys[key] = (
+                java_string_hash(key) & 0xFFFFFFFF,
+                _utf16_len(key),
+            )
+        pw = self._pow
+        while len(pw) <= k[1]:
+            pw.append(pw[-1] * 31 & 0xFFFFFFFF)
+        h = (p * pw[k[1]] + k[0]) & 0xFFFFFFFF
+        if h & 0x80000000:
+            h = 0x100000000 - h  # abs() of the negative int32
+        return 0 if h == 0x80000000 else h
+
+
 class IndexFile:
     """One mapped index file."""
 
@@ -60,6 +102,10 @@ class IndexFile:
 
     def put(self, key: str, phy_offset: int, store_ts: int) -> bool:
         """Add one key; return False when the file is full."""
+        return self.put_hash(key_hash(key), phy_offset, store_ts)
+
+    def put_hash(self, h: int, phy_offset: int, store_ts: int) -> bool:
+        """Add one key by its ``key_hash``; return False when the file is full."""
         begin_ts, end_ts, begin_off, end_off, slot_count, count = HEADER.unpack_from(
             self.mm, 0
         )
@@ -67,7 +113,6 @@ class IndexFile:
             count = 1
         if count >= self.entries:
             return False
-        h = key_hash(key)
         slot_at = HEADER_SIZE + (h % self.slots) * 4
         prev = SLOT.unpack_from(self.mm, slot_at)[0]
         if prev <= 0 or prev > count:
@@ -138,6 +183,7 @@ class IndexService:
         self.slots = slots
         self.entries = entries
         self.files: dict[str, IndexFile] = {}
+        self._hasher = KeyHasher()
 
     def _names(self) -> list[str]:
         if not self.directory.is_dir():
@@ -164,18 +210,20 @@ class IndexService:
             name = _file_name(now_ms)
         return self._open(name)
 
-    def build(self, items: Iterable[tuple[int, int, list[str]]]) -> int:
-        """Index ``(phy_offset, store_ts, keys)`` items (keys already ``topic#key``).
+    def build(self, items: Iterable[tuple[int, int, str, list[str]]]) -> int:
+        """Index ``(phy_offset, store_ts, topic, keys)`` items (as ``topic#key``).
 
         Call under the index lock. Returns the number of keys added.
         """
         current: IndexFile | None = None
+        hasher = self._hasher
         n = 0
-        for phy, ts, keys in items:
+        for phy, ts, topic, keys in items:
             for key in keys:
+                h = hasher(topic, key)
                 if current is None:
                     current = self._writable(ts)
-                while not current.put(key, phy, ts):
+                while not current.put_hash(h, phy, ts):
                     current = self._writable(ts)
                 n += 1
         return n

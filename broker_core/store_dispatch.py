@@ -13,7 +13,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from broker_core.dispatch import Dispatcher, DispatchRequest, decode_dispatch
+from broker_core.dispatch import (
+    Dispatcher,
+    DispatchRequest,
+    decode_dispatch,
+    index_keys,
+)
 
 if TYPE_CHECKING:
     from broker_core.commitlog import CommitLog
@@ -150,20 +155,16 @@ class StoreDispatchMixin:
             deadline = (
                 None if time_budget_s is None else time.monotonic() + time_budget_s
             )
-            items: list[tuple[int, int, list[str]]] = []
+            items: list[tuple[int, int, str, list[str]]] = []
             pos = start
-            for req in self.iter_dispatch(start, end):
-                if req.sysflag & 0xC != 0xC:
-                    keys = []
-                    if req.uniq_key:
-                        keys.append(f"{req.topic}#{req.uniq_key}")
-                    if req.keys:
-                        keys.extend(
-                            f"{req.topic}#{k}" for k in req.keys.split(" ") if k
-                        )
-                    if keys:
-                        items.append((req.commit_log_offset, req.store_timestamp, keys))
-                pos = req.next_offset
+            for seg, rpos, size in self.commitlog.scan(
+                max(start, self.commitlog.first_offset()),
+                min(end, state.dispatched_pos),
+            ):
+                phys, ts, sysflag, topic, keys = index_keys(seg.view, rpos)
+                if keys and sysflag & 0xC != 0xC:
+                    items.append((phys, ts, topic, keys))
+                pos = phys + size
                 if len(items) >= 2048:
                     self.index.build(items)
                     items = []

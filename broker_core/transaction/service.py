@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, overload
 
 from broker_core.broker import Broker
 from broker_core.errors import (
@@ -25,11 +26,14 @@ from broker_core.errors import (
 from broker_core.message import (
     PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
     Message,
     MessageExt,
+    MessageInner,
 )
 from broker_core.msgid import UniqKeyGenerator
 from broker_core.record import decode_offset_msg_id, offset_msg_id
@@ -42,6 +46,7 @@ from broker_core.transaction.queries import QueryMixin
 from broker_core.transaction.transports import CheckerRegistry
 from broker_core.transaction.types import (
     CheckRunResult,
+    EndTransactionRequest,
     EndTransactionResult,
     EndTransactionStatus,
     ResolutionSource,
@@ -139,7 +144,66 @@ class TransactionService(QueryMixin, WriteMixin):
         ``InvalidMessageError``, ``MessageTooLargeError``, ``InvalidQueueError``,
         ``TopicNotFoundError`` (unknown topic with ``auto_create_topic`` off).
         """
+        return self.send_halves(producer_group, (message,))[0]
+
+    def send_halves(
+        self, producer_group: str, messages: Sequence[Message]
+    ) -> list[TransactionSendResult]:
+        """Store several halves of one producer group in one append.
+
+        Each half is exactly what ``send_half`` stores; the batch takes the append
+        lock and writes the log once, which is what a server grouping concurrent
+        requests, or a producer with many transactions open, wants. All or
+        nothing: an invalid message raises (as ``send_half``) before anything
+        is written.
+        """
         validate_group(producer_group)
+        now = int(time.time() * 1000)
+        inners = [self._half_inner(producer_group, m, now) for m in messages]
+        if not inners:
+            return []
+        with self.store.exclusive_appends():
+            results = self.ledger.append(inners, [event(R.HALF, i) for i in inners])
+        recent = self._recent
+        out = []
+        for inner, res in zip(inners, results, strict=True):
+            oid = res.offset_msg_id
+            props = inner.properties
+            uniq = props[PROPERTY_UNIQ_KEY]
+            recent[oid] = R.HalfView(
+                TRANS_HALF_TOPIC,
+                props,
+                inner.body,
+                inner.flag,
+                inner.sysflag,
+                now,
+                inner.born_host,
+                0,
+                res.commit_log_offset,
+                res.queue_offset,
+                uniq,
+                oid,
+            )
+            out.append(
+                TransactionSendResult(
+                    uniq,
+                    oid,
+                    int(props[PROPERTY_REAL_QID]),
+                    res.queue_offset,
+                    res.status,
+                    props[PROPERTY_REAL_TOPIC],
+                    res.commit_log_offset,
+                    transaction_id=oid,
+                )
+            )
+        while len(recent) > _RECENT_MAX:
+            del recent[next(iter(recent))]
+        return out
+
+    def _half_inner(
+        self, producer_group: str, message: Message, now: int
+    ) -> MessageInner:
+        """Validate ``message`` and build its half record (outside the lock)."""
         topic = message.topic
         validate_send_topic(topic)
         cfg_store = self.store.config
@@ -149,7 +213,9 @@ class TransactionService(QueryMixin, WriteMixin):
             raise TopicNotFoundError(f"topic {topic!r} does not exist")
         nq = tcfg.write_queue_nums if tcfg else cfg_store.default_queue_nums
         if message.queue_id is None:
-            counter = self._rr.setdefault(topic, itertools.count())
+            counter = self._rr.get(topic)
+            if counter is None:
+                counter = self._rr[topic] = itertools.count()
             qid = next(counter) % max(nq, 1)
         else:
             qid = message.queue_id
@@ -164,15 +230,13 @@ class TransactionService(QueryMixin, WriteMixin):
         keys = message.keys_string()
         if keys:
             props[PROPERTY_KEYS] = keys
-        now = int(time.time() * 1000)
-        uniq = self._ids.next(now)
         inner = R.half_inner(
             topic,
             qid,
             bytes(message.body),
             props,
             producer_group,
-            uniq,
+            self._ids.next(now),
             message.flag,
             now,
         )
@@ -185,36 +249,7 @@ class TransactionService(QueryMixin, WriteMixin):
                 "".join(f"{k}\x01{v}\x02" for k, v in props.items()).encode(),
                 cfg_store.max_properties_size,
             )
-        with self.store.exclusive_appends():
-            res = self.ledger.append([inner], [event(R.HALF, inner)])[0]
-        oid = res.offset_msg_id
-        recent = self._recent
-        recent[oid] = R.HalfView(
-            TRANS_HALF_TOPIC,
-            inner.properties,
-            inner.body,
-            inner.flag,
-            inner.sysflag,
-            now,
-            inner.born_host,
-            0,
-            res.commit_log_offset,
-            res.queue_offset,
-            uniq,
-            oid,
-        )
-        if len(recent) > _RECENT_MAX:
-            del recent[next(iter(recent))]
-        return TransactionSendResult(
-            uniq,
-            oid,
-            qid,
-            res.queue_offset,
-            res.status,
-            topic,
-            res.commit_log_offset,
-            transaction_id=oid,
-        )
+        return inner
 
     # -- looking up ----------------------------------------------------------
     def locate(self, transaction_id: str) -> MessageExt:
@@ -281,109 +316,223 @@ class TransactionService(QueryMixin, WriteMixin):
         (a CLIENT outcome after the half's ``CHECK_IMMUNITY_TIME_IN_SECONDS``, 604),
         ``ValueError`` for an unknown resolution or source.
         """
-        res = TransactionResolution.coerce(resolution)
-        src = ResolutionSource.coerce(source)
+        out = self.end_transactions(
+            (
+                EndTransactionRequest(
+                    transaction_id,
+                    producer_group,
+                    resolution,
+                    source,
+                    operator,
+                    msg_id,
+                    queue_offset,
+                ),
+            ),
+            return_exceptions=True,
+        )[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    @overload
+    def end_transactions(
+        self,
+        requests: Iterable[EndTransactionRequest],
+        *,
+        return_exceptions: Literal[False] = False,
+    ) -> list[EndTransactionResult]: ...
+
+    @overload
+    def end_transactions(
+        self,
+        requests: Iterable[EndTransactionRequest],
+        *,
+        return_exceptions: Literal[True],
+    ) -> list[EndTransactionResult | Exception]: ...
+
+    def end_transactions(
+        self,
+        requests: Iterable[EndTransactionRequest],
+        *,
+        return_exceptions: bool = False,
+    ) -> list[EndTransactionResult] | list[EndTransactionResult | Exception]:
+        """End several transactions under one append lock and one log write.
+
+        Each request is decided exactly as ``end_transaction`` would decide it,
+        in order (a later request about the same half sees the earlier one's
+        outcome). With ``return_exceptions`` a refused request yields its
+        exception in its place and the others go ahead; without it the first
+        refusal is raised after every request has been decided and written.
+        """
+        reqs = list(requests)
+        out: list[EndTransactionResult | Exception | None] = [None] * len(reqs)
+        checked: list[tuple[int, Any]] = []
+        for i, rq in enumerate(reqs):
+            try:
+                checked.append((i, self._check_end(rq)))
+            except Exception as exc:  # returned or raised below
+                out[i] = exc
+        if checked:
+            self._decide_ends(checked, out)
+        if not return_exceptions:
+            for item in out:
+                if isinstance(item, Exception):
+                    raise item
+        return out  # type: ignore[return-value]
+
+    def _check_end(self, rq: EndTransactionRequest) -> tuple[Any, ...]:
+        """The checks that need no lock: arguments, the half, group and ids."""
+        res = TransactionResolution.coerce(rq.resolution)
+        src = ResolutionSource.coerce(rq.source)
+        tid_in = rq.transaction_id
         half: MessageExt | R.HalfView
-        half = self._recent.pop(transaction_id, None) or self.locate(transaction_id)
+        half = self._recent.pop(tid_in, None) or self.locate(tid_in)
         props = half.properties
         tid = half.offset_msg_id
-        if producer_group is not None or src is not ResolutionSource.OPERATOR:
-            if props.get(PROPERTY_PRODUCER_GROUP) != producer_group:
+        group = rq.producer_group
+        if group is not None or src is not ResolutionSource.OPERATOR:
+            if props.get(PROPERTY_PRODUCER_GROUP) != group:
                 raise WrongProducerGroupError(
-                    f"producer group {producer_group!r} does not own transaction {tid} "
+                    f"producer group {group!r} does not own transaction {tid} "
                     f"(it belongs to {props.get(PROPERTY_PRODUCER_GROUP)!r})"
                 )
-        if msg_id is not None and msg_id != half.msg_id:
-            raise UnknownTransactionError(f"message id {msg_id!r} does not match {tid}")
-        if queue_offset is not None and queue_offset != half.queue_offset:
+        if rq.msg_id is not None and rq.msg_id != half.msg_id:
             raise UnknownTransactionError(
-                f"transaction state table offset {queue_offset} is wrong for {tid}"
+                f"message id {rq.msg_id!r} does not match {tid}"
             )
+        if rq.queue_offset is not None and rq.queue_offset != half.queue_offset:
+            raise UnknownTransactionError(
+                f"transaction state table offset {rq.queue_offset} is wrong for {tid}"
+            )
+        operator = rq.operator
         if operator is not None:
             operator = R.clean_value(operator, 128)
         if src is ResolutionSource.OPERATOR and not operator:
             raise ValidationError("an OPERATOR resolution needs the operator's name")
+        return half, tid, res, src, operator
+
+    def _decide_ends(
+        self,
+        checked: list[tuple[int, Any]],
+        out: list[EndTransactionResult | Exception | None],
+    ) -> None:
+        """Decide and write under the append lock (see ``ledger.py``)."""
+        ledger = self.ledger
+        table = ledger.table
+        inners: list[MessageInner] = []
+        events: list[R.TxEvent | None] = []
+        written: list[tuple[int, str, int, str | None]] = []
+        in_batch: set[int] = set()
+        with self.store.exclusive_appends():
+            ledger.catch_up()
+            for i, (half, tid, res, src, operator) in checked:
+                qoff = half.queue_offset
+                if qoff in in_batch:  # decide on what the earlier request wrote
+                    ledger.append(inners, events)
+                    inners, events = [], []
+                    in_batch.clear()
+                try:
+                    records = self._decide_end(half, tid, res, src, operator)
+                except Exception as exc:  # the request's refusal
+                    out[i] = exc
+                    continue
+                if isinstance(records, EndTransactionResult):
+                    out[i] = records
+                    continue
+                inners += records[0]
+                events += records[1]
+                in_batch.add(qoff)
+                written.append((i, tid, qoff, operator))
+            if inners:
+                ledger.append(inners, events)
+            for i, tid, qoff, operator in written:
+                st = table.get(qoff)
+                out[i] = self._result(
+                    tid,
+                    EndTransactionStatus.RESOLVED,
+                    STATE_NAMES[st[0]],
+                    st[2],
+                    st[3],
+                    st[4],
+                    operator,
+                )
+
+    def _decide_end(
+        self,
+        half: MessageExt | R.HalfView,
+        tid: str,
+        res: TransactionResolution,
+        src: ResolutionSource,
+        operator: str | None,
+    ) -> EndTransactionResult | tuple[list[MessageInner], list[R.TxEvent | None]]:
+        """Return the answer that needs no write, or the records to write."""
         qoff = half.queue_offset
-        store = self.store
-        with store.exclusive_appends():
-            self.ledger.catch_up()
-            state, _checks, code, commit_off, op_off = self.ledger.table.get(qoff)
-            if state == S.NONE:
-                raise UnknownTransactionError(f"transaction {tid} is not recorded")
-            current = STATE_NAMES[state]
-            if current.final:
-                same = (current is TransactionState.COMMITTED) == (
-                    res is TransactionResolution.COMMIT
-                )
-                if res is TransactionResolution.UNKNOWN or same:
-                    status = (
-                        EndTransactionStatus.UNCHANGED
-                        if res is TransactionResolution.UNKNOWN
-                        else EndTransactionStatus.ALREADY_RESOLVED
-                    )
-                    return self._result(tid, status, current, code, commit_off, op_off)
-                raise TransactionConflictError(
-                    f"transaction {tid} is already {current.value} "
-                    f"(by {SOURCE_NAMES.get(code, 'unknown source')}); "
-                    f"{res.value} refused"
-                )
-            if res is TransactionResolution.UNKNOWN:
-                return self._result(
-                    tid, EndTransactionStatus.UNCHANGED, current, code, -1, -1
-                )
-            if (
-                current is TransactionState.DISCARDED
-                and src is not ResolutionSource.OPERATOR
-            ):
-                raise TransactionConflictError(
-                    f"transaction {tid} is DISCARDED after too many checks; "
-                    "an operator "
-                    f"must resume or resolve it ({res.value} from {src.value} refused)"
-                )
-            if src is ResolutionSource.CLIENT:
-                raw = props.get(R.PROPERTY_CHECK_IMMUNITY)
-                limit = (
-                    R.end_immunity_ms(raw, self.config.transaction_timeout_ms)
-                    if raw
-                    else None
-                )
-                if (
-                    limit is not None
-                    and int(time.time() * 1000) - half.born_timestamp > limit
-                ):
-                    raise IllegalTransactionOperationError(
-                        f"transaction {tid} is older than its check immunity "
-                        f"({limit} ms): it is left to the check-back"
-                    )
-            extra = {
-                R.PROPERTY_OUTCOME: res.value,
-                R.PROPERTY_SOURCE: src.value,
-                R.PROPERTY_OPERATOR: operator,
-            }
-            op = R.op_inner(
-                R.TAG_OUTCOME,
-                half.commit_log_offset,
-                qoff,
-                props.get(PROPERTY_REAL_TOPIC, ""),
-                extra,
+        state, _checks, code, commit_off, op_off = self.ledger.table.get(qoff)
+        if state == S.NONE:
+            raise UnknownTransactionError(f"transaction {tid} is not recorded")
+        current = STATE_NAMES[state]
+        if current.final:
+            same = (current is TransactionState.COMMITTED) == (
+                res is TransactionResolution.COMMIT
             )
-            inners = [op]
-            events = [event(R.OUTCOME, op, half.commit_log_offset, qoff)]
-            if res is TransactionResolution.COMMIT:
-                msg = R.commit_inner(half)
-                inners.insert(0, msg)
-                events.insert(0, event(R.COMMIT_MSG, msg, half.commit_log_offset, qoff))
-            self.ledger.append(inners, events)
-            st = self.ledger.table.get(qoff)
-        return self._result(
-            tid,
-            EndTransactionStatus.RESOLVED,
-            STATE_NAMES[st[0]],
-            st[2],
-            st[3],
-            st[4],
-            operator,
+            if res is TransactionResolution.UNKNOWN or same:
+                status = (
+                    EndTransactionStatus.UNCHANGED
+                    if res is TransactionResolution.UNKNOWN
+                    else EndTransactionStatus.ALREADY_RESOLVED
+                )
+                return self._result(tid, status, current, code, commit_off, op_off)
+            raise TransactionConflictError(
+                f"transaction {tid} is already {current.value} "
+                f"(by {SOURCE_NAMES.get(code, 'unknown source')}); "
+                f"{res.value} refused"
+            )
+        if res is TransactionResolution.UNKNOWN:
+            return self._result(
+                tid, EndTransactionStatus.UNCHANGED, current, code, -1, -1
+            )
+        if (
+            current is TransactionState.DISCARDED
+            and src is not ResolutionSource.OPERATOR
+        ):
+            raise TransactionConflictError(
+                f"transaction {tid} is DISCARDED after too many checks; an operator "
+                f"must resume or resolve it ({res.value} from {src.value} refused)"
+            )
+        props = half.properties
+        if src is ResolutionSource.CLIENT:
+            raw = props.get(R.PROPERTY_CHECK_IMMUNITY)
+            limit = (
+                R.end_immunity_ms(raw, self.config.transaction_timeout_ms)
+                if raw
+                else None
+            )
+            if limit is not None and int(time.time() * 1000) - half.born_timestamp > (
+                limit
+            ):
+                raise IllegalTransactionOperationError(
+                    f"transaction {tid} is older than its check immunity "
+                    f"({limit} ms): it is left to the check-back"
+                )
+        half_off = half.commit_log_offset
+        extra = {
+            R.PROPERTY_OUTCOME: res.value,
+            R.PROPERTY_SOURCE: src.value,
+            R.PROPERTY_OPERATOR: operator,
+        }
+        op = R.op_inner(
+            R.TAG_OUTCOME, half_off, qoff, props.get(PROPERTY_REAL_TOPIC, ""), extra
         )
+        if res is TransactionResolution.COMMIT:
+            msg = R.commit_inner(half)
+            return (
+                [msg, op],
+                [
+                    event(R.COMMIT_MSG, msg, half_off, qoff),
+                    event(R.OUTCOME, op, half_off, qoff),
+                ],
+            )
+        return [op], [event(R.OUTCOME, op, half_off, qoff)]
 
     def _result(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker_core.message import SendResult
 
@@ -127,6 +127,19 @@ class TransactionSendResult(SendResult):
     """``SendResult`` of a half; ``transaction_id`` names the half from then on."""
 
     transaction_id: str = ""
+
+
+class EndTransactionRequest(NamedTuple):
+    """One item of ``TransactionService.end_transactions``: the arguments of
+    ``end_transaction``."""
+
+    transaction_id: str
+    producer_group: str | None
+    resolution: TransactionResolution | str
+    source: ResolutionSource | str = ResolutionSource.CLIENT
+    operator: str | None = None
+    msg_id: str | None = None
+    queue_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -272,3 +272,31 @@ def test_import_without_django() -> None:
         check=True,
     )
     assert out.stdout.strip() == "ok"
+
+
+def test_index_reader_finds_the_same_keys_as_the_full_decoder(broker: Broker) -> None:
+    from broker_core.dispatch import decode_dispatch, index_keys
+
+    sent = [
+        Message("Idx", b"a", keys="k1  k2 ключ"),
+        Message("Idx", b"b", properties={"XKEYS": "decoy", "MYUNIQ_KEY": "decoy"}),
+        Message("Idx", b"c", keys="only", tags="t"),
+        Message("Idx2", b"d", keys="😀 ünï"),
+    ]
+    offsets = [broker.send(m).commit_log_offset for m in sent]
+    store = broker.store
+    for off in offsets:
+        seg = store.commitlog.segment_at(off)
+        full = decode_dispatch(seg.view, off - seg.base, store._delay_ms)
+        phys, ts, sysflag, topic, keys = index_keys(seg.view, off - seg.base)
+        expect = [full.uniq_key] + [k for k in (full.keys or "").split(" ") if k]
+        assert (phys, ts, sysflag, topic, keys) == (
+            full.commit_log_offset,
+            full.store_timestamp,
+            full.sysflag,
+            full.topic,
+            expect,
+        )
+    assert [m.body for m in broker.query_by_key("Idx", "ключ", 0, 2**62, 5)] == [b"a"]
+    assert broker.query_by_key("Idx", "decoy", 0, 2**62, 5) == []
+    assert [m.body for m in broker.query_by_key("Idx2", "😀", 0, 2**62, 5)] == [b"d"]

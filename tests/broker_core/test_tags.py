@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from broker_core.index import KeyHasher, key_hash
 from broker_core.tags import java_string_hash, parse_subscription
 
 
@@ -40,3 +43,14 @@ def test_subscription_parsing() -> None:
     spaced = parse_subscription(" * ")
     assert not spaced.match_all and spaced.tags == {"*"}
     assert parse_subscription("A ||  || B").tags == {"A", "B"}
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=40), st.text(max_size=60), st.text(max_size=60))
+def test_index_key_hasher_equals_hash_of_whole_key(
+    topic: str, key: str, other: str
+) -> None:
+    hasher = KeyHasher()
+    # Twice each, so that the cached prefix and key hashes are used too.
+    for k in (key, other, key, other):
+        assert hasher(topic, k) == key_hash(f"{topic}#{k}")
