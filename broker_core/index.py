@@ -106,34 +106,60 @@ class IndexFile:
 
     def put_hash(self, h: int, phy_offset: int, store_ts: int) -> bool:
         """Add one key by its ``key_hash``; return False when the file is full."""
+        return self.put_hashes([(h, phy_offset, store_ts)], 0) == 1
+
+    def put_hashes(self, items: list[tuple[int, int, int]], start: int) -> int:
+        """Add ``items[start:]`` (``(key_hash, phy_offset, store_ts)``) until the
+        file is full; return the index of the first item not added.
+
+        Entries are written first, then the header's count, then the slots, so
+        a reader in another process always follows complete chains: new keys
+        appear when their slot is written, old ones never disappear.
+        """
+        mm = self.mm
         begin_ts, end_ts, begin_off, end_off, slot_count, count = HEADER.unpack_from(
-            self.mm, 0
+            mm, 0
         )
         if count == 0:
             count = 1
-        if count >= self.entries:
-            return False
-        slot_at = HEADER_SIZE + (h % self.slots) * 4
-        prev = SLOT.unpack_from(self.mm, slot_at)[0]
-        if prev <= 0 or prev > count:
-            prev = 0
-        if begin_ts <= 0:
-            begin_ts, begin_off = store_ts, phy_offset
-        diff = max(0, min((store_ts - begin_ts) // 1000, 0x7FFFFFFF))
-        entry_at = HEADER_SIZE + self.slots * 4 + count * ENTRY_SIZE
-        ENTRY.pack_into(self.mm, entry_at, h, phy_offset, diff, prev)
-        SLOT.pack_into(self.mm, slot_at, count)
-        HEADER.pack_into(
-            self.mm,
-            0,
-            begin_ts,
-            max(end_ts, store_ts),
-            begin_off,
-            max(end_off, phy_offset),
-            slot_count + (1 if prev == 0 else 0),
-            count + 1,
-        )
-        return True
+        slots = self.slots
+        entries_at = HEADER_SIZE + slots * 4
+        slot_unpack, entry_pack = SLOT.unpack_from, ENTRY.pack_into
+        pending: dict[int, int] = {}
+        i = start
+        n = len(items)
+        while i < n and count < self.entries:
+            h, phy, ts = items[i]
+            slot_at = HEADER_SIZE + (h % slots) * 4
+            prev = pending.get(slot_at)
+            if prev is None:
+                prev = slot_unpack(mm, slot_at)[0]
+                if prev <= 0 or prev > count:
+                    prev = 0
+                    slot_count += 1
+            if begin_ts <= 0:
+                begin_ts, begin_off = ts, phy
+            diff = (ts - begin_ts) // 1000
+            if diff < 0:
+                diff = 0
+            elif diff > 0x7FFFFFFF:
+                diff = 0x7FFFFFFF
+            entry_pack(mm, entries_at + count * ENTRY_SIZE, h, phy, diff, prev)
+            pending[slot_at] = count
+            if ts > end_ts:
+                end_ts = ts
+            if phy > end_off:
+                end_off = phy
+            count += 1
+            i += 1
+        if i > start:
+            HEADER.pack_into(
+                mm, 0, begin_ts, end_ts, begin_off, end_off, slot_count, count
+            )
+            slot_pack = SLOT.pack_into
+            for slot_at, idx in pending.items():
+                slot_pack(mm, slot_at, idx)
+        return i
 
     def query(self, key: str, begin: int, end: int, limit: int) -> list[int]:
         """Return physical offsets of entries for ``key`` within ``[begin, end]`` ms."""
@@ -215,18 +241,16 @@ class IndexService:
 
         Call under the index lock. Returns the number of keys added.
         """
-        current: IndexFile | None = None
         hasher = self._hasher
-        n = 0
-        for phy, ts, topic, keys in items:
-            for key in keys:
-                h = hasher(topic, key)
-                if current is None:
-                    current = self._writable(ts)
-                while not current.put_hash(h, phy, ts):
-                    current = self._writable(ts)
-                n += 1
-        return n
+        hashed = [
+            (hasher(topic, key), phy, ts)
+            for phy, ts, topic, keys in items
+            for key in keys
+        ]
+        i = 0
+        while i < len(hashed):
+            i = self._writable(hashed[i][2]).put_hashes(hashed, i)
+        return len(hashed)
 
     def query(self, key: str, begin: int, end: int, limit: int) -> list[int]:
         """Return physical offsets for ``key`` (``topic#key``), newest files first."""

@@ -300,3 +300,21 @@ def test_index_reader_finds_the_same_keys_as_the_full_decoder(broker: Broker) ->
     assert [m.body for m in broker.query_by_key("Idx", "ключ", 0, 2**62, 5)] == [b"a"]
     assert broker.query_by_key("Idx", "decoy", 0, 2**62, 5) == []
     assert [m.body for m in broker.query_by_key("Idx2", "😀", 0, 2**62, 5)] == [b"d"]
+
+
+def test_index_rolls_to_new_files_and_finds_keys_in_each(
+    store_dir: Path, small: dict
+) -> None:
+    cfg = dict(small, index_slots=64, index_entries=300)
+    with Broker.open(store_dir, **cfg) as b:
+        # Each message adds two keys (UNIQ_KEY and its key): several files.
+        sent = b.send_batch(
+            [Message("Roll", b"%d" % i, keys=f"o{i}") for i in range(500)]
+        )
+        b.store.build_index()
+        files = b.store.index._names()
+        assert len(files) >= 4
+        for i in (0, 149, 150, 151, 299, 499):
+            found = b.query_by_key("Roll", f"o{i}", 0, 2**62, 5)
+            assert [m.body for m in found] == [b"%d" % i]
+            assert b.get_message(sent[i].msg_id, topic="Roll").body == b"%d" % i
