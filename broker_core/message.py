@@ -51,7 +51,7 @@ def reset_transaction_value(sysflag: int, value: int) -> int:
 
 def encode_properties(properties: dict[str, str]) -> str:
     """Encode properties as ``name\\x01value\\x02`` pairs, skipping ``None``."""
-    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None)
+    return "".join([f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None])
 
 
 def decode_properties(text: str) -> dict[str, str]:

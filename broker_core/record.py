@@ -7,6 +7,7 @@ no store open: ``decode_buffer(memoryview(segment_bytes), base_offset)``.
 
 from __future__ import annotations
 
+import functools
 import socket
 import struct
 import zlib
@@ -145,7 +146,16 @@ def encode_record(
 
 def offset_msg_id(store_host: bytes, store_port: int, physical_offset: int) -> str:
     """Return the offset message id: hex of store IP, port, log offset (§3.6)."""
-    return (store_host + struct.pack(">iq", store_port, physical_offset)).hex().upper()
+    if physical_offset < 0:
+        return (
+            (store_host + struct.pack(">iq", store_port, physical_offset)).hex().upper()
+        )
+    return f"{_id_prefix(store_host, store_port)}{physical_offset:016X}"
+
+
+@functools.lru_cache(maxsize=64)
+def _id_prefix(store_host: bytes, store_port: int) -> str:
+    return (store_host + struct.pack(">i", store_port)).hex().upper()
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int] | None:

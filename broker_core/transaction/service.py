@@ -242,9 +242,9 @@ class TransactionService(QueryMixin, WriteMixin):
         )
         props = inner.properties
         # UTF-8 takes at most 4 bytes a character: encode only when it could matter.
-        if 4 * sum(len(k) + len(v) + 2 for k, v in props.items()) > (
-            cfg_store.max_properties_size
-        ):
+        if 4 * (
+            sum(map(len, props)) + sum(map(len, props.values())) + 2 * len(props)
+        ) > (cfg_store.max_properties_size):
             validate_properties_size(
                 "".join(f"{k}\x01{v}\x02" for k, v in props.items()).encode(),
                 cfg_store.max_properties_size,

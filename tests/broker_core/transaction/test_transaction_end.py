@@ -271,3 +271,62 @@ def test_oversized_properties_and_odd_operator_names(svc):
     res = svc.rollback(r.transaction_id, operator="eve\x01\x02 ")
     assert res.operator == "eve"
     assert svc.get_half(r.transaction_id).history[-1].operator == "eve"
+
+
+def test_batches_decide_each_request_as_one_call_would(svc, broker):
+    from broker_core.transaction import EndTransactionRequest as Req
+
+    sent = svc.send_halves("pg", [order(i) for i in range(6)])
+    assert [s.topic for s in sent] == ["Orders"] * 6
+    assert len({s.transaction_id for s in sent}) == 6
+    assert real_messages(broker) == []
+    t = [s.transaction_id for s in sent]
+    out = svc.end_transactions(
+        [
+            Req(t[0], "pg", "COMMIT"),
+            Req(t[1], "pg", "ROLLBACK"),
+            Req(t[0], "pg", "COMMIT"),  # repeat inside the batch
+            Req(t[1], "pg", "COMMIT"),  # conflicts with the rollback above
+            Req(t[2], "other", "COMMIT"),  # not its group
+            Req("C0A8000100002A9F0000000000FFFFFF", "pg", "COMMIT"),  # unknown
+            Req(t[3], "pg", "UNKNOWN"),
+            Req(t[4], None, "COMMIT", "OPERATOR", operator="ops"),
+        ],
+        return_exceptions=True,
+    )
+    assert out[0].status is EndTransactionStatus.RESOLVED
+    assert out[1].state is TransactionState.ROLLED_BACK
+    assert out[2].status is EndTransactionStatus.ALREADY_RESOLVED
+    assert out[2].commit_offset_msg_id == out[0].commit_offset_msg_id
+    assert isinstance(out[3], TransactionConflictError)
+    assert "ROLLED_BACK" in str(out[3])
+    assert isinstance(out[4], WrongProducerGroupError)
+    assert isinstance(out[5], UnknownTransactionError)
+    assert out[6].status is EndTransactionStatus.UNCHANGED
+    assert out[7].source is ResolutionSource.OPERATOR and out[7].operator == "ops"
+    assert sorted(m.body for m in real_messages(broker)) == [b"order-0", b"order-4"]
+    states = [svc.state(x) for x in t]
+    assert states == [
+        TransactionState.COMMITTED,
+        TransactionState.ROLLED_BACK,
+        TransactionState.PENDING,
+        TransactionState.PENDING,
+        TransactionState.COMMITTED,
+        TransactionState.PENDING,
+    ]
+    # Without return_exceptions the first refusal is raised, after the others
+    # were written.
+    with pytest.raises(WrongProducerGroupError):
+        svc.end_transactions([Req(t[2], "nope", "COMMIT"), Req(t[5], "pg", "COMMIT")])
+    assert svc.state(t[5]) is TransactionState.COMMITTED
+    assert svc.state(t[2]) is TransactionState.PENDING
+
+
+def test_a_batch_of_halves_with_one_bad_message_writes_nothing(svc, broker):
+    end = broker.store.max_physical_offset()
+    with pytest.raises(TopicNotAllowedError):
+        svc.send_halves("pg", [order(1), Message(TRANS_HALF_TOPIC, b"x")])
+    with pytest.raises(InvalidGroupError):
+        svc.send_halves("bad group!", [order(2)])
+    assert broker.store.max_physical_offset() == end
+    assert svc.send_halves("pg", []) == []
