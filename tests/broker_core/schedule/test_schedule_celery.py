@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,51 +12,24 @@ from broker_core import Broker, Message
 from broker_core.schedule import DelayService
 
 redis = pytest.importorskip("redis")
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.services
 @pytest.mark.slow
-def test_beat_delivers_on_time_exactly_once(tmp_path: Path) -> None:
+def test_beat_delivers_on_time_exactly_once(tmp_path: Path, celery_services) -> None:
     redis_url = "redis://127.0.0.1:6379/13"
     redis.Redis.from_url(redis_url).flushdb()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "console.settings",
-        "VAR_DIR": str(tmp_path),
-        "BROKER_STORE_DIR": str(tmp_path / "store"),
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-        "REDIS_URL": redis_url,
-        "DELAY_TICK_INTERVAL": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    py = sys.executable
-    subprocess.run(
-        [py, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True
+    celery_services.start(
+        redis_url,
+        ["--concurrency", "2", "-n", "d1@%h"],
+        BROKER_STORE_DIR=str(tmp_path / "store"),
+        DELAY_TICK_INTERVAL="1",
     )
-    celery = [py, "-m", "celery", "-A", "console"]
-    logs = {n: open(tmp_path / f"{n}.log", "w") for n in ("worker", "beat")}
-    procs = [
-        subprocess.Popen(
-            [*celery, "worker", "--concurrency", "2", "-n", "d1@%h"],
-            cwd=ROOT,
-            env=env,
-            stdout=logs["worker"],
-            stderr=subprocess.STDOUT,
-        ),
-        subprocess.Popen(
-            [*celery, "beat", "-s", str(tmp_path / "beat-schedule")],
-            cwd=ROOT,
-            env=env,
-            stdout=logs["beat"],
-            stderr=subprocess.STDOUT,
-        ),
-    ]
     try:
         # Send once the worker has run a tick: startup is not what is measured.
         wait_until = time.time() + 60
         while time.time() < wait_until:
-            if "delays.deliver_due" in (tmp_path / "worker.log").read_text():
+            if "delays.deliver_due" in celery_services.log("worker"):
                 break
             time.sleep(0.2)
         with Broker.open(tmp_path / "store") as b:
@@ -85,11 +55,8 @@ def test_beat_delivers_on_time_exactly_once(tmp_path: Path) -> None:
                 time.sleep(0.2)
             svc.close()
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=20)
-    worker_log = (tmp_path / "worker.log").read_text()
+        celery_services.stop()
+    worker_log = celery_services.log("worker")
     counts = Counter(m.msg_id for m in got)
     assert set(counts) == set(sent), worker_log[-3000:]
     assert max(counts.values()) == 1

@@ -1,0 +1,89 @@
+"""Fixtures shared by the broker_core and console test trees."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class CeleryServices:
+    """A real Celery worker and beat for one test, with their logs in ``tmp``."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.env: dict[str, str] = {}
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list = []
+
+    def start(self, redis_url: str, worker: list[str], **env: str) -> None:
+        """Migrate a fresh SQLite database, then start ``celery worker *worker``
+        and ``celery beat`` with ``env`` added to the console's settings."""
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "VAR_DIR": str(self.tmp),
+            "DATABASE_URL": f"sqlite:///{self.tmp / 'db.sqlite3'}",
+            "REDIS_URL": redis_url,
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        py = sys.executable
+        subprocess.run(
+            [py, "manage.py", "migrate", "--noinput", "-v0"],
+            cwd=ROOT,
+            env=self.env,
+            check=True,
+        )
+        celery = [py, "-m", "celery", "-A", "console"]
+        for name, args in (
+            ("worker", ["worker", *worker]),
+            ("beat", ["beat", "-s", str(self.tmp / "beat-schedule")]),
+        ):
+            log = open(self.tmp / f"{name}.log", "w")  # closed in stop()
+            self._logs.append(log)
+            self.procs.append(
+                subprocess.Popen(
+                    [*celery, *args],
+                    cwd=ROOT,
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+
+    def log(self, name: str) -> str:
+        """The output so far of ``worker`` or ``beat``."""
+        path = self.tmp / f"{name}.log"
+        return path.read_text() if path.exists() else ""
+
+    def stop(self) -> None:
+        """Terminate both (kill after 20 s); return codes are then set."""
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for fh in self._logs:
+            fh.close()
+        self._logs = []
+
+
+@pytest.fixture
+def celery_services(tmp_path: Path) -> Iterator[CeleryServices]:
+    """Start with ``celery_services.start(redis_url, worker_args, **env)``;
+    stopped at the end of the test whatever happens."""
+    services = CeleryServices(tmp_path)
+    try:
+        yield services
+    finally:
+        services.stop()
