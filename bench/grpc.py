@@ -296,6 +296,20 @@ def main(argv: list[str]) -> int:
         f"CPU per message, server/clients: send {ss:,.0f}/{cs:,.0f} us, "
         f"receive+ack {sr:,.0f}/{cr:,.0f} us"
     )
+    cpus = res["cpus"] or 1
+    # Upper bounds from the measured CPU: all cores doing only client work (a
+    # server costing nothing), and all cores shared by clients and server.
+    res["ceiling_send_clients_only"] = cpus / (cs / 1e6) if cs else None
+    res["ceiling_send_with_server"] = cpus / ((cs + ss) / 1e6) if cs + ss else None
+    res["ceiling_receive_ack_clients_only"] = cpus / (cr / 1e6) if cr else None
+    c_send = res["ceiling_send_clients_only"] or 0
+    c_both = res["ceiling_send_with_server"] or 0
+    c_recv = res["ceiling_receive_ack_clients_only"] or 0
+    print(
+        f"CPU ceiling on {cpus} cores: send {c_send:,.0f} msg/s if the server cost "
+        f"nothing, {c_both:,.0f} with it; receive+ack {c_recv:,.0f} if the server "
+        "cost nothing"
+    )
     print(
         f"messages {sent} sent ({res['send_errors']} errors), {received} received "
         f"({res['ack_errors']} ack errors); load {res['load_average']}"
