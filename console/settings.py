@@ -153,6 +153,9 @@ TRANSACTION_CHECK_INTERVAL = env.float("TRANSACTION_CHECK_INTERVAL", default=60.
 DELAY_TICK_INTERVAL = env.float("DELAY_TICK_INTERVAL", default=1.0)
 BEAT_HEARTBEAT_INTERVAL = env.float("BEAT_HEARTBEAT_INTERVAL", default=10.0)
 TOPICS_SYNC_INTERVAL = env.float("TOPICS_SYNC_INTERVAL", default=30.0)
+# How often the reports' Parquet export catches up with the log (0: never; the
+# report runs then decode what is new themselves).
+REPORTS_EXPORT_INTERVAL = env.float("REPORTS_EXPORT_INTERVAL", default=600.0)
 # TransactionConfig fields for the check. A half is checked at most once per
 # check_interval_ms; keep it a little under beat's interval so a half due at
 # one run is not missed by milliseconds and left for the next.
@@ -206,6 +209,14 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": TOPICS_SYNC_INTERVAL},
     },
 }
+if REPORTS_EXPORT_INTERVAL > 0:
+    # Reports read an incremental Parquet export of the log; keeping it current
+    # here means a scheduled report decodes only the last interval's records.
+    CELERY_BEAT_SCHEDULE["reports-export"] = {
+        "task": "reports.export",
+        "schedule": timedelta(seconds=REPORTS_EXPORT_INTERVAL),
+        "options": {"expires": REPORTS_EXPORT_INTERVAL},
+    }
 
 # --- REST framework ---------------------------------------------------------
 REST_FRAMEWORK = {
