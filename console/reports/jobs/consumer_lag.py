@@ -61,9 +61,11 @@ def transform_queue_lag(
         F.max("store_ts").alias("last_store_ts"),
     )
     first_unconsumed = queued.join(
-        offsets.select(
-            "topic", "queue_id", F.col("committed").alias("queue_offset")
-        ).distinct(),
+        F.broadcast(
+            offsets.select(
+                "topic", "queue_id", F.col("committed").alias("queue_offset")
+            ).distinct()
+        ),
         ["topic", "queue_id", "queue_offset"],
     ).select(
         "topic",

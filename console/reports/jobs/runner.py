@@ -96,7 +96,7 @@ def run_report(
     rows: dict[str, int] = {}
     for table, df in tables.items():
         path = str(out / f"{table}.parquet")
-        df.coalesce(1).write.parquet(path)
+        df.repartition(1).write.parquet(path)
         written[table] = spark.read.parquet(path)
         rows[table] = written[table].count()
         df.unpersist()

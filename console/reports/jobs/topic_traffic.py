@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from console.reports.jobs.common import hour_of, is_system
@@ -15,17 +15,50 @@ def _user(records: DataFrame) -> DataFrame:
     return records.where(~is_system(F.col("topic")))
 
 
-def transform_hourly_traffic(records: DataFrame) -> DataFrame:
-    """Per user topic and hour: messages, bytes and body sizes (min, mean, max)."""
+def _bucket_order(size: Column) -> Column:
+    order = F.when(size <= 64, 0).when(size <= 256, 1).when(size <= 1024, 2)
+    return order.when(size <= 4096, 3).when(size <= 65536, 4).otherwise(5)
+
+
+#: Body size buckets (powers of 4 bytes), by ``_bucket_order``.
+BUCKETS = ("<=64 B", "<=256 B", "<=1 KiB", "<=4 KiB", "<=64 KiB", ">64 KiB")
+
+
+def transform_traffic_cube(records: DataFrame) -> DataFrame:
+    """The one pass over the records the report's tables are derived from.
+
+    Per user topic, hour, tag, KEYS value and body size bucket: messages,
+    bytes and the smallest and largest body. Small (topics x hours x distinct
+    tags and keys x buckets), so the four tables cost one scan of the log.
+    """
     return (
         _user(records)
-        .groupBy("topic", hour_of(F.col("store_ts")).alias("hour"))
+        .groupBy(
+            "topic",
+            hour_of(F.col("store_ts")).alias("hour"),
+            F.col("tags").alias("tag"),
+            "keys",
+            _bucket_order(F.col("body_size")).alias("bucket_order"),
+        )
         .agg(
             F.count(F.lit(1)).alias("messages"),
             F.sum("body_size").alias("bytes"),
             F.min("body_size").alias("min_body"),
-            F.round(F.avg("body_size"), 1).alias("mean_body"),
             F.max("body_size").alias("max_body"),
+        )
+    )
+
+
+def transform_hourly_traffic(cube: DataFrame) -> DataFrame:
+    """Per user topic and hour: messages, bytes and body sizes (min, mean, max)."""
+    return (
+        cube.groupBy("topic", "hour")
+        .agg(
+            F.sum("messages").alias("messages"),
+            F.sum("bytes").alias("bytes"),
+            F.min("min_body").alias("min_body"),
+            F.round(F.sum("bytes") / F.sum("messages"), 1).alias("mean_body"),
+            F.max("max_body").alias("max_body"),
         )
         .orderBy("topic", "hour")
     )
@@ -41,60 +74,51 @@ def _top(counts: DataFrame, column: str, limit: int) -> DataFrame:
     )
 
 
-def transform_top_tags(records: DataFrame, limit: int = TOP_N) -> DataFrame:
+def transform_top_tags(cube: DataFrame, limit: int = TOP_N) -> DataFrame:
     """Per user topic: its ``limit`` most frequent tags, ranked."""
     counts = (
-        _user(records)
-        .where(F.col("tags").isNotNull())
-        .groupBy("topic", F.col("tags").alias("tag"))
-        .agg(F.count(F.lit(1)).alias("messages"))
+        cube.where(F.col("tag").isNotNull())
+        .groupBy("topic", "tag")
+        .agg(F.sum("messages").alias("messages"))
     )
     return _top(counts, "tag", limit)
 
 
-def transform_top_keys(records: DataFrame, limit: int = TOP_N) -> DataFrame:
+def transform_top_keys(cube: DataFrame, limit: int = TOP_N) -> DataFrame:
     """Per user topic: its ``limit`` most frequent keys (KEYS split on spaces)."""
     counts = (
-        _user(records)
-        .where(F.col("keys").isNotNull())
-        .select("topic", F.explode(F.split("keys", " ")).alias("key"))
+        cube.where(F.col("keys").isNotNull())
+        .select("topic", "messages", F.explode(F.split("keys", " ")).alias("key"))
         .where(F.col("key") != "")
         .groupBy("topic", "key")
-        .agg(F.count(F.lit(1)).alias("messages"))
+        .agg(F.sum("messages").alias("messages"))
     )
     return _top(counts, "key", limit)
 
 
-def transform_body_sizes(records: DataFrame) -> DataFrame:
+def transform_body_sizes(cube: DataFrame) -> DataFrame:
     """Per user topic: messages by body size bucket (powers of 4 bytes)."""
-    size = F.col("body_size")
-    bucket = (
-        F.when(size <= 64, "<=64 B")
-        .when(size <= 256, "<=256 B")
-        .when(size <= 1024, "<=1 KiB")
-        .when(size <= 4096, "<=4 KiB")
-        .when(size <= 65536, "<=64 KiB")
-        .otherwise(">64 KiB")
-    )
-    order = F.when(size <= 64, 0).when(size <= 256, 1).when(size <= 1024, 2)
-    order = order.when(size <= 4096, 3).when(size <= 65536, 4).otherwise(5)
+    order = F.col("bucket_order")
+    label = F.when(order == 0, BUCKETS[0])
+    for i, name in enumerate(BUCKETS[1:], start=1):
+        label = label.when(order == i, name)
     return (
-        _user(records)
-        .groupBy("topic", order.alias("bucket_order"), bucket.alias("bucket"))
-        .agg(F.count(F.lit(1)).alias("messages"))
+        cube.groupBy("topic", "bucket_order")
+        .agg(F.sum("messages").alias("messages"))
         .orderBy("topic", "bucket_order")
-        .drop("bucket_order")
+        .select("topic", label.alias("bucket"), "messages")
     )
 
 
 def run(records: DataFrame, params: dict) -> dict[str, DataFrame]:
     """Return the report's tables (the first is the main one)."""
     limit = int(params.get("top_n", TOP_N))
+    cube = transform_traffic_cube(records).cache()
     return {
-        "hourly": transform_hourly_traffic(records),
-        "top_tags": transform_top_tags(records, limit),
-        "top_keys": transform_top_keys(records, limit),
-        "body_sizes": transform_body_sizes(records),
+        "hourly": transform_hourly_traffic(cube),
+        "top_tags": transform_top_tags(cube, limit),
+        "top_keys": transform_top_keys(cube, limit),
+        "body_sizes": transform_body_sizes(cube),
     }
 
 
