@@ -7,10 +7,11 @@ module in ``TRANSACTION_TRANSPORT_MODULES`` and set it as the default with
 ``install_default()``). ``check()`` publishes the ``CheckRequest`` as JSON on
 the channel and waits (``timeout_s``) on a one-off reply list for the endpoint's
 answer: ``sent <client id>`` -> ``SENT`` (the producer's answer comes back as
-EndTransaction source CHECK). An endpoint without a live producer for the half
-stays silent (several endpoints may share the channel), so no endpoint or no
-producer -> ``CheckBackError`` after the wait (a FAILED check that counts, as
-with any unreachable checker).
+EndTransaction source CHECK). Every endpoint on the channel answers, ``none:
+<why>`` when it has no live producer for the half; when all of them did (or
+none answered in time), ``check()`` raises ``CheckBackError``: the check counts
+as FAILED, or, installed with ``install()`` as the registry's live transport,
+the group's own checker (its webhook) is asked next.
 
 Endpoint side: ``RelayListener(endpoint, redis_url, channel)`` subscribes and
 forwards each request on a live producer's Telemetry stream.
@@ -23,6 +24,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -57,31 +59,49 @@ class RedisRelayTransport(CheckTransport):
         self.channel = channel
         self.timeout_s = timeout_s
         self.redis = redis.Redis.from_url(self.url)
-        self._target = f"redis:{channel}"
+        # Check threads share the transport: each records its own producer.
+        self._local = threading.local()
 
     @property
     def target(self) -> str:
-        return self._target
+        return getattr(self._local, "target", None) or f"redis:{self.channel}"
 
     def check(self, request: CheckRequest) -> CheckAnswer:
+        self._local.target = None
         reply = f"{self.channel}:reply:{uuid.uuid4().hex}"
         payload = json.dumps({"reply": reply, "request": request.to_json()})
+        deadline = time.monotonic() + self.timeout_s
+        refusals: list[str] = []
         try:
-            if self.redis.publish(self.channel, payload) == 0:
+            # Every endpoint subscribed answers: "sent <client>" or "none ...".
+            endpoints = self.redis.publish(self.channel, payload)
+            if endpoints == 0:
                 raise CheckBackError("no gRPC endpoint subscribed")
-            got = self.redis.blpop([reply], timeout=max(1, int(self.timeout_s)))
+            while len(refusals) < endpoints:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                got = self.redis.blpop([reply], timeout=max(left, 0.01))
+                if got is None:
+                    break
+                raw = got[1]
+                answer = raw.decode() if isinstance(raw, bytes) else str(raw)
+                if answer.startswith("sent "):
+                    self._local.target = answer[5:]
+                    return CheckAnswer.SENT
+                refusals.append(answer)
         except CheckBackError:
             raise
         except Exception as exc:  # noqa: BLE001 - redis down etc.
             raise CheckBackError(f"redis relay failed: {exc}") from exc
-        if got is None:
-            raise CheckBackError("no answer from the gRPC endpoint")
-        raw = got[1]
-        answer = raw.decode() if isinstance(raw, bytes) else str(raw)
-        if not answer.startswith("sent "):
-            raise CheckBackError(f"gRPC endpoint: {answer}")
-        self._target = answer[5:]
-        return CheckAnswer.SENT
+        finally:
+            try:
+                self.redis.delete(reply)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        if refusals:
+            raise CheckBackError(f"gRPC endpoint: {refusals[0]}")
+        raise CheckBackError("no answer from the gRPC endpoint")
 
 
 def _factory(cfg: dict[str, Any]) -> CheckTransport:
@@ -98,6 +118,22 @@ register_transport_kind("grpc", _factory)
 def install_default(service: Any, redis_url: str | None = None) -> None:
     """Make the relay the default checker of ``service`` (groups without one)."""
     service.checkers.set_default(RedisRelayTransport(redis_url))
+
+
+def install(
+    service: Any, redis_url: str | None = None, channel: str = DEFAULT_CHANNEL
+) -> None:
+    """Try the live producers behind the gRPC endpoint first for every group,
+    then the group's own checker (its webhook); what the Celery check does
+    for each module of ``TRANSACTION_TRANSPORT_MODULES`` with an ``install``."""
+    current = getattr(service.checkers, "_live", None)
+    if (
+        isinstance(current, RedisRelayTransport)
+        and current.url == (redis_url or default_url())
+        and current.channel == channel
+    ):
+        return
+    service.checkers.set_live(RedisRelayTransport(redis_url, channel))
 
 
 def request_from_json(d: dict[str, Any]) -> CheckRequest:
@@ -147,13 +183,13 @@ class RelayListener:
         try:
             target = self.endpoint.deliver_check(req)
             answer = f"sent {target}"
-        except CheckBackError:
-            # Stay silent: another endpoint subscribed to the channel may have
-            # the producer; with none the worker's wait times out (FAILED).
-            return
+        except CheckBackError as exc:
+            # Another endpoint subscribed to the channel may have the producer:
+            # the worker waits for every endpoint's answer.
+            answer = f"none: {exc}"
         except Exception as exc:  # noqa: BLE001
             log.warning("relayed check failed: %s", exc)
-            return
+            answer = f"none: {type(exc).__name__}"
         try:
             self.redis.rpush(d["reply"], answer)
             self.redis.expire(d["reply"], 30)

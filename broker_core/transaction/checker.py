@@ -227,15 +227,14 @@ class CheckRunner:
         group = props.get(PROPERTY_PRODUCER_GROUP, "")
         tid = half.offset_msg_id
         try:
-            transport = svc.checkers.for_group(group)
+            chain = svc.checkers.chain_for(group)
             started = int(time.time() * 1000)
             t = time.perf_counter()
             detail: str | None = None
-            if transport is None:
+            if not chain:
                 answer, name, target = CheckAnswer.FAILED, "none", "-"
                 detail = f"no checker configured for producer group {group!r}"
             else:
-                name, target = transport.name, transport.target
                 try:
                     qid = int(props.get(PROPERTY_REAL_QID, "0"))
                 except ValueError:
@@ -255,10 +254,19 @@ class CheckRunner:
                     half_offset=half.commit_log_offset,
                     queue_offset=half.queue_offset,
                 )
-                try:
-                    answer = transport.check(request)
-                except Exception as exc:  # any failure of the call is a failed check
-                    answer, detail = CheckAnswer.FAILED, f"{type(exc).__name__}: {exc}"
+                failures: list[str] = []
+                for transport in chain:
+                    name, target = transport.name, transport.target
+                    try:
+                        answer = transport.check(request)
+                    except Exception as exc:  # any failure of the call fails it
+                        answer = CheckAnswer.FAILED
+                        failures.append(f"{name}: {type(exc).__name__}: {exc}")
+                        continue
+                    name, target = transport.name, transport.target
+                    break
+                # A check answered after the live producers failed says so.
+                detail = "; ".join(failures) or None
             latency_us = int((time.perf_counter() - t) * 1e6)
             svc.record_check(half, answer, name, target, started, latency_us, detail)
             if answer in (CheckAnswer.COMMIT, CheckAnswer.ROLLBACK):

@@ -226,7 +226,8 @@ class _Loaded:
 class CheckerRegistry:
     """Which transport checks which producer group.
 
-    Transports set in this process with ``set_transport`` come first, then the
+    A transport set with ``set_live`` (live producers) is tried before any of
+    these. Transports set in this process with ``set_transport`` come first, then the
     persisted per-group configurations (``STORE/transaction/checkers.json``, shared
     by every process, e.g. set in the console and used by the Celery worker), then
     the process default. The file holds webhook secrets: keep the store private.
@@ -238,6 +239,7 @@ class CheckerRegistry:
         self._loaded = _Loaded()
         self._runtime: dict[str, SupportsCheck] = {}
         self._default: SupportsCheck | None = None
+        self._live: SupportsCheck | None = None
         self._built: dict[str, tuple[str, CheckTransport]] = {}
 
     def _load(self) -> dict[str, dict[str, Any]]:
@@ -296,6 +298,22 @@ class CheckerRegistry:
     def set_default(self, transport: SupportsCheck | None) -> None:
         """Use ``transport`` for groups with no checker of their own (this process)."""
         self._default = transport
+
+    def set_live(self, transport: SupportsCheck | None) -> None:
+        """Try ``transport`` first for every group (this process): it reaches the
+        group's live producers (the gRPC endpoint's relay). When it cannot
+        deliver, the group's own checker is used (``chain_for``)."""
+        self._live = transport
+
+    def chain_for(self, producer_group: str) -> list[SupportsCheck]:
+        """The transports to try in order: the live producers', then the group's."""
+        own = self.for_group(producer_group)
+        live = self._live
+        if live is None:
+            return [own] if own is not None else []
+        if own is None or own is live or own.name == live.name:
+            return [live]  # a group configured for the live kind: once
+        return [live, own]
 
     def for_group(self, producer_group: str) -> SupportsCheck | None:
         """Return the transport of ``producer_group``, None if it has none."""

@@ -31,9 +31,15 @@ def run_check() -> dict[str, Any]:
         return {"status": "BUSY"}
     try:
         # Modules that register extra check-back transports (the gRPC checker).
+        # Those with an ``install`` hook put the live producers first (the
+        # endpoint's relay), before each group's own checker (its webhook).
+        service = get_transaction_service()
         for name in getattr(settings, "TRANSACTION_TRANSPORT_MODULES", ()):
-            importlib.import_module(name)
-        result = get_transaction_service().run_check(time_budget_s=budget)
+            module = importlib.import_module(name)
+            install = getattr(module, "install", None)
+            if install is not None:
+                install(service, settings.REDIS_URL)
+        result = service.run_check(time_budget_s=budget)
     finally:
         try:
             lock.release()

@@ -83,3 +83,80 @@ def test_check_back_through_redis_relay(tmp_path):
     assert res["got"] == ["relayed"], (res, answers)
     assert res["checked"] == ["relayed"]
     assert answers.get("SENT", 0) >= 1
+
+
+def test_no_live_producer_then_the_groups_own_checker_answers(tmp_path):
+    """The Celery check's order: live producers through the relay first; every
+    endpoint says it has none, so the group's own checker is asked at once."""
+    redis = pytest.importorskip("redis")
+    try:
+        redis.Redis.from_url(REDIS).ping()
+    except Exception:  # noqa: BLE001
+        pytest.skip("no Redis")
+    from broker_core import Broker, Message
+    from broker_core.endpoint import relay
+    from broker_core.transaction import (
+        CallableTransport,
+        TransactionService,
+        TransactionState,
+    )
+
+    store = tmp_path / "store"
+    channel = f"test:grpc:check:{uuid.uuid4().hex}"
+    port = free_port()
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "broker_core",
+            "serve",
+            "--store",
+            str(store),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--redis-url",
+            REDIS,
+            "--redis-channel",
+            channel,
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.time() + 30
+        client = redis.Redis.from_url(REDIS)
+        while time.time() < deadline and not client.pubsub_numsub(channel)[0][1]:
+            time.sleep(0.2)
+        assert client.pubsub_numsub(channel)[0][1] == 1, "endpoint not subscribed"
+        with (
+            Broker.open(store) as b,
+            TransactionService(b, transaction_timeout_ms=0, check_interval_ms=0) as tx,
+        ):
+            relay.install(tx, REDIS, channel)
+            relay.install(tx, REDIS, channel)  # idempotent
+            asked = []
+            tx.checkers.set_transport(
+                "PG_webhookish",
+                CallableTransport(lambda r: asked.append(r) or "COMMIT"),
+            )
+            half = tx.send_half("PG_webhookish", Message("Orders", b"x"))
+            res = tx.run_check(time_budget_s=10)
+            assert res.answers.get("COMMIT") == 1, res
+            assert len(asked) == 1
+            assert tx.state(half.transaction_id) is TransactionState.COMMITTED
+            check = [
+                h for h in tx.get_half(half.transaction_id).history if h.kind == "CHECK"
+            ][0]
+            assert check.transport == "callable"
+            # The relay's failure is recorded: the endpoint answered "none".
+            assert "grpc: CheckBackError: gRPC endpoint: none" in (check.detail or "")
+            # With no checker of its own the group's check fails, and counts.
+            lone = tx.send_half("PG_alone", Message("Orders", b"y"))
+            res = tx.run_check(time_budget_s=10)
+            assert res.answers.get("FAILED") == 1, res
+            info = tx.get_half(lone.transaction_id).info
+            assert info.check_count == 1 and info.state is TransactionState.PENDING
+    finally:
+        assert stop_server(proc) == 0
