@@ -14,6 +14,7 @@ import mmap
 import os
 import struct
 import threading
+import weakref
 from pathlib import Path
 from types import TracebackType
 
@@ -33,16 +34,42 @@ _TOPICS_V_AT, _OFFSETS_V_AT = 40, 48
 COMMIT_AT, DISPATCHED_AT, TOPICS_V_AT = _COMMIT_AT, _DISPATCHED_AT, _TOPICS_V_AT
 
 
+#: Every open ``FileLock``, marked in a forked child (``_after_fork``).
+_LOCKS: weakref.WeakSet[FileLock] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for lock in list(_LOCKS):
+        lock.forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class FileLock:
-    """An exclusive ``flock`` that also serialises the threads of this process."""
+    """An exclusive ``flock`` that also serialises the threads of this process.
+
+    A ``flock`` belongs to the open file, which a forked child shares with its
+    parent: the child's "acquire" would succeed while the parent holds the
+    lock. So a lock inherited through ``fork`` refuses to be used (the child
+    must open the store itself).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._thread_lock = threading.RLock()
         self._depth = 0
+        #: Set in a forked child: this lock is the parent's.
+        self.forked = False
+        _LOCKS.add(self)
 
     def acquire(self) -> None:
+        if self.forked:
+            raise StoreError(
+                f"{self.path} was opened by the parent of this forked process; "
+                "open the store again in this process"
+            )
         self._thread_lock.acquire()
         if self._depth == 0:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
@@ -67,6 +94,7 @@ class FileLock:
         self.release()
 
     def close(self) -> None:
+        _LOCKS.discard(self)
         os.close(self._fd)
 
 
@@ -179,10 +207,21 @@ class SharedState:
         self._set(_OFFSETS_V_AT, v)
         return v
 
+    @property
+    def forked(self) -> bool:
+        """True in a forked child of the process that opened the store."""
+        return self.append_lock.forked
+
     def close(self) -> None:
-        """Release the presence lock and unmap."""
+        """Release the presence lock and unmap.
+
+        In a forked child only the descriptors are closed: the presence lock
+        belongs to the open file shared with the parent, which still has the
+        store open.
+        """
         try:
-            fcntl.flock(self._presence_fd, fcntl.LOCK_UN)
+            if not self.forked:
+                fcntl.flock(self._presence_fd, fcntl.LOCK_UN)
         finally:
             os.close(self._presence_fd)
         self.append_lock.close()

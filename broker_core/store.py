@@ -525,6 +525,15 @@ class MessageStore(StoreAdminMixin, StoreDispatchMixin):
         """Flush and close; the last process to close marks a clean shutdown."""
         if self.closed:
             return
+        if self.state.forked:
+            # A copy inherited through fork: the parent still has the store
+            # open, owns its locks and flushes it. Drop the copy, touch nothing.
+            self.closed = True
+            self.cqs.close()
+            self.index.close()
+            self.commitlog.close()
+            self.state.close()
+            return
         self._reput_stop.set()
         if self._reput_thread is not None:
             self._reput_thread.join(timeout=10)

@@ -96,3 +96,57 @@ def test_topic_deleted_and_recreated_by_another_process(
             b"new",
             b"from-b",
         ]
+
+
+def test_a_forked_child_cannot_use_or_break_its_parents_store(
+    store_dir: Path, small: dict
+) -> None:
+    """``flock`` locks belong to the open file, which a fork shares: a child
+    using the inherited store would not be excluded from the parent's appends,
+    and closing it would drop the parent's presence (the next opener would
+    then run crash recovery under the parent's feet)."""
+    import os
+
+    from broker_core.errors import StoreError
+
+    with Broker.open(store_dir, **small) as parent:
+        parent.send(Message("Fork", b"before"))
+        pid = os.fork()
+        if pid == 0:  # the child: refuse, then drop the copy quietly
+            code = 0
+            try:
+                parent.send(Message("Fork", b"child"))
+                code = 2
+            except StoreError as exc:
+                code = 0 if "forked" in str(exc) else 3
+            except BaseException:
+                code = 4
+            try:
+                parent.close()
+            except BaseException:
+                code = code or 5
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        # The parent's store is intact and still the only opener's: another
+        # process opening it now shares it instead of recovering it.
+        parent.send(Message("Fork", b"after"))
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from broker_core import Broker; "
+                f"b = Broker.open(sys.argv[1], segment_size={small['segment_size']}); "
+                "print(b.store.recovery_info is None); b.close()",
+                str(store_dir),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        assert out.stdout.strip() == "True", out
+        bodies = [
+            m.body for q in range(4) for m in parent.pull("g", "Fork", q, 0).messages
+        ]
+        assert sorted(bodies) == [b"after", b"before"]
