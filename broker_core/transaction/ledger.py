@@ -81,9 +81,11 @@ class Ledger:
     def apply(self, ev: R.TxEvent) -> None:
         """Fold one event: final outcomes are never overwritten."""
         table = self.table
-        qoff = self._queue_offset(ev)
+        qoff = ev.queue_offset
         if qoff < 0:
-            return
+            qoff = self._queue_offset(ev)
+            if qoff < 0:
+                return
         state, checks, source, commit_off, op_off = table.get(qoff)
         kind = ev.kind
         props = ev.properties

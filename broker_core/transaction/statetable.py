@@ -82,11 +82,10 @@ class StateTable:
         if queue_offset < 0:
             return (NONE, 0, 0, -1, -1)
         base = queue_offset - queue_offset % ENTRIES_PER_FILE
-        mm = self._file(base, create=False)
+        mm = self._files.get(base) or self._file(base, create=False)
         if mm is None:
             return (NONE, 0, 0, -1, -1)
-        st = ENTRY.unpack_from(mm, (queue_offset - base) * ENTRY_SIZE)
-        return (st[0], st[1], st[2], st[3], st[4])
+        return ENTRY.unpack_from(mm, (queue_offset - base) * ENTRY_SIZE)  # type: ignore[return-value]
 
     def set(
         self,
@@ -99,7 +98,7 @@ class StateTable:
     ) -> None:
         """Write one entry (the caller holds the store's append lock)."""
         base = queue_offset - queue_offset % ENTRIES_PER_FILE
-        mm = self._file(base, create=True)
+        mm = self._files.get(base) or self._file(base, create=True)
         assert mm is not None
         ENTRY.pack_into(
             mm,
