@@ -1,10 +1,11 @@
 """Read the commit log into Spark: directly (ranges decoded in parallel) or
 through the incremental Parquet export that the report runs keep current.
 
-Executors receive ``scan`` by value (cloudpickle), so they import only
-``broker_core`` and ``pyarrow``: never Django, never this package. Each task
-decodes one byte range and writes it as a Parquet file with pyarrow; Spark's
-JVM then reads the files (no per-row Python-to-JVM conversion, no pandas).
+Executors receive ``scan`` and ``columnar`` by value (cloudpickle), so they
+import only ``broker_core`` and ``pyarrow``: never Django, never this package.
+Each task decodes one byte range column-wise (``columnar``) and writes it as a
+Parquet file with pyarrow; Spark's JVM then reads the files (no per-row
+Python-to-JVM conversion, no pandas).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from pathlib import Path
 from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 
-from console.reports.jobs import scan
+from console.reports.jobs import columnar, scan
 from console.reports.jobs.common import RECORD_SCHEMA
 
 cloudpickle.register_pickle_by_value(scan)
+cloudpickle.register_pickle_by_value(columnar)
 
 MANIFEST = "manifest.json"
 
@@ -48,7 +50,7 @@ def decode_to_parquet(
     if not ranges:
         return 0
     items = [(i, *r) for i, r in enumerate(ranges)]
-    write = functools.partial(scan.write_range_parquet, out_dir=str(out_dir))
+    write = functools.partial(columnar.write_range_parquet, out_dir=str(out_dir))
     return sum(spark.sparkContext.parallelize(items, len(items)).map(write).collect())
 
 

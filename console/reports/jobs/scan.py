@@ -15,7 +15,6 @@ it runs past the range's end. The layout is RocketMQ's (``broker_core.record``).
 
 from __future__ import annotations
 
-import gc
 import mmap
 import os
 import struct
@@ -151,9 +150,12 @@ def find_boundary(buf: Any, base: int, start: int, end: int) -> int | None:
     best: int | None = None
     for magic in _MAGICS:
         at = start + 4
+        # A magic at ``at`` names a record at ``at - 4``: search up to records
+        # starting at ``end - 1``, or before a boundary the other magic found.
+        stop = (end if best is None else best) + 7
         while True:
-            at = buf.find(magic, at, end + 4)
-            if at < 0 or (best is not None and at - 4 >= best):
+            at = buf.find(magic, at, stop)
+            if at < 0:
                 break
             p = at - 4
             if (
@@ -255,6 +257,30 @@ def iter_records(
         pos += total
 
 
+def parse_properties(
+    text: str, system: bool
+) -> tuple[str | None, str | None, list[tuple[str, str]]]:
+    """Return the tags, keys and kept properties of a record's property text.
+
+    The rules of ``iter_records``, which inlines them for speed: a part without
+    a separator, a name or a value is skipped; the last TAGS and KEYS win.
+    """
+    tags = keys = None
+    props: list[tuple[str, str]] = []
+    drop = _DROP_SYSTEM if system else _DROP_USER
+    for part in text.split(PROPERTY_SEPARATOR):
+        k, sep, v = part.partition(NAME_VALUE_SEPARATOR)
+        if not (sep and k and v):
+            continue
+        if k == PROPERTY_TAGS:
+            tags = v
+        elif k == PROPERTY_KEYS:
+            keys = v
+        if k not in drop:
+            props.append((k, v))
+    return tags, keys, props
+
+
 def iter_range(rng: LogRange | tuple[str, int, int, int]) -> Iterator[tuple[Any, ...]]:
     """Yield the ``COLUMNS`` tuples of the records starting in ``rng``."""
     path, base, start, end = rng
@@ -306,33 +332,3 @@ def decode_ranges(ranges: Iterable[LogRange | tuple[str, int, int, int]]) -> pa.
     """Return every record of ``ranges`` as one Arrow table (tests, small stores)."""
     batches = [b for rng in ranges for b in decode_range(rng)]
     return pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
-
-
-def write_range_parquet(item: tuple[int, str, int, int, int], out_dir: str) -> int:
-    """Decode range ``item = (index, path, base, start, end)`` into
-    ``out_dir/part-<index>.parquet``; return the number of records written."""
-    import pyarrow.parquet as pq
-
-    index, *rng = item
-    rows = 0
-    writer = None
-    # A batch holds 65,536 row tuples with a list each: the cyclic collector
-    # would traverse them again and again (a quarter of the decode time here)
-    # though they hold no cycles.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        for batch in decode_range(tuple(rng)):  # type: ignore[arg-type]
-            if writer is None:
-                os.makedirs(out_dir, exist_ok=True)
-                writer = pq.ParquetWriter(
-                    os.path.join(out_dir, f"part-{index:05d}.parquet"), ARROW_SCHEMA
-                )
-            writer.write_batch(batch)
-            rows += batch.num_rows
-    finally:
-        if collecting:
-            gc.enable()
-        if writer is not None:
-            writer.close()
-    return rows
