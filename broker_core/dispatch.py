@@ -81,6 +81,36 @@ def compute_tags_code(
 _I = struct.Struct(">i")
 
 
+def _topic_and_properties(
+    view: memoryview, pos: int, magic: int, sysflag: int, body_len: int
+) -> tuple[str, int, int]:
+    """Return the topic of the record at ``view[pos:]`` and where its property
+    text starts and how long it is (header fields already unpacked)."""
+    extra = (12 if sysflag & 0x10 else 0) + (12 if sysflag & 0x20 else 0)
+    if extra:
+        body_len = _I.unpack_from(view, pos + HEADER.size + extra - 4)[0]
+    tpos = pos + HEADER.size + extra + body_len
+    if magic == MAGIC_V1:
+        tl = view[tpos]
+        tpos += 1
+    else:
+        tl = TOPIC_LEN_V2.unpack_from(view, tpos)[0]
+        tpos += 2
+    topic = str(view[tpos : tpos + tl], "utf-8")
+    ppos = tpos + tl
+    return topic, ppos + 2, PROPS_LEN.unpack_from(view, ppos)[0]
+
+
+def _property(raw: bytes, marker: bytes) -> str | None:
+    """Return the value after ``marker`` (``\x02NAME\x01``) in ``raw``, or None."""
+    i = raw.find(marker)
+    if i < 0:
+        return None
+    i += len(marker)
+    j = raw.find(b"\x02", i)
+    return str(raw[i : j if j >= 0 else len(raw)], "utf-8")
+
+
 def index_keys(view: memoryview, pos: int) -> tuple[int, int, int, str, list[str]]:
     """Return ``(phys, store_ts, sysflag, topic, keys)`` of the validated record at
     ``view[pos:]``, where ``keys`` are its ``UNIQ_KEY`` and ``KEYS`` tokens.
@@ -89,34 +119,15 @@ def index_keys(view: memoryview, pos: int) -> tuple[int, int, int, str, list[str
     instead of decoding every property (``decode_dispatch``).
     """
     head = HEADER.unpack_from(view, pos)
-    sysflag, body_len = head[7], head[16]
-    extra = (12 if sysflag & 0x10 else 0) + (12 if sysflag & 0x20 else 0)
-    if extra:
-        body_len = _I.unpack_from(view, pos + HEADER.size + extra - 4)[0]
-    tpos = pos + HEADER.size + extra + body_len
-    if head[1] == MAGIC_V1:
-        tl = view[tpos]
-        tpos += 1
-    else:
-        tl = TOPIC_LEN_V2.unpack_from(view, tpos)[0]
-        tpos += 2
-    topic = str(view[tpos : tpos + tl], "utf-8")
-    ppos = tpos + tl
-    plen = PROPS_LEN.unpack_from(view, ppos)[0]
-    raw = b"\x02" + bytes(view[ppos + 2 : ppos + 2 + plen])
+    sysflag = head[7]
+    topic, ppos, plen = _topic_and_properties(view, pos, head[1], sysflag, head[16])
+    raw = b"\x02" + bytes(view[ppos : ppos + plen])
     keys: list[str] = []
-    i = raw.find(_UNIQ_AT)
-    if i >= 0:
-        i += len(_UNIQ_AT)
-        j = raw.find(b"\x02", i)
-        value = str(raw[i : j if j >= 0 else len(raw)], "utf-8")
-        if value:
-            keys.append(value)
-    i = raw.find(_KEYS_AT)
-    if i >= 0:
-        i += len(_KEYS_AT)
-        j = raw.find(b"\x02", i)
-        value = str(raw[i : j if j >= 0 else len(raw)], "utf-8")
+    uniq = _property(raw, _UNIQ_AT)
+    if uniq:
+        keys.append(uniq)
+    value = _property(raw, _KEYS_AT)
+    if value is not None:
         keys.extend(k for k in value.split(" ") if k)
     return head[6], head[11], sysflag, topic, keys
 
@@ -148,20 +159,8 @@ def decode_dispatch(
         prepared,
         body_len,
     ) = HEADER.unpack_from(view, pos)
-    extra = (12 if sysflag & 0x10 else 0) + (12 if sysflag & 0x20 else 0)
-    if extra:
-        body_len = _I.unpack_from(view, pos + HEADER.size + extra - 4)[0]
-    tpos = pos + HEADER.size + extra + body_len
-    if magic == MAGIC_V1:
-        tl = view[tpos]
-        tpos += 1
-    else:
-        tl = TOPIC_LEN_V2.unpack_from(view, tpos)[0]
-        tpos += 2
-    topic = str(view[tpos : tpos + tl], "utf-8")
-    ppos = tpos + tl
-    plen = PROPS_LEN.unpack_from(view, ppos)[0]
-    props = decode_properties(str(view[ppos + 2 : ppos + 2 + plen], "utf-8"))
+    topic, ppos, plen = _topic_and_properties(view, pos, magic, sysflag, body_len)
+    props = decode_properties(str(view[ppos : ppos + plen], "utf-8"))
     return DispatchRequest(
         topic=topic,
         queue_id=queue_id,
