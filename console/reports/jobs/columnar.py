@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import array
 import gc
-import mmap
 import os
 import struct
 import sys
@@ -63,23 +62,16 @@ def decode_range(
 ) -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches (``scan.ARROW_SCHEMA``) of the records starting in
     ``rng``: the rows ``scan.decode_range`` yields, decoded column-wise."""
-    path, base, start, end = rng
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size == 0 or start >= size:
+    with scan.open_range(rng) as found:
+        if found is None:
             return
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            pos = scan.find_boundary(buf, base, start, min(end, size))
-            if pos is None:
-                return
-            data = pa.py_buffer(buf)
-            try:
-                yield from _decode(
-                    buf, data, base, pos, min(end, size), size, batch_rows
-                )
-            finally:
-                # The mapping cannot close while Arrow still exports it.
-                del data
+        buf, base, pos, end, size = found
+        data = pa.py_buffer(buf)
+        try:
+            yield from _decode(buf, data, base, pos, end, size, batch_rows)
+        finally:
+            # The mapping cannot close while Arrow still exports it.
+            del data
 
 
 def write_range_parquet(item: tuple[int, str, int, int, int], out_dir: str) -> int:

@@ -15,6 +15,7 @@ it runs past the range's end. The layout is RocketMQ's (``broker_core.record``).
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -168,20 +169,31 @@ def find_boundary(buf: Any, base: int, start: int, end: int) -> int | None:
     return best
 
 
-def decode_range(
-    rng: LogRange | tuple[str, int, int, int], batch_rows: int = BATCH_ROWS
-) -> Iterator[pa.RecordBatch]:
-    """Yield Arrow batches (``ARROW_SCHEMA``) of the records starting in ``rng``."""
+@contextlib.contextmanager
+def open_range(
+    rng: LogRange | tuple[str, int, int, int],
+) -> Iterator[tuple[Any, int, int, int, int] | None]:
+    """Map the segment of ``rng`` and find its first record: yield ``(buf, base,
+    first record position, end, segment size)``, or None when the range holds
+    no record."""
     path, base, start, end = rng
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         if size == 0 or start >= size:
+            yield None
             return
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             pos = find_boundary(buf, base, start, min(end, size))
-            if pos is None:
-                return
-            yield from _decode(buf, base, pos, min(end, size), size, batch_rows)
+            yield None if pos is None else (buf, base, pos, min(end, size), size)
+
+
+def decode_range(
+    rng: LogRange | tuple[str, int, int, int], batch_rows: int = BATCH_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """Yield Arrow batches (``ARROW_SCHEMA``) of the records starting in ``rng``."""
+    with open_range(rng) as found:
+        if found is not None:
+            yield from _decode(*found, batch_rows)
 
 
 def iter_records(
@@ -283,15 +295,9 @@ def parse_properties(
 
 def iter_range(rng: LogRange | tuple[str, int, int, int]) -> Iterator[tuple[Any, ...]]:
     """Yield the ``COLUMNS`` tuples of the records starting in ``rng``."""
-    path, base, start, end = rng
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size == 0 or start >= size:
-            return
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            pos = find_boundary(buf, base, start, min(end, size))
-            if pos is not None:
-                yield from iter_records(buf, base, pos, min(end, size), size)
+    with open_range(rng) as found:
+        if found is not None:
+            yield from iter_records(*found)
 
 
 def _decode(
