@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,20 @@ pytestmark = [pytest.mark.protocol, pytest.mark.slow, pytest.mark.services]
 REDIS = "redis://127.0.0.1:6379/15"
 
 
+def relay_server(store: Path, port: int, channel: str, log: Path) -> subprocess.Popen:
+    """Start an endpoint that listens for relayed check-backs on ``channel``."""
+    return subprocess.Popen(
+        [
+            PY, "-m", "broker_core", "serve", "--store", str(store),
+            "--listen", f"127.0.0.1:{port}",
+            "--redis-url", REDIS, "--redis-channel", channel,
+        ],
+        cwd=ROOT,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
 def test_check_back_through_redis_relay(tmp_path):
     redis = pytest.importorskip("redis")
     try:
@@ -36,26 +51,7 @@ def test_check_back_through_redis_relay(tmp_path):
     store = tmp_path / "store"
     channel = f"test:grpc:check:{uuid.uuid4().hex}"
     port = free_port()
-    log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen(
-        [
-            PY,
-            "-m",
-            "broker_core",
-            "serve",
-            "--store",
-            str(store),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--redis-url",
-            REDIS,
-            "--redis-channel",
-            channel,
-        ],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    proc = relay_server(store, port, channel, tmp_path / "server.log")
     time.sleep(1.5)
     try:
         client = spawn("relay", f"127.0.0.1:{port}", "r", tmp_path)
@@ -104,26 +100,7 @@ def test_no_live_producer_then_the_groups_own_checker_answers(tmp_path):
     store = tmp_path / "store"
     channel = f"test:grpc:check:{uuid.uuid4().hex}"
     port = free_port()
-    log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen(
-        [
-            PY,
-            "-m",
-            "broker_core",
-            "serve",
-            "--store",
-            str(store),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--redis-url",
-            REDIS,
-            "--redis-channel",
-            channel,
-        ],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    proc = relay_server(store, port, channel, tmp_path / "server.log")
     try:
         deadline = time.time() + 30
         client = redis.Redis.from_url(REDIS)
