@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-fast setup system-packages venv redis migrate admin seed demo-data lint typecheck clean
+.PHONY: run test test-fast setup system-packages venv redis node-client migrate admin seed demo-data lint typecheck clean
 
 run: setup migrate admin demo-data
 	@$(BIN)/python manage.py print_urls
@@ -24,7 +24,7 @@ test: setup
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow and not crash and not browser and not spark and not protocol and not services" $(PYTEST_ARGS)
 
-setup: system-packages venv redis
+setup: system-packages venv redis node-client
 
 # apt-get only what is missing: redis-server, a Java 17+ runtime, chromium.
 system-packages:
@@ -33,6 +33,7 @@ system-packages:
 	{ command -v java >/dev/null && java -version 2>&1 | grep -Eq 'version "(1[7-9]|2[0-9])'; } || missing="$$missing openjdk-17-jre-headless"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	command -v $(PY) >/dev/null || command -v python3 >/dev/null || missing="$$missing python3 python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
@@ -48,6 +49,12 @@ $(STAMP): requirements.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements.txt
 	@rm -f $(VENV)/.requirements-*; touch $@
+
+# The official Node.js RocketMQ client, for the protocol tests beside the Python one.
+NODE_CLIENT := rocketmq-client-nodejs@1.0.8
+node-client:
+	@[ -f var/node/node_modules/rocketmq-client-nodejs/package.json ] || \
+	  npm install --silent --no-audit --no-fund --prefix var/node $(NODE_CLIENT)
 
 # Make sure Redis answers at REDIS_URL; start a private one under var/ if not.
 redis: venv

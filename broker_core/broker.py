@@ -34,14 +34,24 @@ from broker_core.message import (
 )
 from broker_core.metadata import MessageType, TopicConfig
 from broker_core.msgid import UniqKeyGenerator
-from broker_core.record import decode_offset_msg_id, offset_msg_id, parse_host
+from broker_core.record import (
+    decode_offset_msg_id,
+    intact,
+    offset_msg_id,
+    parse_host,
+)
 from broker_core.store import MessageStore, PutItem
 from broker_core.tags import parse_subscription, tags_code
 from broker_core.validation import (
+    FACADE_PROPERTIES,
     validate_body,
     validate_group,
+    validate_keys,
+    validate_message_id,
+    validate_properties,
     validate_properties_size,
     validate_send_topic,
+    validate_tag,
 )
 
 #: A send hook may rewrite a message before it is stored (delay levels, timers,
@@ -101,6 +111,8 @@ class Broker:
     def _prepare(self, m: Message, uniq: str, now: int) -> PutItem:
         """Validate one message and build its append item (the send hot path)."""
         topic = m.topic
+        if m.msg_id is not None:
+            validate_message_id(m.msg_id)
         if topic not in self._valid_topics:
             validate_send_topic(topic)
             if len(self._valid_topics) < 100_000:
@@ -121,7 +133,14 @@ class Broker:
         elif qid < 0:
             raise InvalidQueueError(f"queue id {qid} is negative")
         tags = m.tags
+        if tags is not None:
+            validate_tag(tags)
         if m.properties or m.keys:
+            # Nothing a caller gives may carry the codec's separators (it
+            # would inject properties) or a system name the facade does not
+            # take from its caller.
+            validate_properties(m.properties, FACADE_PROPERTIES)
+            validate_keys(m.keys)
             parts: list[str] = []
             if m.properties:
                 parts.extend(
@@ -157,6 +176,10 @@ class Broker:
             0,
         )
 
+    def validate(self, message: Message) -> None:
+        """Run every check ``send`` runs on ``message``; store nothing."""
+        self._prepare(message, message.msg_id or "0", int(time.time() * 1000))
+
     def send(self, message: Message) -> SendResult:
         """Store one message; return its ids, queue and offset.
 
@@ -175,9 +198,10 @@ class Broker:
         self.store.refresh_topics()  # queue counts changed by another process
         now = int(time.time() * 1000)
         if len(messages) == 1:
-            uniqs = [self._ids.next(now)]
+            uniqs = [messages[0].msg_id or self._ids.next(now)]
         else:
             uniqs = self._ids.next_many(len(messages), now)
+            uniqs = [m.msg_id or u for m, u in zip(messages, uniqs, strict=True)]
         items = [self._prepare(m, u, now) for m, u in zip(messages, uniqs, strict=True)]
         if self._hooks:
             items = self._apply_hooks(items)
@@ -262,16 +286,23 @@ class Broker:
             units = cq.read_units(offset, max_messages)
             if units:
                 seg = store.commitlog.segments.segment(units[0][0])
-                if seg is not None and units[-1][0] < seg.base + seg.size:
-                    # One segment holds them all: copy each record straight out.
+                if (
+                    seg is not None
+                    and 0 <= units[0][0]
+                    and units[-1][0] < (seg.base + seg.size)
+                ):
+                    # One segment holds them all: copy each record straight
+                    # out, checked first (a damaged one is stepped over).
                     view, base = seg.view, seg.base
+                    trusted = store.state.trusted_from
                     msgs = [
                         MessageExt(bytes(view[p - base : p - base + n]))
                         for p, n, _code in units
+                        if p >= trusted or intact(view, p - base, n, p)
                     ]
                 else:
-                    msgs = [decode(phys, size) for phys, size, _code in units]
-            pos += len(msgs)
+                    msgs = [m for m in map(self._checked, units) if m is not None]
+            pos += len(units)
         else:
             budget = max(max_messages * 16, 512)
             while len(msgs) < max_messages and pos < hi and budget > 0:
@@ -282,7 +313,10 @@ class Broker:
                     pos += 1
                     budget -= 1
                     if flt.matches_code(code):
-                        m = decode(phys, _size)
+                        try:
+                            m = decode(phys, _size)
+                        except MessageNotFoundError:
+                            continue  # damaged: stepped over, see quarantine/
                         if flt.matches_tag(m.tags) and (
                             sql is None or sql(m.properties)
                         ):
@@ -291,6 +325,13 @@ class Broker:
                                 break
         status = PullStatus.FOUND if msgs else PullStatus.NO_MATCHED_MSG
         return PullResult(msgs, pos, status, lo, hi)
+
+    def _checked(self, unit: tuple[int, int, int]) -> MessageExt | None:
+        """Decode a unit's record, or None if it is damaged (see ``quarantine/``)."""
+        try:
+            return self.store.commitlog.decode_at(unit[0], unit[1])
+        except MessageNotFoundError:
+            return None
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Persist a group's next offset on a queue (``MessageStore.commit_offset``)."""

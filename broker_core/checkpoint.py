@@ -6,10 +6,17 @@ so abnormal recovery re-dispatches only the log beyond those points.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from broker_core.diskio import pwrite_all, reserve, storage_error
+from broker_core.errors import StoreError
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_SIZE = 4096
 # Big-endian longs; 0..32 as RocketMQ 5.x, 40.. this store's additions:
@@ -17,7 +24,9 @@ CHECKPOINT_SIZE = 4096
 # 24 masterFlushedOffset (log flushed offset) | 32 confirmPhyOffset (same)
 # 40 logicsOffset: consume queues flushed below this log offset
 # 48 indexOffset: index files flushed below this log offset
+# 56 CRC32 of bytes 0..56 (0 in files from before it was added: not checked)
 CHECKPOINT = struct.Struct(">7q")
+_CRC = struct.Struct(">I")
 
 
 @dataclass(slots=True)
@@ -37,14 +46,26 @@ class Checkpoint:
 
 
 def read_checkpoint(path: Path) -> Checkpoint:
-    """Return the checkpoint at ``path`` (all zeros if missing or short)."""
+    """Return the checkpoint at ``path``.
+
+    All zeros if it is missing, short or fails its CRC: recovery then verifies
+    and re-dispatches the whole log, slower but never wrong.
+    """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return Checkpoint()
-    if len(data) < CHECKPOINT.size:
+    if len(data) < CHECKPOINT.size + _CRC.size:
+        log.warning("checkpoint %s is short: recovering from the whole log", path)
         return Checkpoint()
-    return Checkpoint(*CHECKPOINT.unpack_from(data, 0))
+    crc = _CRC.unpack_from(data, CHECKPOINT.size)[0]
+    if crc and crc != zlib.crc32(data[: CHECKPOINT.size]):
+        log.warning("checkpoint %s is damaged: recovering from the whole log", path)
+        return Checkpoint()
+    cp = Checkpoint(*CHECKPOINT.unpack_from(data, 0))
+    if min(cp.flushed_offset, cp.logics_offset, cp.index_offset) < 0:
+        return Checkpoint()
+    return cp
 
 
 def write_checkpoint(path: Path, cp: Checkpoint) -> None:
@@ -63,21 +84,39 @@ def write_checkpoint(path: Path, cp: Checkpoint) -> None:
             cp.logics_offset,
             cp.index_offset,
         )
-        os.pwrite(fd, bytes(buf), 0)
+        _CRC.pack_into(buf, CHECKPOINT.size, zlib.crc32(buf[: CHECKPOINT.size]))
+        reserve(fd, 0, CHECKPOINT_SIZE, "reserving the checkpoint")
+        pwrite_all(fd, bytes(buf), 0, "writing the checkpoint")
         os.fdatasync(fd)
+    except OSError as exc:
+        raise storage_error(exc, "writing the checkpoint") from exc
     finally:
         os.close(fd)
 
 
-def create_abort(root: Path) -> None:
-    """Create ``{root}/abort`` holding this pid: "not shut down cleanly"."""
+def create_abort(root: Path) -> bool:
+    """Create ``{root}/abort`` holding this pid: "not shut down cleanly".
+
+    Returns False (and logs) if the disk has no room even for the marker: the
+    store still opens, and a crash in this session is then recovered as a
+    normal stop (the tail is still verified), which beats refusing to start.
+    """
     path = root / "abort"
-    path.write_text(str(os.getpid()))
-    fd = os.open(root, os.O_RDONLY)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            pwrite_all(fd, str(os.getpid()).encode(), 0, "writing the abort marker")
+        finally:
+            os.close(fd)
+        dfd = os.open(root, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except (OSError, StoreError) as exc:
+        log.warning("abort marker not written (%s): the store opens without it", exc)
+        return False
+    return True
 
 
 def abort_exists(root: Path) -> bool:

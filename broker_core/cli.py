@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from broker_core.checkpoint import abort_exists, read_checkpoint
+from broker_core.commitlog import CommitLog, Damage
 from broker_core.consumequeue import ConsumeQueueTable
 from broker_core.metadata import TopicTable
-from broker_core.record import RecordCheck, check_record
-from broker_core.segment_queue import SegmentQueue
+from broker_core.quarantine import Quarantine
+from broker_core.shared import read_commit_pos
 
 
 def inspect_store(root: Path, segment_size: int | None = None) -> dict[str, Any]:
@@ -23,42 +24,42 @@ def inspect_store(root: Path, segment_size: int | None = None) -> dict[str, Any]
     names = sorted(p.name for p in log_dir.iterdir()) if log_dir.is_dir() else []
     if segment_size is None:
         segment_size = (log_dir / names[0]).stat().st_size if names else 1 << 30
-    segs = SegmentQueue(log_dir, segment_size)
-    segments = []
-    records = bad = 0
-    first_bad: int | None = None
+    log = CommitLog(root, segment_size, readonly=True)
+    per_seg: dict[int, dict[str, Any]] = {
+        base: {"base": base, "records": 0, "used": 0, "ends_with": "end"}
+        for base in log.segments.list_bases()
+    }
+    records = 0
+    damage: list[Damage] = []
     try:
-        for base in segs.list_bases():
-            seg = segs.segment(base)
-            assert seg is not None
-            pos = n = 0
-            status = "end"
-            while pos < seg.size:
-                chk = check_record(seg.view, pos, seg.size, True, True)
-                if chk.status is RecordCheck.OK:
-                    n += 1
-                    pos += chk.size
-                    continue
-                if chk.status is RecordCheck.BLANK:
-                    status = "blank"
-                elif chk.status is RecordCheck.CORRUPT:
-                    status = "corrupt"
-                    bad += 1
-                    if first_bad is None:
-                        first_bad = base + pos
-                break
-            records += n
-            segments.append(
-                {"base": base, "records": n, "used": pos, "ends_with": status}
-            )
+        cp0 = read_checkpoint(root / "checkpoint")
+        committed = max(read_commit_pos(root), cp0.flushed_offset)
+        for seg, pos, size in log.scan(
+            log.first_offset(), None, True, damage, committed
+        ):
+            records += 1
+            s = per_seg[seg.base]
+            s["records"] += 1
+            s["used"] = pos + size
+        for base, s in per_seg.items():
+            nxt = per_seg.get(base + segment_size)
+            if nxt is not None and nxt["records"]:
+                s["ends_with"] = "blank"
     finally:
-        segs.close()
+        log.close()
+    for d in damage:
+        per_seg[d.start - d.start % segment_size]["ends_with"] = "corrupt"
+    segments = list(per_seg.values())
+    quarantined = Quarantine(root).ranges
+    bad = len(damage)
+    first_bad = damage[0].start if damage else None
     topics = TopicTable(root / "config" / "topics.json").topics
     cqs = ConsumeQueueTable(root, 300_000)
     depths: dict[str, dict[int, int]] = {}
     try:
         for topic, qid in cqs.on_disk():
             bases = cqs.get(topic, qid).segments.list_bases()
+            cqs.queues.pop((topic, qid), None)
             size = (
                 (root / "consumequeue" / topic / str(qid) / f"{bases[-1]:020d}")
                 .stat()
@@ -68,7 +69,9 @@ def inspect_store(root: Path, segment_size: int | None = None) -> dict[str, Any]
             )
             cqs.units_per_file = max(1, size // 20)
             cqs.queues.pop((topic, qid), None)
-            depths.setdefault(topic, {})[qid] = cqs.get(topic, qid).max_offset()
+            cq = cqs.get(topic, qid)
+            cq.segments.readonly = True  # never extend a short file
+            depths.setdefault(topic, {})[qid] = cq.max_offset()
     finally:
         cqs.close()
     cp = read_checkpoint(root / "checkpoint")
@@ -80,6 +83,14 @@ def inspect_store(root: Path, segment_size: int | None = None) -> dict[str, Any]
         "records": records,
         "crc_ok": bad == 0,
         "first_bad_offset": first_bad,
+        "damaged_ranges": [
+            {"start": d.start, "end": d.end, "reason": d.reason} for d in damage
+        ],
+        "quarantined": [
+            {"offset": q.offset, "length": q.length, "reason": q.reason}
+            for q in quarantined
+        ],
+        "clean": bad == 0 and not quarantined,
         "checkpoint": {
             "flushed": cp.flushed_offset,
             "logics": cp.logics_offset,
@@ -110,6 +121,13 @@ def _print_inspect(info: dict[str, Any]) -> None:
         f"records: {info['records']}  CRC: "
         + ("OK" if info["crc_ok"] else f"DAMAGED at {info['first_bad_offset']}")
     )
+    for q in info["quarantined"]:
+        print(
+            f"quarantined: log bytes {q['offset']} .. {q['offset'] + q['length']} "
+            f"({q['reason']})"
+        )
+    if not info["clean"]:
+        print("NOT CLEAN: run 'python -m broker_core verify STORE' for details")
     print("topics:")
     for name, t in info["topics"].items():
         print(
@@ -126,6 +144,17 @@ def main(argv: list[str]) -> int:
     )
     ins.add_argument("store_dir")
     ins.add_argument("--json", action="store_true")
+    ver = sub.add_parser(
+        "verify",
+        help="check every record, queue, index and config file; --repair fixes",
+    )
+    ver.add_argument("store_dir")
+    ver.add_argument(
+        "--repair",
+        action="store_true",
+        help="open the store alone: quarantine damage, rebuild queues and index",
+    )
+    ver.add_argument("--json", action="store_true")
     sub.add_parser(
         "bench",
         help="throughput benchmark beside Redis Streams and SQLite",
@@ -143,9 +172,35 @@ def main(argv: list[str]) -> int:
         from broker_core.benchmark import main as bench_main
 
         return bench_main(rest)
+    if args.cmd == "verify":
+        return _verify(args)
     info = inspect_store(Path(args.store_dir))
     if args.json:
         print(json.dumps(info, indent=2))
     else:
         _print_inspect(info)
-    return 0 if info["crc_ok"] else 1
+    return 0 if info["clean"] else 1
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from broker_core.errors import BrokerError
+    from broker_core.verify import print_report, repair_store, verify_store
+
+    root = Path(args.store_dir)
+    if not (root / "commitlog").is_dir() and not (root / "config").is_dir():
+        print(f"{root} is not a store directory (no commitlog/ or config/)")
+        return 2
+    repaired: dict[str, Any] = {}
+    if args.repair:
+        try:
+            repaired = repair_store(root)
+        except BrokerError as exc:
+            print(f"repair failed: {exc}")
+            return 2
+    report = verify_store(root)
+    report.repaired = repaired
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print_report(report)
+    return 0 if report.ok else 1

@@ -54,6 +54,23 @@ class StoreConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     #: Normal recovery CRC-checks at most this many bytes at the log's tail.
     recover_verify_max_bytes: int = 4 * 1024 * 1024
+    #: Appends are refused (``StorageFullError``) while the store's filesystem
+    #: is fuller than this (RocketMQ ``diskSpaceWarningLevelRatio``); 1.0: off.
+    disk_space_warning_ratio: float = 0.90
+    #: How often the disk usage is looked up on the append path.
+    disk_check_interval_ms: int = 100
+    #: Consumer offsets are kept in memory and written at most this often
+    #: (and at close); a crash may redeliver what was consumed in this window.
+    offset_persist_interval_ms: int = 1000
+    #: Abnormal recovery re-verifies from this many bytes before the flushed
+    #: position of the checkpoint.
+    recover_margin_bytes: int = 1024 * 1024
+    #: Recovery CRC-checks the whole log on open (``verify --repair``).
+    verify_on_open: bool = False
+    #: Background scrubber: CRC-check the whole log every this many seconds
+    #: (0: off), reading at most ``scrub_bytes_per_s``.
+    scrub_interval_s: int = 0
+    scrub_bytes_per_s: int = 64 * 1024 * 1024
     #: How often a process with dispatchers polls for other processes' appends.
     reput_interval_ms: int = 20
     delay_levels_ms: list[int] = field(default_factory=list)
@@ -84,3 +101,12 @@ class StoreConfig:
         if level < 1:
             return 0
         return levels[min(level, len(levels)) - 1]
+
+
+#: Settings that fix the size of a store's files: kept in ``config/store.json``.
+GEOMETRY_KEYS = ("segment_size", "cq_units_per_file", "index_slots", "index_entries")
+
+
+def store_geometry(config: StoreConfig) -> dict[str, int]:
+    """Return the file-size settings of ``config`` (see ``GEOMETRY_KEYS``)."""
+    return {k: int(getattr(config, k)) for k in GEOMETRY_KEYS}

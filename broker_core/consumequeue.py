@@ -35,6 +35,8 @@ class ConsumeQueue:
         )
         self._max: int | None = None
         self._min: int | None = None
+        #: Units below this have blocks in this process's view (``reserve``).
+        self._reserved_upto = 0
         #: Units below this are known flushed by this process.
         self.flushed_offset = 0
 
@@ -43,8 +45,11 @@ class ConsumeQueue:
         seg = self.segments.segment(offset * UNIT_SIZE)
         if seg is None:
             return 0
-        at = (offset % self.units_per_file) * UNIT_SIZE + 8
-        return int(_SIZE_FIELD.unpack_from(seg.view, at)[0])
+        at = (offset % self.units_per_file) * UNIT_SIZE
+        # Never read a hole (SIGBUS on a full tmpfs): units are a dense prefix.
+        if not seg.readable(at, UNIT_SIZE):
+            return 0
+        return int(_SIZE_FIELD.unpack_from(seg.view, at + 8)[0])
 
     def _load_max(self) -> int:
         bases = self.segments.list_bases()
@@ -105,6 +110,27 @@ class ConsumeQueue:
         if self._max is not None and end > self._max:
             self._max = end
 
+    def reserve(self, first: int, count: int) -> None:
+        """Allocate the blocks of units ``first...first + count`` before writing.
+
+        Units are written through the mapping; reserving first turns a full disk
+        into ``StorageFullError`` before the log is committed, never a SIGBUS.
+        """
+        if first + count < self._reserved_upto:
+            return  # one comparison on the append path
+        per = self.units_per_file
+        off, end = first, first + count
+        while off < end:
+            file_first = off - off % per
+            stop = min(end, file_first + per)
+            seg = self.segments.segment(off * UNIT_SIZE, create=True)
+            assert seg is not None
+            # One unit more: readers find the end by reading the next unit.
+            want = min(per, stop - file_first + 1) * UNIT_SIZE
+            seg.reserve(want, ahead=64 << 10)
+            self._reserved_upto = file_first + seg.allocated // UNIT_SIZE
+            off = stop
+
     def put_packed(self, first: int, count: int, data: bytes) -> None:
         """Write ``count`` already packed units at logical offset ``first``."""
         per = self.units_per_file
@@ -130,6 +156,10 @@ class ConsumeQueue:
                 break
             pos = (off % per) * UNIT_SIZE
             take = min(count - len(out), per - off % per)
+            if not seg.readable(pos, take * UNIT_SIZE):
+                take = max(0, (seg.data_hint - pos) // UNIT_SIZE)
+                if take == 0:
+                    break
             got = 0
             for unit in UNIT.iter_unpack(seg.view[pos : pos + take * UNIT_SIZE]):
                 if unit[1] <= 0:
@@ -142,6 +172,31 @@ class ConsumeQueue:
         return out
 
     # -- maintenance ---------------------------------------------------------
+    def files_whole(self) -> bool:
+        """Whether every file of the queue has its full size (none was cut short)."""
+        want = self.segments.segment_size
+        bases = self.segments.list_bases()
+        if bases and bases != list(range(bases[0], bases[-1] + want, want)):
+            return False  # a file in the middle is missing
+        for base in bases:
+            path = self.segments.directory / f"{base:020d}"
+            try:
+                if path.stat().st_size != want:
+                    return False
+            except FileNotFoundError:
+                return False
+        return True
+
+    def clear(self) -> None:
+        """Delete every unit (before a rebuild from the log)."""
+        self.segments.close()
+        for base in self.segments.list_bases():
+            (self.segments.directory / f"{base:020d}").unlink()
+        self._reserved_upto = 0
+        self._max = None
+        self._min = None
+        self.flushed_offset = 0
+
     def truncate_beyond(self, log_end: int) -> None:
         """Zero units that point at or past ``log_end`` (after the log is cut)."""
         m = self.max_offset()
@@ -153,6 +208,7 @@ class ConsumeQueue:
             k -= 1
         if k < m:
             self.segments.delete_from(k * UNIT_SIZE)
+            self._reserved_upto = 0  # the cut gave blocks back
         self._max = k
 
     def flush(self) -> None:

@@ -44,6 +44,34 @@ class InvalidMessageError(ValidationError):
     code = "invalid_message"
 
 
+class IllegalPropertyError(InvalidMessageError):
+    """A property name or value with a separator byte, or an empty name."""
+
+    code = "illegal_property"
+
+
+class ReservedPropertyError(IllegalPropertyError):
+    """A user property named like a RocketMQ system property."""
+
+    code = "reserved_property"
+
+
+class IllegalTagError(InvalidMessageError):
+    code = "illegal_tag"
+
+
+class IllegalKeyError(InvalidMessageError):
+    code = "illegal_key"
+
+
+class IllegalMessageIdError(InvalidMessageError):
+    code = "illegal_message_id"
+
+
+class IllegalMessageGroupError(InvalidMessageError):
+    code = "illegal_message_group"
+
+
 class InvalidQueueError(ValidationError):
     code = "invalid_queue"
 
@@ -76,8 +104,31 @@ class StoreClosedError(StoreError):
     code = "store_closed"
 
 
-class CorruptRecordError(StoreError):
+class CorruptRecordError(MessageNotFoundError, StoreError):
+    """A record whose bytes fail their checks: it is not served."""
+
     code = "corrupt_record"
+
+
+class StorageFullError(StoreError):
+    """The disk is full or above the store's usage limit: nothing was appended.
+
+    Reads and consumption go on; appends resume once space is freed.
+    """
+
+    code = "storage_full"
+
+
+class StorageIOError(StoreError):
+    """The operating system failed a read or write (EIO and the like)."""
+
+    code = "storage_io"
+
+
+class ConfigFileError(StoreError):
+    """A configuration file is unreadable and has no usable backup."""
+
+    code = "config_file"
 
 
 class TransactionError(BrokerError):

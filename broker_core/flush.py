@@ -13,10 +13,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
-if TYPE_CHECKING:
-    from broker_core.store import MessageStore
+from broker_core.errors import StoreError
+from broker_core.parts import StoreParts
+
+
+@dataclass(frozen=True, slots=True)
+class FlushHooks:
+    """What a flush cycle does beside the log, supplied by the store."""
+
+    #: Index records behind the appends, within a time budget (seconds).
+    build_index: Callable[[float], None]
+    #: Flush consume queues and the index; write the checkpoint.
+    write_progress: Callable[[], None]
+    #: Write the consumer offsets committed in memory.
+    persist_offsets: Callable[[], None]
+    #: Whether the store is closed.
+    is_closed: Callable[[], bool]
+
 
 log = logging.getLogger(__name__)
 
@@ -24,17 +40,20 @@ log = logging.getLogger(__name__)
 class FlushService:
     """Flushes one open store; ``start`` launches the background thread."""
 
-    def __init__(self, store: MessageStore) -> None:
-        self.store = store
-        self.sync = store.config.flush == "sync"
-        self.interval = store.config.flush_interval_ms / 1000.0
+    def __init__(self, parts: StoreParts, hooks: FlushHooks) -> None:
+        self.parts = parts
+        self.hooks = hooks
+        self.sync = parts.config.flush == "sync"
+        self.interval = parts.config.flush_interval_ms / 1000.0
         self._cond = threading.Condition()
         self._flushing = False
-        self._flushed = store.state.flushed_pos
+        self._flushed = parts.state.flushed_pos
         #: Sync puts counted by ``begin_put`` that have not reached the wait yet.
         self._appending = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._offsets_at = 0.0
+        self._reported_at = -60.0
         #: Number of log fsyncs done by this process (group commit shows here).
         self.fsync_count = 0
 
@@ -57,14 +76,14 @@ class FlushService:
         With ``target``, return early when another process's fsync, taken
         while this one waited for the flush lock, already covered it.
         """
-        state = self.store.state
+        state = self.parts.state
         with state.flush_lock:
             flushed = state.flushed_pos
             if target is not None and flushed >= target:
                 return flushed
             end = state.commit_pos
             if end > flushed:
-                self.store.commitlog.flush(min(self._flushed, flushed), end)
+                self.parts.commitlog.flush(min(self._flushed, flushed), end)
                 self.fsync_count += 1
                 state.advance_flushed(end)
             return end
@@ -95,7 +114,7 @@ class FlushService:
                 while True:
                     if self._flushed >= target:
                         return True
-                    if self.store.state.flushed_pos >= target:
+                    if self.parts.state.flushed_pos >= target:
                         self._flushed = max(self._flushed, target)
                         return True
                     if not self._flushing:
@@ -122,29 +141,47 @@ class FlushService:
         waits until none is still appending, at most ``group_commit_wait_us``,
         so one fsync covers every concurrent put instead of the first few.
         """
-        budget = self.store.config.group_commit_wait_us / 1e6
+        budget = self.parts.config.group_commit_wait_us / 1e6
         if budget > 0:
             with self._cond:
                 self._cond.wait_for(lambda: self._appending <= 0, budget)
 
     # -- background ----------------------------------------------------------
+    def _report(self, exc: Exception) -> None:
+        """Log a failed step once a minute, not every interval."""
+        now = time.monotonic()
+        if now - self._reported_at >= 60:
+            self._reported_at = now
+            log.error("flush cycle: %s", exc)
+
     def _run(self) -> None:
         interval = self.interval if not self.sync else max(self.interval, 1.0)
         while not self._stop.wait(interval):
             try:
                 self.cycle()
+            except StoreError as exc:  # a full disk: retried next interval
+                self._report(exc)
             except Exception:  # a failed cycle is retried next interval
                 log.exception("flush cycle failed")
 
     def cycle(self, index_budget_s: float = 0.2) -> None:
         """Flush the log (async mode), queues and index; write the checkpoint."""
-        store = self.store
-        if store.closed:
+        hooks, config = self.hooks, self.parts.config
+        if hooks.is_closed():
             return
         if not self.sync:
             end = self.flush_log()
             with self._cond:
                 self._flushed = max(self._flushed, end)
-        if store.config.index_in_background:
-            store.build_index(time_budget_s=index_budget_s)
-        store.flush_derived()
+        if config.index_in_background:
+            try:
+                hooks.build_index(index_budget_s)
+            except StoreError as exc:
+                # The index lags (queries build the rest); queues and the
+                # checkpoint must still be written.
+                self._report(exc)
+        hooks.write_progress()
+        now = time.monotonic()
+        if now - self._offsets_at >= config.offset_persist_interval_ms / 1000:
+            self._offsets_at = now
+            hooks.persist_offsets()

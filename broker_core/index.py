@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from broker_core.diskio import reserve, storage_error
+from broker_core.errors import StorageFullError
 from broker_core.tags import java_string_hash
 
 # beginTimestamp q | endTimestamp q | beginPhyOffset q | endPhyOffset q
@@ -83,7 +85,7 @@ class IndexFile:
         self.path = path
         self.slots = slots
         self.entries = entries
-        size = HEADER_SIZE + slots * SLOT.size + entries * ENTRY_SIZE
+        self.size = size = HEADER_SIZE + slots * SLOT.size + entries * ENTRY_SIZE
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size < size:
@@ -92,6 +94,22 @@ class IndexFile:
             self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED)
         finally:
             os.close(fd)
+        #: Bytes with disk blocks: the header and slots at once, entries as
+        #: they are added, so a full disk raises instead of SIGBUS.
+        self._reserved = 0
+        try:
+            self._reserve(HEADER_SIZE + slots * SLOT.size)
+        except StorageFullError:
+            self.close()
+            raise
+
+    def _reserve(self, end: int) -> None:
+        if end > self._reserved:
+            end = min(self.size, end + (1 << 20))
+            what = f"reserving index file {self.path.name}"
+            if not reserve(self._fd, self._reserved, end - self._reserved, what):
+                end = self.size
+            self._reserved = end
 
     def header(self) -> tuple[int, int, int, int, int, int]:
         return HEADER.unpack_from(self.mm, 0)  # type: ignore[return-value]
@@ -124,6 +142,9 @@ class IndexFile:
             count = 1
         slots = self.slots
         entries_at = HEADER_SIZE + slots * 4
+        self._reserve(
+            entries_at + min(self.entries, count + len(items) - start) * ENTRY_SIZE
+        )
         slot_unpack, entry_pack = SLOT.unpack_from, ENTRY.pack_into
         pending: dict[int, int] = {}
         i = start
@@ -186,7 +207,10 @@ class IndexFile:
         return out
 
     def flush(self) -> None:
-        os.fdatasync(self._fd)
+        try:
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            raise storage_error(exc, f"flushing {self.path.name}") from exc
 
     def close(self) -> None:
         try:
@@ -194,6 +218,21 @@ class IndexFile:
         except BufferError:  # pragma: no cover - defensive
             pass
         os.close(self._fd)
+
+
+def _has_data(path: Path) -> bool:
+    """Whether ``path`` holds any data (not only holes); False if it is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        os.lseek(fd, 0, os.SEEK_DATA)
+        return True
+    except OSError:  # ENXIO: no data past 0
+        return False
+    finally:
+        os.close(fd)
 
 
 def _file_name(ts_ms: int) -> str:
@@ -217,9 +256,20 @@ class IndexService:
         return sorted(n for n in os.listdir(self.directory) if n.isdigit())
 
     def _open(self, name: str) -> IndexFile:
+        """Map one index file; ``StorageFullError`` if its blocks cannot be had.
+
+        A file left with no data at all (created just before a full disk
+        refused its blocks) is removed then: it indexes nothing.
+        """
         f = self.files.get(name)
         if f is None:
-            f = IndexFile(self.directory / name, self.slots, self.entries)
+            path = self.directory / name
+            try:
+                f = IndexFile(path, self.slots, self.entries)
+            except StorageFullError:
+                if not _has_data(path):
+                    path.unlink(missing_ok=True)
+                raise
             self.files[name] = f
         return f
 
@@ -256,15 +306,26 @@ class IndexService:
         """Return physical offsets for ``key`` (``topic#key``), newest files first."""
         out: list[int] = []
         for name in reversed(self._names()):
-            out.extend(self._open(name).query(key, begin, end, limit - len(out)))
+            try:
+                f = self._open(name)
+            except StorageFullError:
+                continue  # a file a full disk left without blocks: nothing in it
+            out.extend(f.query(key, begin, end, limit - len(out)))
             if len(out) >= limit:
                 break
         return out
 
+    def has_files(self) -> bool:
+        """Whether any index file exists."""
+        return bool(self._names())
+
     def truncate_beyond(self, log_end: int) -> None:
         """Delete index files that begin at or past ``log_end`` (log was cut)."""
         for name in self._names():
-            f = self._open(name)
+            try:
+                f = self._open(name)
+            except StorageFullError:
+                continue  # see ``_open``: no blocks, so nothing past the end
             begin_ts, _, begin_off, _, _, count = f.header()
             if count > 1 and begin_off >= log_end:
                 f.close()

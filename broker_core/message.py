@@ -9,9 +9,17 @@ schedule services build their own through ``MessageStore.put_inner``).
 from __future__ import annotations
 
 import enum
-import socket
 import struct
 from dataclasses import dataclass, field
+
+# The record layout is owned by ``record``; the host-width bits are part of it.
+from broker_core.record import (
+    MAGIC_V1,
+    format_host,
+    header_layout,
+)
+from broker_core.record import SYSFLAG_BORNHOST_V6 as SYSFLAG_BORNHOST_V6
+from broker_core.record import SYSFLAG_STOREHOST_V6 as SYSFLAG_STOREHOST_V6
 
 # Property keys (RocketMQ ``MessageConst``).
 PROPERTY_TAGS = "TAGS"
@@ -34,8 +42,6 @@ TRANSACTION_NOT_TYPE = 0x0
 TRANSACTION_PREPARED_TYPE = 0x4
 TRANSACTION_COMMIT_TYPE = 0x8
 TRANSACTION_ROLLBACK_TYPE = 0xC
-SYSFLAG_BORNHOST_V6 = 0x10
-SYSFLAG_STOREHOST_V6 = 0x20
 TRANSACTION_MASK = 0xC
 
 
@@ -70,18 +76,15 @@ def decode_properties(text: str) -> dict[str, str]:
     return out
 
 
-def _format_host(packed: bytes, port: int) -> str:
-    if len(packed) == 4:
-        return f"{socket.inet_ntoa(packed)}:{port}"
-    return f"[{socket.inet_ntop(socket.AF_INET6, packed)}]:{port}"
-
-
 @dataclass(slots=True)
 class Message:
     """A message as a client sends it.
 
     ``tags`` is one tag string; ``keys`` is a space-separated string or a list of
     keys, each indexed for ``query_by_key``; ``properties`` are user properties.
+    ``msg_id`` is the client's own message id (RocketMQ clients make one per
+    message and keep it across retries): stored as ``UNIQ_KEY``; None lets the
+    broker make one.
     """
 
     topic: str
@@ -91,6 +94,7 @@ class Message:
     properties: dict[str, str] | None = None
     queue_id: int | None = None
     flag: int = 0
+    msg_id: str | None = None
 
     def keys_string(self) -> str | None:
         """Return the keys as RocketMQ stores them: one space-separated string."""
@@ -170,16 +174,6 @@ class PullStatus(enum.Enum):
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
 
 
-# The fixed header of a record (the same layout as ``record.HEADER``; repeated
-# here so this module stays below the record codec): see record.py for offsets.
-_HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
-_HEADERS_V6 = {
-    (b, st): struct.Struct(
-        ">iiiiiqqiq" + ("16s" if b else "4s") + "iq" + ("16s" if st else "4s") + "iiqi"
-    )
-    for b in (False, True)
-    for st in (False, True)
-}
 _SYSFLAG = struct.Struct(">i")
 
 
@@ -203,16 +197,7 @@ class MessageExt:
         h = self._h
         if not h:
             raw = self._raw
-            sysflag = _SYSFLAG.unpack_from(raw, 36)[0]
-            if sysflag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
-                hs = _HEADERS_V6[
-                    (
-                        bool(sysflag & SYSFLAG_BORNHOST_V6),
-                        bool(sysflag & SYSFLAG_STOREHOST_V6),
-                    )
-                ]
-            else:
-                hs = _HEADER
+            hs = header_layout(_SYSFLAG.unpack_from(raw, 36)[0])
             h = self._h = hs.unpack_from(raw, 0)
             self._body_at = hs.size
         return h
@@ -273,7 +258,7 @@ class MessageExt:
     def _topic_span(self) -> tuple[int, int]:
         h = self._hdr()
         tpos = self._body_at + h[16]
-        if h[1] == -626843481:  # MAGIC_V1: one-byte topic length
+        if h[1] == MAGIC_V1:  # one-byte topic length
             return tpos + 1, self._raw[tpos]
         return tpos + 2, int.from_bytes(self._raw[tpos : tpos + 2], "big")
 
@@ -285,12 +270,12 @@ class MessageExt:
     @property
     def born_host(self) -> str:
         h = self._hdr()
-        return _format_host(h[9], h[10])
+        return format_host(h[9], h[10])
 
     @property
     def store_host(self) -> str:
         h = self._hdr()
-        return _format_host(h[12], h[13])
+        return format_host(h[12], h[13])
 
     @property
     def offset_msg_id(self) -> str:

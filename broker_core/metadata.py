@@ -1,18 +1,28 @@
 """Topic configuration and consumer offsets, persisted as JSON atomically.
 
 Files follow RocketMQ's ``config/topics.json`` and ``config/consumerOffset.json``.
-Every write goes to a temporary file, is fsynced and renamed over the old one;
-the shared state's version counters tell other processes to reload.
+Every write goes to a temporary file, is fsynced and renamed over the old one,
+whose previous version stays as ``.bak``; a damaged file falls back to it. The
+shared state's version counters tell other processes to reload.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
+import logging
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from broker_core.diskio import pwrite_all, storage_error
+from broker_core.errors import ConfigFileError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PERM_PRIORITY = 0x8
 PERM_READ = 0x4
@@ -54,18 +64,41 @@ class TopicConfig:
         return bool(self.perm & PERM_READ)
 
 
+def backup_path(path: Path) -> Path:
+    """Return where the previous good version of ``path`` is kept."""
+    return path.with_name(path.name + ".bak")
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON: temporary file, fsync, rename, fsync the directory."""
+    """Write ``data`` as JSON: temporary file, fsync, rename, fsync the directory.
+
+    The version being replaced is kept as ``{name}.bak`` (a hard link, so the
+    main file never goes missing). Raises ``StorageFullError`` /
+    ``StorageIOError``; the old file is then left as it was.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     payload = json.dumps(data, indent=2, sort_keys=True).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    what = f"writing {path.name}"
     try:
-        os.write(fd, payload)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            pwrite_all(fd, payload, 0, what)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if path.exists():
+            bak_tmp = path.with_name(f".{path.name}.{os.getpid()}.bak")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(bak_tmp)
+            with contextlib.suppress(FileNotFoundError):
+                os.link(path, bak_tmp)
+                os.replace(bak_tmp, backup_path(path))
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise storage_error(exc, what) from exc
     dfd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dfd)
@@ -73,13 +106,56 @@ def atomic_write_json(path: Path, data: Any) -> None:
         os.close(dfd)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _parse(path: Path, key: str) -> dict[str, Any] | None:
+    """Return ``path``'s ``key`` object; None if the file is missing; raise if bad."""
     try:
-        with open(path, "rb") as fh:
-            data = json.load(fh)
+        raw = path.read_bytes()
     except FileNotFoundError:
-        return {}
-    return data if isinstance(data, dict) else {}
+        return None
+    data = json.loads(raw)  # ValueError for empty or garbled bytes
+    if not isinstance(data, dict) or not isinstance(data.get(key, {}), dict):
+        raise ValueError("not a JSON object of the expected shape")
+    return data.get(key, {})  # type: ignore[no-any-return]
+
+
+def read_config(path: Path, key: str, convert: Callable[[dict[str, Any]], T]) -> T:
+    """Load a configuration file, falling back to its ``.bak`` if it is damaged.
+
+    ``convert`` turns the file's ``key`` object into the table (raising
+    ``ValueError``/``TypeError``/``KeyError`` on bad content). A missing file is
+    an empty table. Raises ``ConfigFileError`` naming the file and the fix when
+    neither the file nor its backup is usable.
+    """
+    problems = []
+    for candidate in (path, backup_path(path)):
+        try:
+            obj = _parse(candidate, key)
+            if obj is None:
+                if candidate == path and not backup_path(path).exists():
+                    return convert({})
+                continue
+            value = convert(obj)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            problems.append(f"{candidate.name}: {exc}")
+            continue
+        if candidate != path:
+            log.warning(
+                "%s is unusable (%s); using the previous version %s",
+                path,
+                "; ".join(problems) or "missing",
+                candidate.name,
+            )
+        return value
+    consequence = (
+        "topics come back with default settings (those with consume queues keep "
+        "their queue count)"
+        if key == "topicConfigTable"
+        else "consumer groups restart from their consume-from position"
+    )
+    raise ConfigFileError(
+        f"{path} is damaged and has no usable backup ({'; '.join(problems)}). "
+        f"Restore it from a backup, or delete it and reopen: {consequence}."
+    )
 
 
 class TopicTable:
@@ -91,8 +167,12 @@ class TopicTable:
         self.load()
 
     def load(self) -> None:
-        raw = _read_json(self.path).get("topicConfigTable", {})
-        self.topics = {name: TopicConfig(**cfg) for name, cfg in raw.items()}
+        """Read the file (or its backup); ``ConfigFileError`` if neither is usable."""
+        self.topics = read_config(
+            self.path,
+            "topicConfigTable",
+            lambda raw: {name: TopicConfig(**cfg) for name, cfg in raw.items()},
+        )
 
     def persist(self) -> None:
         atomic_write_json(
@@ -114,11 +194,15 @@ class OffsetTable:
         self.load()
 
     def load(self) -> None:
-        raw = _read_json(self.path).get("offsetTable", {})
-        self.offsets = {
-            key: {int(q): int(o) for q, o in queues.items()}
-            for key, queues in raw.items()
-        }
+        """Read the file (or its backup); ``ConfigFileError`` if neither is usable."""
+        self.offsets = read_config(
+            self.path,
+            "offsetTable",
+            lambda raw: {
+                key: {int(q): int(o) for q, o in queues.items()}
+                for key, queues in raw.items()
+            },
+        )
 
     def persist(self) -> None:
         atomic_write_json(

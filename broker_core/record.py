@@ -14,16 +14,21 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from broker_core.message import (
-    SYSFLAG_BORNHOST_V6,
-    SYSFLAG_STOREHOST_V6,
-    MessageExt,
-)
+if TYPE_CHECKING:
+    from broker_core.message import MessageExt
+
+# Sysflag bits that widen the born / store host fields from 4 to 16 bytes.
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
 
 MAGIC_V1 = -626843481  # 0xDAA320A7: one-byte topic length
 MAGIC_V2 = -626843477  # 0xDAA320AB: two-byte topic length (topics > 127 bytes)
 BLANK_MAGIC = -875286124  # 0xCBD43194: end-of-segment filler
+# Laid over a damaged range by recovery once its bytes are in quarantine/:
+# total i | SKIP_MAGIC i, then the damaged bytes left as they were.
+SKIP_MAGIC = -875286123  # 0xCBD43195
 
 # Fixed part of a record with IPv4 born and store hosts, big-endian:
 # 0 totalSize i | 4 magic i | 8 bodyCRC i | 12 queueId i | 16 flag i
@@ -33,8 +38,9 @@ BLANK_MAGIC = -875286124  # 0xCBD43194: end-of-segment filler
 # then body, topicLength (b, or h for V2) + topic, propertiesLength h + properties.
 HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
 HEADER_SIZE = HEADER.size  # 88
-# The same fields with IPv6 hosts: sysflag bits 0x10 / 0x20 widen each host to 16s.
-_HEADER_V6 = {
+# The same fields with IPv6 hosts: sysflag bits 0x10 / 0x20 widen each host to 16s,
+# keyed by (born host is IPv6, store host is IPv6).
+HEADER_V6 = {
     (b, s): struct.Struct(
         ">iiiiiqqiq" + ("16s" if b else "4s") + "iq" + ("16s" if s else "4s") + "iiqi"
     )
@@ -177,7 +183,8 @@ class RecordCheck(Enum):
     OK = "ok"
     BLANK = "blank"  # end-of-segment filler: continue in the next segment
     END = "end"  # zeros: the end of written data
-    CORRUPT = "corrupt"  # torn or damaged: the log ends here
+    CORRUPT = "corrupt"  # torn or damaged
+    SKIP = "skip"  # a quarantined range: continue after it
 
 
 @dataclass(slots=True)
@@ -208,6 +215,10 @@ def check_record(
     if magic == BLANK_MAGIC:
         if total == remaining or 8 <= total <= remaining:
             return CheckedRecord(RecordCheck.BLANK, total)
+        return CheckedRecord(RecordCheck.CORRUPT, 0)
+    if magic == SKIP_MAGIC:
+        if 8 <= total <= remaining:
+            return CheckedRecord(RecordCheck.SKIP, total)
         return CheckedRecord(RecordCheck.CORRUPT, 0)
     if (
         magic not in (MAGIC_V1, MAGIC_V2)
@@ -260,9 +271,93 @@ def check_record(
     return CheckedRecord(RecordCheck.OK, total)
 
 
+_HEAD3 = struct.Struct(">iii")
+# totalSize, magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag
+_HEAD8 = struct.Struct(">iiiiiqqi")
+_SYSFLAG = struct.Struct(">i")
+_V6_HOSTS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+_PHYS = struct.Struct(">q")
+_MAGICS = (MAGIC_V1, MAGIC_V2)
+
+
+def intact(buf: memoryview | bytes, pos: int, size: int, offset: int) -> bool:
+    """Whether the record a queue unit points at is whole: the read-path check.
+
+    ``size`` and ``offset`` come from the unit. True only if the record there
+    declares that size and offset, and its body CRC and its ``__CRC32#`` record
+    CRC (which must be present) match: every byte is covered, so a damaged or
+    quarantined record is never served. IPv6 hosts take the general check.
+    """
+    end = pos + size
+    if pos < 0 or end > len(buf) or size < MIN_RECORD_SIZE + PROP_CRC_SIZE:
+        return False
+    total, magic, bcrc, _q, _f, _qo, phys, sysflag = _HEAD8.unpack_from(buf, pos)
+    if total != size or phys != offset or magic not in _MAGICS:
+        return False
+    if sysflag & _V6_HOSTS:
+        return check_record(buf, pos, end, True, True).status is RecordCheck.OK
+    bpos = pos + HEADER_SIZE
+    bend = bpos + _SYSFLAG.unpack_from(buf, bpos - 4)[0]
+    t = end - PROP_CRC_SIZE
+    crc32 = zlib.crc32
+    if not bpos <= bend <= t or crc32(buf[bpos:bend]) & 0x7FFFFFFF != bcrc:
+        return False
+    want = crc32(buf[pos:bpos], crc32(buf[bend:t])) & 0x7FFFFFFF
+    return bytes(buf[t:end]) == b"%s%s\x02" % (PROP_CRC_PREFIX, (b"%010d" % want)[::-1])
+
+
+def find_record(
+    buf: memoryview | bytes,
+    mm: object,
+    start: int,
+    limit: int,
+    base: int,
+    verify_crc: bool = True,
+    search_end: int | None = None,
+) -> int:
+    """Return the first position in ``[start, limit)`` where a valid record starts.
+
+    ``mm`` is the segment's ``mmap`` (its ``find`` runs in C); a candidate must
+    carry a record magic, its own log offset (``base`` + position) and, with
+    ``verify_crc``, matching CRCs, and end by ``limit``. With ``search_end`` only
+    records starting before it are looked for. Returns -1 if there is none: the
+    resynchronising step after a damaged record.
+    """
+    find = mm.find  # type: ignore[attr-defined]
+    stop = limit if search_end is None else min(limit, search_end + 4)
+    best = -1
+    for magic in _MAGICS:
+        needle = struct.pack(">i", magic)
+        at = start + 4
+        while True:
+            hit = find(needle, at, stop)
+            if hit < 0 or (best >= 0 and hit - 4 >= best):
+                break
+            p = hit - 4
+            if (
+                p + MIN_RECORD_SIZE <= limit
+                and _PHYS.unpack_from(buf, p + PHYSICAL_OFFSET_AT)[0] == base + p
+                and check_record(buf, p, limit, verify_crc, verify_crc).status
+                is RecordCheck.OK
+            ):
+                best = p
+                break
+            at = hit + 1
+    return best
+
+
 def prop_crc(crc: int) -> bytes:
     """Return the 20-byte ``__CRC32#`` property for a record CRC (see above)."""
     return b"%s%s\x02" % (PROP_CRC_PREFIX, f"{crc:010d}"[::-1].encode())
+
+
+def header_layout(sysflag: int) -> struct.Struct:
+    """Return the fixed-part layout for a record's ``sysflag`` (its host widths)."""
+    if not sysflag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
+        return HEADER
+    return HEADER_V6[
+        (bool(sysflag & SYSFLAG_BORNHOST_V6), bool(sysflag & SYSFLAG_STOREHOST_V6))
+    ]
 
 
 def decode_record(
@@ -273,6 +368,8 @@ def decode_record(
     ``size`` is the record's total size when the caller knows it (a consume-queue
     unit); fields are decoded lazily from a copy of the record's bytes.
     """
+    from broker_core.message import MessageExt
+
     if size is None:
         size = TOTAL_SIZE.unpack_from(buf, pos)[0]
     return MessageExt(bytes(buf[pos : pos + size]))

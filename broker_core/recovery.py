@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from broker_core.checkpoint import (
     Checkpoint,
@@ -21,11 +20,14 @@ from broker_core.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from broker_core.commitlog import Damage
 from broker_core.consumequeue import ConsumeQueue
 from broker_core.dispatch import decode_dispatch
-
-if TYPE_CHECKING:
-    from broker_core.store import MessageStore
+from broker_core.errors import StoreError
+from broker_core.parts import StoreParts
+from broker_core.quarantine import QuarantinedRange
+from broker_core.record import BLANK, BLANK_MAGIC, SKIP_MAGIC, RecordCheck, check_record
+from broker_core.segment import Segment
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +42,17 @@ class RecoveryInfo:
     truncated: bool
     redispatched_from: int
     seconds: float
+    #: Damaged ranges copied to ``quarantine/`` by this recovery.
+    quarantined: list[QuarantinedRange] = field(default_factory=list)
+    #: Bytes the checkpoint says were flushed but the log no longer has.
+    missing_bytes: int = 0
+    #: Consume queues rebuilt from the log because they disagreed with it.
+    rebuilt_queues: list[tuple[str, int]] = field(default_factory=list)
+    #: Whether the index was found missing and is being rebuilt.
+    index_rebuilt: bool = False
 
 
-def _boundary_near(store: MessageStore, target: int, floor: int) -> int:
+def _boundary_near(store: StoreParts, target: int, floor: int) -> int:
     """Return the largest record start in ``[floor, target]`` known to a queue."""
     best = floor
     for topic, qid in store.cqs.on_disk():
@@ -62,38 +72,67 @@ def _boundary_near(store: MessageStore, target: int, floor: int) -> int:
             else:
                 hi = mid
         off = cq.read_units(lo, 1)[0][0]
-        if off > best:
+        if best < off <= target:
             best = off
     return best
 
 
-def recover(store: MessageStore) -> RecoveryInfo:
-    """Repair the store after the previous run; call with the append lock, alone."""
+def recover(store: StoreParts, verify_all: bool = False) -> RecoveryInfo:
+    """Repair the store after the previous run; call with the append lock, alone.
+
+    Damaged records are copied to ``quarantine/`` and stepped over; every valid
+    record after them, in their segment and later ones, is kept. Only a tail
+    with no valid record after it is cut. ``verify_all`` CRC-checks the whole
+    log (``verify --repair``); otherwise an abnormal recovery verifies from a
+    margin before the checkpoint's flushed position, a normal one the tail.
+    """
     t0 = time.monotonic()
     root = store.root
+    # Before anything maps a queue file (which extends it): short files.
+    short = [k for k in store.cqs.on_disk() if not store.cqs.get(*k).files_whole()]
     cp = read_checkpoint(root / "checkpoint")
     abnormal = abort_exists(root)
     bases = store.commitlog.segments.list_bases()
+    # A process killed without closing left its commit position in the state
+    # file (page cache): with the flushed offset, where committed data ends.
+    prev_commit = store.state.commit_pos if store.state.initialised else 0
+    info = RecoveryInfo(abnormal, 0, 0, False, 0, 0.0)
     if not bases:
+        if cp.flushed_offset > 0:
+            try:
+                _report_missing(store, info, 0, cp.flushed_offset)
+            except StoreError as exc:
+                log.error("missing log not recorded in quarantine/: %s", exc)
         store.state.reset(0, 0, 0)
-        return RecoveryInfo(abnormal, 0, 0, False, 0, time.monotonic() - t0)
+        # Written now, while there is room: later writes reuse its block.
+        write_checkpoint(root / "checkpoint", Checkpoint())
+        info.seconds = time.monotonic() - t0
+        return info
     size = store.config.segment_size
-    if cp.logics_offset <= 0 or cp.logics_offset < bases[0]:
+    no_checkpoint = cp.logics_offset <= 0 or cp.logics_offset < bases[0]
+    if no_checkpoint:
         abnormal = True  # no usable checkpoint: rebuild from the first segment
-    if abnormal:
-        safe = max(min(cp.logics_offset, cp.flushed_offset), bases[0])
-        verify_from = safe - safe % size
-        redispatch_from = max(cp.logics_offset, verify_from)
+    if verify_all:
+        verify_from = bases[0]
+    elif abnormal:
+        safe = min(cp.logics_offset, cp.flushed_offset)
+        target = safe - store.config.recover_margin_bytes
+        if safe <= 0 or target <= bases[0]:
+            verify_from = bases[0]
+        else:
+            floor = max(bases[0], target - target % size)
+            verify_from = _boundary_near(store, target, floor)
     else:
         last = bases[-1]
         target = max(last, cp.logics_offset - store.config.recover_verify_max_bytes)
         verify_from = _boundary_near(store, target, last) if target > last else last
-        redispatch_from = max(verify_from, cp.logics_offset)
-    log_end = verify_from
-    dispatch_from = redispatch_from
+    dispatch_from = verify_from if no_checkpoint else max(verify_from, cp.logics_offset)
     # One pass: verify every record; re-dispatch those at or past dispatch_from.
     units: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
-    scan = store.commitlog.scan(verify_from, None, verify_crc=True)
+    damage: list[Damage] = []
+    scan = store.commitlog.scan(
+        verify_from, None, True, damage, max(prev_commit, cp.flushed_offset)
+    )
     for seg, pos, _size in scan:
         off = seg.base + pos
         if off >= dispatch_from:
@@ -103,30 +142,45 @@ def recover(store: MessageStore) -> RecoveryInfo:
                     (req.consume_queue_offset, off, req.msg_size, req.tags_code)
                 )
     log_end = store.commitlog.last_end
-    if dispatch_from > log_end:
-        dispatch_from = log_end
+    dispatch_from = min(dispatch_from, log_end)
+    try:
+        for d in damage:
+            _quarantine(store, info, d, cp.flushed_offset, log_end)
+        if log_end < cp.flushed_offset:
+            _report_missing(store, info, log_end, cp.flushed_offset)
+    except StoreError as exc:
+        # No room to keep the evidence: leave the damage in place (reads and
+        # scans step over it) and say so; the next open tries again.
+        log.error("damaged ranges not quarantined: %s", exc)
     # Bytes after the end are a torn or damaged tail: cut them.
     tail_seg = store.commitlog.segments.segment(log_end)
-    truncated = False
+    truncated = store.commitlog.stopped_on_corruption
     if tail_seg is not None:
         pos = log_end - tail_seg.base
-        if pos < tail_seg.size and bytes(tail_seg.view[pos : pos + 8]) != bytes(8):
+        stop = min(pos + 8, tail_seg.data_end(pos))
+        if pos < stop and bytes(tail_seg.view[pos:stop]) != bytes(stop - pos):
             truncated = True
-    later = [b for b in bases if b > log_end - log_end % size]
-    if truncated or later or store.commitlog.stopped_on_corruption:
-        truncated = True
+    if truncated:
         log.warning("commit log cut at %d (abnormal=%s)", log_end, abnormal)
         _zero_tail(store, log_end)
+    damaged_starts = sorted(d.start for d in damage)
     for (topic, qid), lst in units.items():
         cq = store.cqs.get(topic, qid)
+        before = cq.max_offset()
         for qoff, off, sz, code in lst:
             cq.put_units(qoff, [(off, sz, code)])
+        _fill_holes(cq, before, lst, damaged_starts)
     for topic, qid in store.cqs.on_disk():
         store.cqs.get(topic, qid).truncate_beyond(log_end)
     store.index.truncate_beyond(log_end)
+    info.rebuilt_queues = check_queues(store, log_end, verify_all, short)
+    indexed = min(cp.index_offset, log_end)
+    if indexed > bases[0] and not store.index.has_files():
+        log.error("index files missing: rebuilding the index from the log")
+        indexed = bases[0]
+        info.index_rebuilt = True
     store.commitlog.flush(verify_from, log_end)
     store.cqs.flush()
-    indexed = min(cp.index_offset, log_end)
     store.state.reset(log_end, log_end, indexed)
     write_checkpoint(
         root / "checkpoint",
@@ -140,32 +194,217 @@ def recover(store: MessageStore) -> RecoveryInfo:
             indexed,
         ),
     )
-    info = RecoveryInfo(
-        abnormal, verify_from, log_end, truncated, dispatch_from, time.monotonic() - t0
-    )
+    info.abnormal = abnormal
+    info.verified_from = verify_from
+    info.log_end = log_end
+    info.truncated = truncated
+    info.redispatched_from = dispatch_from
+    info.seconds = time.monotonic() - t0
     log.info("recovered store %s: %s", root, info)
     return info
 
 
-def _zero_tail(store: MessageStore, end: int) -> None:
-    """Zero from ``end`` while bytes are non-zero, then drop later segments."""
+def _report_missing(
+    store: StoreParts, info: RecoveryInfo, log_end: int, flushed: int
+) -> None:
+    """Record loudly that the log is shorter than the checkpoint says it was."""
+    info.missing_bytes = flushed - log_end
+    log.error(
+        "the commit log ends at %d but the checkpoint says it was flushed to %d: "
+        "%d bytes of records are missing (deleted or truncated segment files?)",
+        log_end,
+        flushed,
+        flushed - log_end,
+    )
+    if not store.quarantine.known(log_end):
+        info.quarantined.append(
+            store.quarantine.add(
+                log_end,
+                b"",
+                flushed - log_end,
+                "missing: the checkpoint says the log was flushed to "
+                f"{flushed}, the files end at {log_end}",
+                "",
+                "lost",
+            )
+        )
+
+
+def _quarantine(
+    store: StoreParts, info: RecoveryInfo, d: Damage, flushed: int, log_end: int
+) -> None:
+    """Copy a damaged range to ``quarantine/`` and lay a filler over it."""
+    segs = store.commitlog.segments
+    seg = segs.segment(d.start)
+    if seg is None:
+        return
+    pos = d.start - seg.base
+    if d.end < 0:  # a tail: its extent is the non-zero bytes that follow
+        data = bytes(seg.view[pos : _tail_extent(seg, pos)]).rstrip(b"\0")
+        if not data:
+            return
+        torn = flushed <= 0 or d.start >= flushed
+        reason = (
+            "torn tail past the flushed position"
+            if torn
+            else "damaged tail: flushed records with no valid record after them"
+        )
+        if not torn:
+            log.error("damaged flushed records at %d cut from the log", d.start)
+        info.quarantined.append(
+            store.quarantine.add(d.start, data, len(data), reason, seg.path.name, "cut")
+        )
+        return
+    stop = d.end - seg.base
+    if store.quarantine.known(d.start):
+        return
+    data = bytes(seg.view[pos:stop])
+    reason = "checks failed" if d.reason == "corrupt" else "zeros where records go on"
+    log.error(
+        "damaged log range [%d, %d) (%s): copied to quarantine/, later records kept",
+        d.start,
+        d.end,
+        reason,
+    )
+    info.quarantined.append(
+        store.quarantine.add(d.start, data, len(data), reason, seg.path.name, "skipped")
+    )
+    if stop - pos >= 8:
+        magic = BLANK_MAGIC if stop == seg.size else SKIP_MAGIC
+        seg.overwrite(pos, BLANK.pack(stop - pos, magic))
+
+
+def _fill_holes(
+    cq: ConsumeQueue,
+    before: int,
+    lst: list[tuple[int, int, int, int]],
+    damaged: list[int],
+) -> None:
+    """Write a placeholder unit for each queue offset whose record was damaged.
+
+    A missing unit would read as the queue's end and hide every later message;
+    the placeholder (size 1, at the damaged range) fails the read check, so
+    consumers step over it.
+    """
+    have = {q for q, _o, _s, _c in lst}
+    top = max(have) if have else before
+    for q in range(before, top):
+        if q in have:
+            continue
+        nxt = min((o for qq, o, _s, _c in lst if qq > q), default=0)
+        at = max((d for d in damaged if d < nxt), default=nxt)
+        cq.put_units(q, [(at, 1, 0)])
+
+
+def check_queues(
+    store: StoreParts,
+    log_end: int,
+    thorough: bool = False,
+    short: list[tuple[str, int]] | None = None,
+) -> list[tuple[str, int]]:
+    """Compare every consume queue with the log; rebuild the ones that disagree.
+
+    Checked: every file of the queue has its full size, and the last unit (with
+    ``thorough``, every 64th too) points at a whole record of that topic and
+    queue with that queue offset. Rebuilding reads the log once for all of them.
+    """
+    bad: list[tuple[str, int]] = list(short or [])
+    for topic, qid in store.cqs.on_disk():
+        cq = store.cqs.get(topic, qid)
+        if (topic, qid) in bad:
+            continue
+        if not cq.files_whole() or not _units_agree(store, cq, log_end, thorough):
+            bad.append((topic, qid))
+    if bad:
+        log.error("consume queues disagree with the log, rebuilding: %s", bad)
+        rebuild_queues(store, set(bad), log_end)
+    return bad
+
+
+def _units_agree(
+    store: StoreParts, cq: ConsumeQueue, log_end: int, thorough: bool
+) -> bool:
+    lo, hi = cq.min_offset(), cq.max_offset()
+    if hi <= lo:
+        return True
+    picks = [hi - 1]
+    if thorough:
+        picks += list(range(lo, hi - 1, 64))
+    for q in picks:
+        u = cq.read_units(q, 1)
+        if not u:
+            return False
+        phys, size, _code = u[0]
+        if size == 1:
+            continue  # a placeholder for a damaged record
+        if phys + size > log_end:
+            return False
+        seg = store.commitlog.segments.segment(phys)
+        if seg is None:
+            return False
+        pos = phys - seg.base
+        chk = check_record(seg.view, pos, min(seg.size, pos + size), True)
+        if chk.status is not RecordCheck.OK:
+            continue  # damaged record: the read check steps over it
+        req = decode_dispatch(seg.view, pos, store.config.delay_ms)
+        if (req.topic, req.queue_id, req.consume_queue_offset) != (
+            cq.topic,
+            cq.queue_id,
+            q,
+        ):
+            return False
+    return True
+
+
+def rebuild_queues(
+    store: StoreParts, which: set[tuple[str, int]], log_end: int
+) -> None:
+    """Rewrite the units of the queues ``which`` from the whole log."""
+    for topic, qid in which:
+        store.cqs.get(topic, qid).clear()
+    lists: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+    first = store.commitlog.first_offset()
+    damage: list[Damage] = []
+    for seg, pos, _size in store.commitlog.scan(first, log_end, True, damage):
+        req = decode_dispatch(seg.view, pos, store.config.delay_ms)
+        key = (req.topic, req.queue_id)
+        if key in which and req.sysflag & 0xC in (0, 8):
+            lists.setdefault(key, []).append(
+                (req.consume_queue_offset, req.commit_log_offset, req.msg_size,
+                 req.tags_code)
+            )  # fmt: skip
+    starts = sorted(d.start for d in damage)
+    for key, lst in lists.items():
+        cq = store.cqs.get(*key)
+        for qoff, off, sz, code in lst:
+            cq.put_units(qoff, [(off, sz, code)])
+        _fill_holes(cq, 0, lst, starts)
+
+
+def _zero_tail(store: StoreParts, end: int) -> None:
+    """Zero from ``end`` while bytes are non-zero (later segments are kept)."""
     segs = store.commitlog.segments
     seg = segs.segment(end)
     if seg is not None:
         pos = end - seg.base
-        chunk = 1 << 20
-        while pos < seg.size:
-            stop = min(seg.size, pos + chunk)
-            if bytes(seg.view[pos:stop]) == bytes(stop - pos):
-                break
+        stop = _tail_extent(seg, pos)
+        if stop > pos:
             seg.zero(pos, stop)
-            pos = stop
-    for base in segs.list_bases():
-        if base > segs.base_of(end):
-            segs._drop(base)
 
 
-def dispatch_queues(store: MessageStore, start: int, end: int) -> None:
+def _tail_extent(seg: Segment, pos: int) -> int:
+    """Return where the bytes from ``pos`` stop being non-zero, in 1 MiB steps
+    (never reading past the data: ``Segment.data_end``)."""
+    stop, limit = pos, seg.data_end(pos)
+    while stop < limit:
+        nxt = min(limit, stop + (1 << 20))
+        if bytes(seg.view[stop:nxt]) == bytes(nxt - stop):
+            break
+        stop = nxt
+    return stop
+
+
+def dispatch_queues(store: StoreParts, start: int, end: int) -> None:
     """Write consume-queue units for records in ``[start, end)`` from the log."""
     for seg, pos, _size in store.commitlog.scan(start, end):
         req = decode_dispatch(seg.view, pos, store.config.delay_ms)
@@ -176,7 +415,7 @@ def dispatch_queues(store: MessageStore, start: int, end: int) -> None:
             )
 
 
-def write_progress(store: MessageStore) -> None:
+def write_progress(store: StoreParts) -> None:
     """Flush every consume queue and the index; record how far they reach."""
     state = store.state
     flushed = state.flushed_pos

@@ -39,20 +39,21 @@ from broker_core.errors import (
 )
 from broker_core.filter import Selector, compile
 from broker_core.filter.props import find_property
-from broker_core.message import (
+from broker_core.message import MessageExt
+from broker_core.record import (
+    HEADER,
+    MAGIC_V1,
+    STORE_TIMESTAMP_AT,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
-    MessageExt,
+    intact,
 )
-from broker_core.record import MAGIC_V1
 from broker_core.tags import TagFilter, parse_subscription
 
-# Record head with IPv4 hosts (§3.1): totalSize i | magic i | bodyCRC i |
-# queueId i | flag i | queueOffset q | physicalOffset q | sysFlag i |
-# bornTimestamp q | bornHost 4s | bornPort i | storeTimestamp q | storeHost 4s |
-# storePort i | reconsumeTimes i | preparedTransactionOffset q | bodyLength i.
-# The body follows at byte 88, then the topic and the properties.
-_HEAD_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
+# Fields of ``record.HEADER`` (IPv4 hosts) by index: 7 sysFlag, 11
+# storeTimestamp, 16 bodyLength; the body follows the header, then the topic
+# and the properties.
+_STORE_TS = struct.Struct(">q")
 _V6_HOSTS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 
 #: Typed system fields visible to an SQL92 search filter.
@@ -132,7 +133,7 @@ def message_fields(msg: MessageExt) -> dict[str, object]:
     }
 
 
-# Where each system field sits in a _HEAD_V4 tuple (topic, -1, is not in it).
+# Where each system field sits in a record.HEADER tuple (topic, -1, is not in it).
 _HEAD_INDEX = {
     "topic": -1,
     "queueId": 3,
@@ -293,8 +294,14 @@ class _TopicScan:
         self.segments = self.store.commitlog.segments
 
     def _store_ts(self, queue_id: int, offset: int) -> int:
-        phys, size, _ = self.store.get_queue_units(self.topic, queue_id, offset, 1)[0]
-        return self.store.commitlog.decode_at(phys, size).store_timestamp
+        phys, _size, _ = self.store.get_queue_units(self.topic, queue_id, offset, 1)[0]
+        seg = self.segments.segment(phys)
+        if seg is None:
+            return 0
+        # Unchecked on purpose: only the bisection by time reads it, and a
+        # damaged record's timestamp misplaces at most that one step.
+        at = phys - seg.base + STORE_TIMESTAMP_AT
+        return int(_STORE_TS.unpack_from(seg.view, at)[0])
 
     def _first_after(self, queue_id: int, lo: int, hi: int, ts: int) -> int:
         """Return the first offset in [lo, hi) stored after ``ts`` (hi if none)."""
@@ -380,8 +387,8 @@ class _TopicScan:
         segment = self.segments.segment
         decode_at = self.store.commitlog.decode_at
         topic = self.topic
-        head_size = _HEAD_V4.size
-        unpack = _HEAD_V4.unpack_from
+        head_size = HEADER.size
+        unpack = HEADER.unpack_from
         out: list[MessageExt] = []
         found = scanned = 0
         seg_lo = seg_hi = 0
@@ -400,6 +407,8 @@ class _TopicScan:
                 view, seg_lo = seg.view, seg.base
                 seg_hi = seg_lo + len(view)
             pos = phys - seg_lo
+            if not intact(view, pos, size, phys):
+                continue  # damaged: never decoded, never shown (see quarantine/)
             h = unpack(view, pos)
             if h[7] & _V6_HOSTS:
                 msg = decode_at(phys, size)

@@ -11,6 +11,7 @@ import mmap
 import os
 from pathlib import Path
 
+from broker_core.diskio import pwrite_all, reserve, storage_error, zero_range
 from broker_core.errors import StoreError
 
 
@@ -19,88 +20,200 @@ def offset_to_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-#: Disk blocks reserved ahead of the write position (``Segment._allocate``).
+#: Disk blocks reserved ahead of the write position (``Segment.reserve``).
 ALLOCATE_AHEAD = 32 << 20
-_FALLOCATE = hasattr(os, "posix_fallocate")
+#: Free bytes a reservation ahead leaves to the rest of the store (queues, index).
+RESERVE_HEADROOM = 4 << 20
 
 
 class Segment:
-    """A mapped file of ``size`` bytes whose first byte has offset ``base``."""
+    """A mapped file of ``size`` bytes whose first byte has offset ``base``.
 
-    __slots__ = ("path", "base", "size", "_fd", "_mm", "view", "_allocated")
+    With ``readonly`` the file is opened and mapped for reading only and never
+    extended: ``inspect`` and ``verify`` can look at a store on a full disk.
+    """
 
-    def __init__(self, path: Path, base: int, size: int, create: bool) -> None:
+    __slots__ = (
+        "path", "base", "size", "_fd", "_mm", "view", "_allocated", "_can_reserve",
+        "_data_hint",
+    )  # fmt: skip
+
+    def __init__(
+        self, path: Path, base: int, size: int, create: bool, readonly: bool = False
+    ) -> None:
         self.path = path
         self.base = base
         self.size = size
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        #: Bytes from the start known to be data, not holes (see ``readable``).
+        self._data_hint = 0
+        flags = os.O_RDONLY if readonly else os.O_RDWR | (os.O_CREAT if create else 0)
         try:
             self._fd = os.open(path, flags, 0o644)
         except FileNotFoundError:
             raise
         except OSError as exc:
             raise StoreError(f"cannot open segment {path}: {exc}") from exc
+        if readonly:
+            have = os.fstat(self._fd).st_size
+            self.size = size = min(size, have)
+            if size == 0:
+                self._mm = None
+                self.view = memoryview(b"")
+            else:
+                self._mm = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+                self.view = memoryview(self._mm)
+            self._allocated = size
+            self._can_reserve = False
+            return
         if os.fstat(self._fd).st_size < size:
-            # Sparse: the blocks are allocated as data is written.
-            os.ftruncate(self._fd, size)
+            # Sparse: blocks are reserved ahead of the writes (``reserve``).
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError as exc:
+                os.close(self._fd)
+                raise storage_error(exc, f"extending {path}") from exc
         self._mm = mmap.mmap(self._fd, size, mmap.MAP_SHARED)
         self.view = memoryview(self._mm)
-        #: Bytes from the start known to have disk blocks (see ``_allocate``).
-        self._allocated = 0 if _FALLOCATE else size
+        #: Bytes from the start known to have disk blocks (see ``reserve``).
+        self._allocated = 0
+        self._can_reserve = True
+
+    @property
+    def mm(self) -> mmap.mmap | bytes:
+        """The mapping itself (its ``find`` searches in C)."""
+        return self._mm if self._mm is not None else b""
+
+    def data_end(self, pos: int) -> int:
+        """Return where the data from ``pos`` ends: the next hole (or the size).
+
+        Reading a hole through a mapping of a full tmpfs kills the process with
+        SIGBUS (the page must be allocated even to read zeros), so readers that
+        look past the written data stop here. Reserved blocks count as data.
+        """
+        if pos >= self.size:
+            return self.size
+        try:
+            return min(self.size, os.lseek(self._fd, pos, os.SEEK_HOLE))
+        except OSError:
+            return self.size
+
+    @property
+    def allocated(self) -> int:
+        """Bytes from the start known to have blocks in this process's view."""
+        return self._allocated
+
+    @property
+    def data_hint(self) -> int:
+        """Bytes from the start last found to be data (``readable`` updates it)."""
+        return self._data_hint
+
+    def readable(self, pos: int, n: int) -> bool:
+        """Whether ``[pos, pos + n)`` is data a mapped read may touch.
+
+        For files written as a dense prefix from their start (consume queues):
+        one ``lseek`` when a read passes the last known end of the data.
+        """
+        if pos + n <= self._data_hint:
+            return True
+        self._data_hint = self.data_end(0)
+        return pos + n <= self._data_hint
+
+    def overwrite(self, pos: int, data: bytes) -> None:
+        """Write ``data`` over bytes that already have blocks (no reservation)."""
+        pwrite_all(self._fd, data, pos, f"writing {self.path.name}")
 
     def write(self, pos: int, data: bytes | memoryview) -> None:
-        """Write ``data`` at ``pos`` with ``pwrite`` (page cache only).
+        """Write all of ``data`` at ``pos`` with ``pwrite`` (page cache only).
 
         ``pwrite`` into fresh pages of a sparse file is several times faster
         than faulting them in through the mapping; readers still see the bytes
-        through their mappings, which share the page cache.
+        through their mappings, which share the page cache. Raises
+        ``StorageFullError`` or ``StorageIOError``; bytes may then have been
+        written in part (``discard`` them).
         """
-        end = pos + len(data)
-        if end > self._allocated:
-            self._allocate(end)
-        os.pwrite(self._fd, data, pos)
+        n = len(data)
+        if pos + n + 8 > self._allocated:
+            # 8 more: the end-of-data check reads 8 bytes past the last record.
+            end = min(self.size, pos + n + 8)
+            self.reserve(end, ahead=ALLOCATE_AHEAD, data_end=pos)
+        try:
+            done = os.pwrite(self._fd, data, pos)
+        except OSError as exc:
+            raise storage_error(exc, f"writing {self.path.name}") from exc
+        if done != n:  # short: the rest, or a typed error
+            what = f"writing {self.path.name}"
+            pwrite_all(self._fd, memoryview(data)[done:], pos + done, what)
 
-    def _allocate(self, end: int) -> None:
-        """Reserve disk blocks up to ``end`` plus ``ALLOCATE_AHEAD`` bytes.
+    def reserve(self, end: int, ahead: int = 0, data_end: int | None = None) -> None:
+        """Make sure disk blocks exist up to ``end``, reserving ``ahead`` more.
 
         Writing into holes makes every page allocate blocks while it is
         written, and under a concurrent ``fdatasync`` each such write waits
         for the journal: measured here, appends into allocated blocks are
         2-3x faster. RocketMQ pre-faults whole files; reserving a window ahead
         (metadata only, no zeros written) gets most of it for little disk.
+        The window never takes the last ``RESERVE_HEADROOM`` free bytes, and a
+        failed reservation gives back what it took past ``data_end`` (the end of
+        the bytes that hold data; default ``end``: nothing before it is ever
+        given back). Raises ``StorageFullError`` when even ``end`` cannot be
+        reserved.
         """
-        global _FALLOCATE
-        target = min(self.size, max(end, self._allocated) + ALLOCATE_AHEAD)
-        try:
-            os.posix_fallocate(self._fd, self._allocated, target - self._allocated)
-        except OSError:  # not supported here: write into holes as before
-            _FALLOCATE = False
+        if end <= self._allocated or not self._can_reserve:
+            return
+        target = min(self.size, end + ahead)
+        if target > end:
+            try:
+                free = os.fstatvfs(self._fd)
+                room = free.f_bavail * free.f_frsize - RESERVE_HEADROOM
+            except OSError:
+                room = target - self._allocated
+            target = max(end, min(target, self._allocated + max(room, 0)))
+        what = f"reserving disk blocks for {self.path.name}"
+        keep = end if data_end is None else data_end
+        start = self._allocated
+        if not reserve(self._fd, start, target - start, what, max(start, keep)):
+            # Not supported by this filesystem: write into holes as before.
+            self._can_reserve = False
             self._allocated = self.size
             return
         self._allocated = target
 
     def write_mapped(self, pos: int, data: bytes | memoryview) -> None:
-        """Copy small ``data`` through the mapping (no system call)."""
-        self.view[pos : pos + len(data)] = data
+        """Copy small ``data`` through the mapping (blocks reserved first)."""
+        end = pos + len(data)
+        if end > self._allocated:
+            self.reserve(end, ahead=64 << 10, data_end=pos)
+        self.view[pos:end] = data
+
+    def discard(self, pos: int, end: int) -> None:
+        """Make ``[pos, end)`` zeros again after a failed write (needs no space)."""
+        zero_range(self._fd, pos, end - pos, f"discarding in {self.path.name}")
+        self._data_hint = min(self._data_hint, pos)
+        # A punched hole has no blocks: reserve again before the next write.
+        self._allocated = min(self._allocated, pos)
 
     def flush(self) -> None:
         """Write the segment's dirty pages to disk (fdatasync covers mmap writes)."""
-        os.fdatasync(self._fd)
+        try:
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            raise storage_error(exc, f"flushing {self.path.name}") from exc
 
     def zero(self, pos: int, end: int | None = None) -> None:
-        """Zero bytes ``pos`` to ``end`` (default the end), e.g. to cut a torn tail."""
+        """Zero bytes ``pos`` to ``end`` (default the end), e.g. to cut a torn tail.
+
+        No mapped write: on a full disk this raises instead of SIGBUS.
+        """
         stop = self.size if end is None else end
-        chunk = bytes(min(stop - pos, 1 << 20))
-        while pos < stop:
-            n = min(len(chunk), stop - pos)
-            self.view[pos : pos + n] = chunk[:n]
-            pos += n
+        if stop > pos:
+            self.discard(pos, stop)
 
     def close(self) -> None:
         """Unmap and close; further access raises."""
         try:
             self.view.release()
-            self._mm.close()
+            if self._mm is not None:
+                self._mm.close()
         except BufferError:
             # A caller still holds a slice; the mapping goes when it is collected.
             pass

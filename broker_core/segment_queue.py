@@ -18,9 +18,13 @@ from broker_core.segment import Segment, offset_to_name
 class SegmentQueue:
     """The segments of one commit log or one consume queue."""
 
-    def __init__(self, directory: Path, segment_size: int) -> None:
+    def __init__(
+        self, directory: Path, segment_size: int, readonly: bool = False
+    ) -> None:
         self.directory = directory
         self.segment_size = segment_size
+        #: Map files for reading only and never create or extend them.
+        self.readonly = readonly
         self._segments: dict[int, Segment] = {}
         self._lock = threading.Lock()
 
@@ -49,11 +53,17 @@ class SegmentQueue:
             if seg is not None:
                 return seg
             path = self.directory / offset_to_name(base)
-            if create:
+            if create and not self.readonly:
                 self.directory.mkdir(parents=True, exist_ok=True)
             elif not path.exists():
                 return None
-            seg = Segment(path, base, self.segment_size, create)
+            seg = Segment(
+                path,
+                base,
+                self.segment_size,
+                create and not self.readonly,
+                self.readonly,
+            )
             self._segments[base] = seg
             return seg
 

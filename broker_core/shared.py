@@ -18,6 +18,7 @@ import weakref
 from pathlib import Path
 from types import TracebackType
 
+from broker_core.diskio import reserve
 from broker_core.errors import StoreError
 
 STATE_SIZE = 4096
@@ -27,11 +28,26 @@ STATE_MAGIC = 0x524D5153544F5245  # "RMQSTORE"
 # 16 dispatched_pos: consume queues hold units for every record below it
 # 24 flushed_pos: the log is on disk below it | 32 indexed_pos: index built below it
 # 40 topics_version | 48 offsets_version: bumped when the JSON files change
+# 56 trusted_from: the log end when this run's recovery finished; records at or
+#    past it were appended by live processes (see ``trusted_from``)
 _Q = struct.Struct("@q")
 _MAGIC_AT, _COMMIT_AT, _DISPATCHED_AT, _FLUSHED_AT, _INDEXED_AT = 0, 8, 16, 24, 32
-_TOPICS_V_AT, _OFFSETS_V_AT = 40, 48
+_TOPICS_V_AT, _OFFSETS_V_AT, _TRUSTED_AT = 40, 48, 56
 # Public names for the store's append path, which reads and writes ``mm`` directly.
 COMMIT_AT, DISPATCHED_AT, TOPICS_V_AT = _COMMIT_AT, _DISPATCHED_AT, _TOPICS_V_AT
+
+
+def read_commit_pos(root: Path) -> int:
+    """Return the commit position in ``{root}/state`` without opening the store
+    (0 if the file is missing or not initialised): for read-only tools."""
+    try:
+        with open(root / "state", "rb") as fh:
+            raw = fh.read(_OFFSETS_V_AT)
+    except OSError:
+        return 0
+    if len(raw) < _OFFSETS_V_AT or _Q.unpack_from(raw, _MAGIC_AT)[0] != STATE_MAGIC:
+        return 0
+    return int(_Q.unpack_from(raw, _COMMIT_AT)[0])
 
 
 #: Every open ``FileLock``, marked in a forked child (``_after_fork``).
@@ -108,6 +124,8 @@ class SharedState:
         try:
             if os.fstat(fd).st_size < STATE_SIZE:
                 os.ftruncate(fd, STATE_SIZE)
+            # Blocks first: positions are written through the mapping.
+            reserve(fd, 0, STATE_SIZE, "reserving the store's state file")
             self._mm = mmap.mmap(fd, STATE_SIZE, mmap.MAP_SHARED)
         finally:
             os.close(fd)
@@ -154,7 +172,19 @@ class SharedState:
         self._set(_DISPATCHED_AT, commit_pos)
         self._set(_FLUSHED_AT, min(flushed_pos, commit_pos))
         self._set(_INDEXED_AT, min(indexed_pos, commit_pos))
+        self._set(_TRUSTED_AT, commit_pos)
         self._set(_MAGIC_AT, STATE_MAGIC)
+
+    @property
+    def trusted_from(self) -> int:
+        """Where records appended in this run begin (set by recovery).
+
+        Below it the log came from disk when the store was opened: every read
+        checks those records' CRCs. At or past it every record was appended by
+        a process of this run, whole and CRC'd as it was built, and is read from
+        the page cache without the check (the scrubber re-checks them).
+        """
+        return int(_Q.unpack_from(self._mm, _TRUSTED_AT)[0])
 
     @property
     def commit_pos(self) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 import zlib
 from collections.abc import Iterator, Sequence
@@ -22,15 +21,19 @@ from typing import Any
 from broker_core import recovery
 from broker_core.checkpoint import create_abort, remove_abort
 from broker_core.commitlog import CommitLog
-from broker_core.config import StoreConfig
+from broker_core.config import StoreConfig, store_geometry
 from broker_core.consumequeue import UNIT, ConsumeQueueTable
+from broker_core.diskio import DiskGuard
+from broker_core.dispatch import Dispatcher, DispatchRequest
+from broker_core.dispatcher import DispatchService
 from broker_core.errors import (
+    InvalidOffsetError,
     InvalidQueueError,
     MessageTooLargeError,
     StoreClosedError,
-    TopicNotFoundError,
+    StoreError,
 )
-from broker_core.flush import FlushService
+from broker_core.flush import FlushHooks, FlushService
 from broker_core.index import IndexService
 from broker_core.message import (
     PROPERTY_DELAY,
@@ -41,7 +44,18 @@ from broker_core.message import (
     SendStatus,
     encode_properties,
 )
-from broker_core.metadata import OffsetTable, TopicConfig, TopicTable
+from broker_core.metadata import (
+    PERM_READ,
+    PERM_WRITE,
+    MessageType,
+    OffsetTable,
+    TopicConfig,
+    TopicTable,
+    atomic_write_json,
+)
+from broker_core.offsets import ConsumerOffsets
+from broker_core.parts import StoreParts
+from broker_core.quarantine import Quarantine
 from broker_core.record import (
     HEADER,
     HEADER_SIZE,
@@ -52,6 +66,7 @@ from broker_core.record import (
     offset_msg_id,
     parse_host,
 )
+from broker_core.scrub import Scrubber
 from broker_core.shared import (
     _Q,
     COMMIT_AT,
@@ -59,10 +74,9 @@ from broker_core.shared import (
     TOPICS_V_AT,
     SharedState,
 )
-from broker_core.store_admin import StoreAdminMixin
-from broker_core.store_dispatch import StoreDispatchMixin, _DispatcherSlot
 from broker_core.tags import tags_code
-from broker_core.validation import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from broker_core.topics import TopicRegistry
+from broker_core.validation import SCHEDULE_TOPIC, validate_group
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +102,15 @@ def _topic_parts(topic: str) -> tuple[bytes, int, bytes]:
     return hit
 
 
-class MessageStore(StoreAdminMixin, StoreDispatchMixin):
-    """One open store directory; several processes may open the same one."""
+class MessageStore:
+    """One open store directory; several processes may open the same one.
+
+    It appends and reads itself and delegates to named collaborators: the
+    ``commitlog``, the consume queues (``cqs``), the key ``index``, the
+    ``topic_registry``, the ``consumer_offsets``, the ``dispatch`` service
+    (dispatchers and index building), the ``flusher``, the ``scrubber`` and
+    the ``quarantine``; ``recovery`` runs over the same parts.
+    """
 
     def __init__(self, root: str | Path, config: StoreConfig) -> None:
         self.root = Path(root)
@@ -99,83 +120,200 @@ class MessageStore(StoreAdminMixin, StoreDispatchMixin):
         self.closed = False
         self.state = SharedState(self.root)
         self.commitlog = CommitLog(self.root, config.segment_size)
+        #: Refuses appends above ``disk_space_warning_ratio`` (RocketMQ's 90%).
+        self.disk_guard = DiskGuard(
+            self.root,
+            config.disk_space_warning_ratio,
+            config.disk_check_interval_ms / 1000,
+        )
         self.cqs = ConsumeQueueTable(self.root, config.cq_units_per_file)
         self.index = IndexService(self.root, config.index_slots, config.index_entries)
+        geometry = self.root / "config" / "store.json"
+        if not geometry.exists():
+            # The file sizes this store was created with, for tools that open
+            # it without the caller's settings (``verify --repair``).
+            try:
+                atomic_write_json(geometry, store_geometry(config))
+            except StoreError as exc:  # a full disk must not stop the open
+                log.warning("config/store.json not written: %s", exc)
+        #: Damaged log ranges found so far (``quarantine/``).
+        self.quarantine = Quarantine(self.root)
         self.topics = TopicTable(self.root / "config" / "topics.json")
         self.offsets = OffsetTable(self.root / "config" / "consumerOffset.json")
-        self._topics_version = -1
-        #: topic -> number of queues, for the append path's range check.
-        self._qlimits: dict[str, int] = {}
+        #: Commits in memory, written by the flusher (``offsets.ConsumerOffsets``).
+        self.consumer_offsets = ConsumerOffsets(self.offsets, self.state)
+        #: Topic configurations, reloaded when another process changes them.
+        self.topic_registry = TopicRegistry(
+            self.topics, self.state, self.cqs, self.consumer_offsets, config
+        )
         #: The log end after this process's last append (-1: none yet).
         self._own_end = -1
         #: Queues whose cached end is exact while no other process appends.
         self._trusted_ends: set[tuple[str, int]] = set()
-        self._offsets_version = -1
+        self.topic_registry.on_reload = self._trusted_ends.clear
         self.store_ip, self.store_port = parse_host(config.store_host)
         self._delay_ms = config.delay_ms
-        self._dispatchers: list[_DispatcherSlot] = []
-        self._dispatch_lock = threading.RLock()
-        self._dispatching = threading.local()
-        self._reput_thread: threading.Thread | None = None
-        self._reput_stop = threading.Event()
+        #: Registered dispatchers, the reput thread and index building.
+        self.dispatch = DispatchService(
+            self.state, self.commitlog, self.index, config, lambda: self.closed
+        )
+        #: The parts recovery, the flusher and the scrubber work on.
+        self.parts = StoreParts(
+            self.root,
+            config,
+            self.state,
+            self.commitlog,
+            self.cqs,
+            self.index,
+            self.quarantine,
+            self.topics,
+        )
         #: What the open found: ``recovery.RecoveryInfo`` (None unless first opener).
         self.recovery_info: recovery.RecoveryInfo | None = None
         with self.state.append_lock:
             if self.state.try_exclusive_presence():
-                self.recovery_info = recovery.recover(self)
+                self.recovery_info = recovery.recover(
+                    self.parts, verify_all=config.verify_on_open
+                )
                 create_abort(self.root)
             self.state.share_presence()
-            self._reload_topics(force=True)
-            self._ensure_system_topics()
+            # Only now: recovery checks every record it reads, whoever wrote it.
+            self.commitlog.trusted_from = lambda: self.state.trusted_from
+            self.topic_registry.reload(force=True)
+            if self.recovery_info is not None:
+                self.topic_registry.adopt_orphan_queues()
+            self.topic_registry.ensure_system_topics()
             self._repair_dispatch()
-        self.flusher = FlushService(self)
+        self.flusher = FlushService(
+            self.parts,
+            FlushHooks(
+                build_index=self.build_index,
+                write_progress=self.flush_derived,
+                persist_offsets=self.persist_offsets,
+                is_closed=lambda: self.closed,
+            ),
+        )
         self.flusher.start()
+        #: Re-checks the whole log now and then (off unless scrub_interval_s).
+        self.scrubber = Scrubber(self.parts, lambda: self.closed)
+        self.scrubber.start()
 
-    # -- topics (cached, reloaded when another process changed them) --------
-    def _reload_topics(self, force: bool = False) -> None:
-        v = self.state.topics_version
-        if force or v != self._topics_version:
-            self.topics.load()
-            self._topics_version = v
-            self._refresh_qlimits()
-            self._trusted_ends.clear()  # a queue may have been dropped
-            if not force:
-                # Another process may have deleted (and re-created) a topic:
-                # map consume queues afresh. Old mappings go when unreferenced,
-                # so a pull in another thread is not cut off.
-                self.cqs.forget()
-
+    # -- topics (``TopicRegistry``) -------------------------------------------
     def refresh_topics(self) -> None:
         """Reload topic configs if another process changed them (one mapped read)."""
-        if self.closed:
-            raise StoreClosedError("the store is closed")
-        if self.state.topics_version != self._topics_version:
-            self._reload_topics()
-
-    def _save_topics(self) -> None:
-        self.topics.persist()
-        self._topics_version = self.state.bump_topics_version()
-        self._refresh_qlimits()
-
-    def _refresh_qlimits(self) -> None:
-        self._qlimits = {n: c.queue_nums for n, c in self.topics.topics.items()}
-
-    def _ensure_system_topics(self) -> None:
-        wanted = {
-            TRANS_HALF_TOPIC: 1,
-            TRANS_OP_HALF_TOPIC: 1,
-            SCHEDULE_TOPIC: len(self.config.delay_levels_ms),
-        }
-        missing = [t for t in wanted if t not in self.topics.topics]
-        for t in missing:
-            self.topics.topics[t] = TopicConfig(t, wanted[t], wanted[t])
-        if missing:
-            self._save_topics()
+        self._check_open()
+        if self.state.topics_version != self.topic_registry.version:
+            self.topic_registry.reload()
 
     def topic_config(self, topic: str) -> TopicConfig | None:
         """Return the current configuration of ``topic`` (None if unknown)."""
-        self._reload_topics()
-        return self.topics.topics.get(topic)
+        return self.topic_registry.find(topic)
+
+    def create_topic(
+        self,
+        topic: str,
+        read_queue_nums: int = 4,
+        write_queue_nums: int | None = None,
+        perm: int = PERM_READ | PERM_WRITE,
+        message_type: str = MessageType.NORMAL.value,
+    ) -> TopicConfig:
+        """Create a topic (``TopicRegistry.create``)."""
+        self._check_open()
+        return self.topic_registry.create(
+            topic, read_queue_nums, write_queue_nums, perm, message_type
+        )
+
+    def update_topic(
+        self,
+        topic: str,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int | None = None,
+        message_type: str | None = None,
+    ) -> TopicConfig:
+        """Change a topic's settings (``TopicRegistry.update``)."""
+        self._check_open()
+        return self.topic_registry.update(
+            topic, read_queue_nums, write_queue_nums, perm, message_type
+        )
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete a topic's config, queues and offsets; its records stay."""
+        self._check_open()
+        self.topic_registry.delete(topic)
+
+    def list_topics(self) -> list[TopicConfig]:
+        """Return every topic's configuration, sorted by name."""
+        self._check_open()
+        return self.topic_registry.all()
+
+    def get_topic(self, topic: str) -> TopicConfig:
+        """Return one topic's configuration; ``TopicNotFoundError`` if unknown."""
+        return self.topic_registry.get(topic)
+
+    # -- consumer offsets (``ConsumerOffsets``) ------------------------------
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit ``offset`` (the next to consume) for a group on one queue.
+
+        Kept in memory and written within ``offset_persist_interval_ms`` (and at
+        close); ``persist_offsets`` writes at once. Internal groups such as
+        ``CID_RMQ_SYS_TRANS`` are allowed on system topics. Raises
+        ``InvalidGroupError``, ``TopicNotFoundError``, ``InvalidQueueError`` and
+        ``InvalidOffsetError`` (negative or past the queue's max offset).
+        """
+        self._check_open()
+        validate_group(group)
+        cfg = self.get_topic(topic)
+        if not 0 <= queue_id < cfg.queue_nums:
+            raise InvalidQueueError(
+                f"queue id {queue_id} is out of range for {topic!r}"
+            )
+        max_off = self.cqs.get(topic, queue_id).max_offset()
+        if not 0 <= offset <= max_off:
+            raise InvalidOffsetError(
+                f"offset {offset} is outside [0, {max_off}] "
+                f"for {topic!r} queue {queue_id}"
+            )
+        self.consumer_offsets.commit(group, topic, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Return the committed offset of a group on a queue, or -1 if none."""
+        self._check_open()
+        validate_group(group)
+        return self.consumer_offsets.get(group, topic, queue_id)
+
+    def persist_offsets(self) -> None:
+        """Write the offsets committed in this process now (else on a timer)."""
+        self.consumer_offsets.persist()
+
+    def all_offsets(self) -> dict[str, dict[int, int]]:
+        """Return every committed offset: ``{"topic@group": {queue_id: offset}}``."""
+        return self.consumer_offsets.all()
+
+    # -- dispatchers and the index (``DispatchService``) ----------------------
+    def register_dispatcher(
+        self, name: str, callback: Dispatcher, from_offset: int | None = None
+    ) -> None:
+        """Call ``callback`` for every record from ``from_offset`` on, in log
+        order (``DispatchService.register``)."""
+        self.dispatch.register(name, callback, from_offset)
+
+    def unregister_dispatcher(self, name: str) -> None:
+        self.dispatch.unregister(name)
+
+    def run_dispatchers(self) -> None:
+        """Feed every dispatcher the records it has not seen (any process's)."""
+        self.dispatch.run()
+
+    def iter_dispatch(
+        self, start: int, end: int | None = None
+    ) -> Iterator[DispatchRequest]:
+        """Yield the ``DispatchRequest`` of every record in ``[start, end)``."""
+        return self.dispatch.iter_dispatch(start, end)
+
+    def build_index(self, time_budget_s: float | None = None) -> None:
+        """Index records up to the dispatched position (all, or within a budget)."""
+        self.dispatch.build_index(time_budget_s)
 
     # -- appending -----------------------------------------------------------
     def _check_open(self) -> None:
@@ -191,7 +329,7 @@ class MessageStore(StoreAdminMixin, StoreDispatchMixin):
         log.warning(
             "re-dispatching log range [%d, %d) left by a dead process", start, end
         )
-        recovery.dispatch_queues(self, start, end)
+        recovery.dispatch_queues(self.parts, start, end)
         state.dispatched_pos = end
 
     def put_inner(self, msg: MessageInner) -> PutResult:
@@ -296,22 +434,23 @@ class MessageStore(StoreAdminMixin, StoreDispatchMixin):
             )
             if not ok:
                 status = SendStatus.FLUSH_DISK_TIMEOUT
-        if self._dispatchers:
-            self.run_dispatchers()
+        if self.dispatch.has_dispatchers:
+            self.dispatch.run()
         return offsets, sizes, qoffs, now, status
 
-    def _encode(self, items: Sequence[PutItem]) -> list[tuple[Any, ...]]:
+    def _encode(self, items: Sequence[PutItem]) -> tuple[list[tuple[Any, ...]], int]:
         """Do the position-independent part of encoding, outside the append lock.
 
         Per item: the bytes after the body, the record size, the body CRC and
         the CRC of the bytes after the body (the record CRC continues over the
-        header once its offsets are known).
+        header once its offsets are known); and the bytes of all records.
         """
         max_record = self.config.max_message_size + 65536
         crc32 = zlib.crc32
         plen = PROPS_LEN.pack
         topic_cache = _topic_bytes_cache
         out = []
+        nbytes = 0
         for item in items:
             (topic, qid, body, pb, code, delay, flag, sysflag, born, bip, bport,
              recon, prep) = item  # fmt: skip
@@ -321,17 +460,20 @@ class MessageStore(StoreAdminMixin, StoreDispatchMixin):
             total = HEADER_SIZE + blen + len(suffix) + PROP_CRC_SIZE
             if total > max_record:
                 raise MessageTooLargeError(f"record of {total} bytes is too large")
+            nbytes += total
             out.append(
                 (topic, qid, body, suffix, total, tparts[1], crc32(body) & 0x7FFFFFFF,
                  crc32(suffix), code, delay, flag, sysflag & ~0x30, born, bip, bport,
-                 recon, prep, blen, item)
+                 recon, prep, blen)
             )  # fmt: skip
-        return out
+        return out, nbytes
 
     def _append_locked(
         self, items: Sequence[PutItem], auto_create: bool, inner: bool
     ) -> tuple[int, list[int], list[int], list[int], int]:
-        encoded = self._encode(items)
+        encoded, nbytes = self._encode(items)
+        # Before the lock: refuse while the disk is above its usage limit.
+        self.disk_guard.check(nbytes)
         commitlog = self.commitlog
         state = self.state
         mm = state.mm
@@ -355,65 +497,76 @@ class MessageStore(StoreAdminMixin, StoreDispatchMixin):
             if qunpack(mm, DISPATCHED_AT)[0] != pos:
                 self._repair_dispatch()
                 pos = qunpack(mm, COMMIT_AT)[0]
-            if qunpack(mm, TOPICS_V_AT)[0] != self._topics_version:
-                self._reload_topics()
-            qlimits = self._qlimits
+            registry = self.topic_registry
+            if qunpack(mm, TOPICS_V_AT)[0] != registry.version:
+                registry.reload()
+            qlimits = registry.queue_limits
             trusted = self._trusted_ends
             if pos != self._own_end:
                 trusted.clear()
             now = int(time.time() * 1000)
-            chunk_start = pos
-            seg_end = commitlog.segment_end(pos)
-            for (topic, qid, body, suffix, total, magic, bcrc, scrc, code, delay,
-                 flag, sysflag, born, bip, bport, recon, prep, blen, item
-                 ) in encoded:  # fmt: skip
-                lim = qlimits.get(topic)
-                if lim is None or not 0 <= qid < lim:
-                    self._check_queues((item,), auto_create, inner)
-                    qlimits = self._qlimits
-                if pos + total + 8 > seg_end:
-                    # The record starts the next segment; a blank marks the rest.
-                    commitlog.check_fits_segment(total)
-                    parts.append(commitlog.blank(pos))
-                    commitlog.write(chunk_start, parts)
-                    parts = []
-                    pos = chunk_start = seg_end
-                    seg_end = commitlog.segment_end(pos)
-                if not sysflag & 0x4:  # NOT or COMMIT: a consume-queue unit
-                    key = (topic, qid)
-                    q = next_q.get(key)
-                    if q is None:
-                        cq = cqs.get(topic, qid)
-                        # A queue end read since the last append by another
-                        # process is exact; otherwise read forward to the end.
-                        q = cq.cached_max if key in trusted else None
+            first_pos = pos
+            try:
+                chunk_start = pos
+                seg_end = commitlog.segment_end(pos)
+                for (topic, qid, body, suffix, total, magic, bcrc, scrc, code, delay,
+                     flag, sysflag, born, bip, bport, recon, prep, blen
+                     ) in encoded:  # fmt: skip
+                    lim = qlimits.get(topic)
+                    if lim is None or not 0 <= qid < lim:
+                        registry.ensure_queues(((topic, qid),), auto_create, inner)
+                        qlimits = registry.queue_limits
+                    if pos + total + 8 > seg_end:
+                        # The record starts the next segment; a blank marks the rest.
+                        commitlog.check_fits_segment(total)
+                        parts.append(commitlog.blank(pos))
+                        commitlog.write(chunk_start, parts)
+                        parts = []
+                        pos = chunk_start = seg_end
+                        seg_end = commitlog.segment_end(pos)
+                    if not sysflag & 0x4:  # NOT or COMMIT: a consume-queue unit
+                        key = (topic, qid)
+                        q = next_q.get(key)
                         if q is None:
-                            q = cq.max_offset()
-                            trusted.add(key)
-                        cq_first[key] = q
-                        cq_parts[key] = []
-                    next_q[key] = q + 1
-                    if delay > 0:
-                        code = now + (self._delay_ms(delay) or 1000)
-                    cq_parts[key].append(unit_pack(pos, total, code))
-                else:
-                    q = 0
-                head = pack(
-                    total, magic, bcrc, qid, flag, q, pos, sysflag, born or now,
-                    bip, bport, now, sip, sport, recon, prep, blen,
-                )  # fmt: skip
-                parts += (
-                    head,
-                    body,
-                    suffix,
-                    b"__CRC32#\x01%s\x02"
-                    % f"{crc32(head, scrc) & 0x7FFFFFFF:010d}"[::-1].encode(),
-                )
-                offsets.append(pos)
-                sizes.append(total)
-                qoffs.append(q)
-                pos += total
-            commitlog.write(chunk_start, parts)
+                            cq = cqs.get(topic, qid)
+                            # A queue end read since the last append by another
+                            # process is exact; otherwise read forward to the end.
+                            q = cq.cached_max if key in trusted else None
+                            if q is None:
+                                q = cq.max_offset()
+                                trusted.add(key)
+                            cq_first[key] = q
+                            cq_parts[key] = []
+                        next_q[key] = q + 1
+                        if delay > 0:
+                            code = now + (self._delay_ms(delay) or 1000)
+                        cq_parts[key].append(unit_pack(pos, total, code))
+                    else:
+                        q = 0
+                    head = pack(
+                        total, magic, bcrc, qid, flag, q, pos, sysflag, born or now,
+                        bip, bport, now, sip, sport, recon, prep, blen,
+                    )  # fmt: skip
+                    parts += (
+                        head,
+                        body,
+                        suffix,
+                        b"__CRC32#\x01%s\x02"
+                        % f"{crc32(head, scrc) & 0x7FFFFFFF:010d}"[::-1].encode(),
+                    )
+                    offsets.append(pos)
+                    sizes.append(total)
+                    qoffs.append(q)
+                    pos += total
+                commitlog.write(chunk_start, parts)
+                for key, lst in cq_parts.items():
+                    cqs.get(*key).reserve(cq_first[key], len(lst))
+            except BaseException:
+                # Nothing of a failed append may stay: not acknowledged, not
+                # found by a later recovery, and the next append starts here.
+                if parts or pos > first_pos:
+                    commitlog.discard(first_pos, max(pos, chunk_start))
+                raise
             # Readers may read the records from now on; their queue units follow.
             qpack(mm, COMMIT_AT, pos)
             for key, lst in cq_parts.items():
@@ -434,41 +587,18 @@ class MessageStore(StoreAdminMixin, StoreDispatchMixin):
         not inside: a dispatcher that puts would otherwise wait for this lock.
         """
         self._check_open()
-        outer = getattr(self._dispatching, "active", False)
+        dispatch = self.dispatch
+        outer = dispatch.active
         with self.state.append_lock:
             if self.state.dispatched_pos != self.state.commit_pos:
                 self._repair_dispatch()
-            self._dispatching.active = True
+            dispatch.active = True
             try:
                 yield
             finally:
-                self._dispatching.active = outer
-        if not outer and self._dispatchers:
-            self.run_dispatchers()
-
-    def _check_queues(
-        self, items: Sequence[PutItem], auto_create: bool, inner: bool
-    ) -> None:
-        topics = self.topics.topics
-        created = False
-        for it in items:
-            topic, qid = it[0], it[1]
-            cfg = topics.get(topic)
-            if cfg is None:
-                if not auto_create:
-                    raise TopicNotFoundError(f"topic {topic!r} does not exist")
-                n = self.config.default_queue_nums
-                if inner:
-                    n = max(n, qid + 1)
-                cfg = topics[topic] = TopicConfig(topic, n, n)
-                created = True
-            if not 0 <= qid < cfg.queue_nums:
-                raise InvalidQueueError(
-                    f"queue id {qid} is out of range for topic {topic!r} "
-                    f"(0..{cfg.queue_nums - 1})"
-                )
-        if created:
-            self._save_topics()
+                dispatch.active = outer
+        if not outer and dispatch.has_dispatchers:
+            dispatch.run()
 
     # -- reading -------------------------------------------------------------
     def max_physical_offset(self) -> int:
@@ -481,7 +611,7 @@ class MessageStore(StoreAdminMixin, StoreDispatchMixin):
         return self.commitlog.read_message(offset, self.state.dispatched_pos)
 
     def iter_messages(
-        self, start: int = 0, end: int | None = None, verify_crc: bool = False
+        self, start: int = 0, end: int | None = None, verify_crc: bool = True
     ) -> Iterator[MessageExt]:
         """Yield decoded records from log offset ``start`` (a boundary) to ``end``.
 
@@ -518,7 +648,7 @@ class MessageStore(StoreAdminMixin, StoreDispatchMixin):
 
     def flush_derived(self) -> None:
         """Flush consume queues and index; record their progress in the checkpoint."""
-        recovery.write_progress(self)
+        recovery.write_progress(self.parts)
 
     # -- lifecycle -----------------------------------------------------------
     def close(self) -> None:
@@ -534,16 +664,25 @@ class MessageStore(StoreAdminMixin, StoreDispatchMixin):
             self.commitlog.close()
             self.state.close()
             return
-        self._reput_stop.set()
-        if self._reput_thread is not None:
-            self._reput_thread.join(timeout=10)
+        self.scrubber.stop()
+        self.dispatch.stop()
         self.flusher.stop()
+        try:
+            self.consumer_offsets.persist()
+        except StoreError:
+            log.exception("consumer offsets could not be written at close")
         with self.state.append_lock:
-            self._repair_dispatch()
-            self.flusher.flush_log()
-            self.flush_derived()
-            if self.state.try_exclusive_presence():
-                remove_abort(self.root)
+            try:
+                self._repair_dispatch()
+                self.flusher.flush_log()
+                self.flush_derived()
+            except StoreError:
+                # A full or failing disk: close anyway. The abort marker stays,
+                # so the next open runs the abnormal recovery it needs.
+                log.exception("the store could not be flushed at close")
+            else:
+                if self.state.try_exclusive_presence():
+                    remove_abort(self.root)
             self.closed = True
             self.cqs.close()
             self.index.close()

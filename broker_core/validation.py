@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 
 from broker_core.errors import (
+    IllegalKeyError,
+    IllegalMessageGroupError,
+    IllegalMessageIdError,
+    IllegalPropertyError,
+    IllegalTagError,
     InvalidGroupError,
     InvalidMessageError,
     InvalidTopicError,
     MessageTooLargeError,
+    ReservedPropertyError,
     TopicNotAllowedError,
 )
 
@@ -118,3 +125,117 @@ def validate_properties_size(encoded: bytes, max_size: int) -> None:
         raise MessageTooLargeError(
             f"the properties size {len(encoded)} exceeds the maximum {max_size}"
         )
+
+
+#: RocketMQ's system property names (``MessageConst.STRING_HASH_SET``), plus the
+#: ones it sets outside that set and this broker's own: no user property may
+#: use them, as the Apache proxy answers ``ILLEGAL_MESSAGE_PROPERTY_KEY``.
+RESERVED_PROPERTIES = frozenset(
+    {
+        # MessageConst.STRING_HASH_SET
+        "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC",
+        "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET",
+        "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
+        "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET",
+        "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO",
+        "EXTEND_UNIQ_INFO", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT",
+        "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE",
+        "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_MS", "TIMER_DELAY_SEC",
+        "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DEL_MS",
+        "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC",
+        "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#",
+        # set by RocketMQ outside that set
+        "__SHARDINGKEY", "__transactionId__", "TRANSACTION_CHECK_TIMES",
+        "INNER_MULTI_DISPATCH", "INNER_NUM", "INNER_BASE", "TRACE_CONTEXT",
+        "PROPERTY_FORWARD_QUEUE_ID", "REDIRECT",
+        # this broker's own
+        "DELAY_SRC", "TRANS_OFFSET", "TRAN_CHECK_ANSWER", "TRAN_CHECK_AT",
+        "TRAN_CHECK_LATENCY_US", "TRAN_CHECK_TARGET", "TRAN_CHECK_TRANSPORT",
+        "TRAN_DETAIL", "TRAN_OPERATOR", "TRAN_OUTCOME", "TRAN_SOURCE",
+    }
+)  # fmt: skip
+#: Names RocketMQ reserves for the client's own use, never stored.
+RESERVED_PREFIX = "__RMQ.TRANSIENT."
+#: System properties the ``Broker`` facade takes from its caller, the way the
+#: Java client's ``setDelayTimeLevel``/``setDeliverTimeMs``/message groups set
+#: them: the facade is the application's own API; network and console entries
+#: accept none of them as user properties.
+FACADE_PROPERTIES = frozenset(
+    {"DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "__SHARDINGKEY"}
+)
+
+
+def _has_separator(text: str) -> bool:
+    return "\x00" in text or "\x01" in text or "\x02" in text
+
+
+def validate_properties(
+    props: Mapping[str, object] | None, allowed: frozenset[str] = frozenset()
+) -> None:
+    """Refuse properties that could change what the broker decides.
+
+    A name or value holding ``\\x00``, ``\\x01`` or ``\\x02`` (the codec's
+    separators: they would inject other properties), an empty name or value, a
+    value that is not a string, and a reserved system name not in ``allowed``.
+    Raises ``IllegalPropertyError`` or ``ReservedPropertyError``.
+    """
+    if not props:
+        return
+    for name, value in props.items():
+        if value is None:
+            continue  # not stored: the facade skips a None value
+        if not isinstance(name, str) or not name:
+            raise IllegalPropertyError("a property name is empty or not text")
+        if not isinstance(value, str):
+            raise IllegalPropertyError(f"the value of property {name!r} is not text")
+        if _has_separator(name) or _has_separator(value):
+            raise IllegalPropertyError(
+                f"property {name!r} contains a control character (\\x00, \\x01 "
+                "or \\x02) the property codec uses as a separator"
+            )
+        if not value:
+            raise IllegalPropertyError(f"property {name!r} has an empty value")
+        if (name in RESERVED_PROPERTIES and name not in allowed) or name.startswith(
+            RESERVED_PREFIX
+        ):
+            raise ReservedPropertyError(
+                f"the property name {name!r} is reserved for the system "
+                "(RocketMQ MessageConst); choose another name"
+            )
+
+
+def validate_tag(tag: str | None) -> None:
+    """Refuse a tag with a separator byte or ``||`` (``IllegalTagError``)."""
+    if tag is None:
+        return
+    if not isinstance(tag, str) or _has_separator(tag) or "||" in tag:
+        raise IllegalTagError(f"the tag {tag!r} contains a control character or '||'")
+
+
+_MESSAGE_ID = re.compile(r"^[0-9A-Za-z_.:-]{1,128}$")
+
+
+def validate_message_id(msg_id: str) -> None:
+    """Refuse a client message id that is not 1-128 id characters."""
+    if not isinstance(msg_id, str) or not _MESSAGE_ID.match(msg_id):
+        raise IllegalMessageIdError(
+            f"the message id {msg_id!r} is not 1-128 characters of [0-9A-Za-z_.:-]"
+        )
+
+
+def validate_message_group(group: str) -> None:
+    """Refuse a message group with a separator byte (``IllegalMessageGroupError``):
+    it is stored as the ``__SHARDINGKEY`` property."""
+    if _has_separator(group):
+        raise IllegalMessageGroupError("the message group contains a control character")
+
+
+def validate_keys(keys: str | Sequence[str] | None) -> None:
+    """Refuse keys with a separator byte (``IllegalKeyError``)."""
+    if not keys:
+        return
+    for key in [keys] if isinstance(keys, str) else keys:
+        if not isinstance(key, str) or _has_separator(key):
+            raise IllegalKeyError(f"the key {key!r} contains a control character")

@@ -4,7 +4,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging
+from celery.signals import setup_logging, worker_process_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -21,3 +21,16 @@ def use_django_logging(**kwargs: Any) -> None:
     from django.conf import settings
 
     dictConfig(settings.LOGGING)
+
+
+@worker_process_shutdown.connect
+def close_store(**kwargs: Any) -> None:
+    """Close this pool process's store before it exits.
+
+    Pool processes leave with ``os._exit``, which skips ``atexit``: without
+    this, a stop of the whole system would leave the store marked as not shut
+    down cleanly and the next start would run an abnormal recovery.
+    """
+    from console.brokerlink import close_broker
+
+    close_broker()

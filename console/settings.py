@@ -42,6 +42,27 @@ DEBUG = env("DEBUG")
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
+# --- Transport security: HTTPS=true when the console is served over TLS ------
+# (directly or behind a proxy that sets X-Forwarded-Proto): Secure cookies, HSTS
+# and a redirect of plain HTTP, so `manage.py check --deploy` is clean.
+HTTPS = env.bool("HTTPS", default=False)
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_SSL_REDIRECT = HTTPS
+SECURE_HSTS_SECONDS = env.int("HSTS_SECONDS", default=31_536_000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_HSTS_PRELOAD = HTTPS
+if env.bool("BEHIND_TLS_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# /healthz answers plain HTTP on the loopback for supervisors and load balancers.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -57,6 +78,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_beat",
     "console.core",
+    "axes",
     "console.ui",
     "console.accounts",
     "console.audit",
@@ -80,7 +102,22 @@ MIDDLEWARE = [
     "console.ui.middleware.ConsoleLoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: answers a locked-out login with 429 (django-axes).
+    "axes.middleware.AxesMiddleware",
 ]
+
+# --- Login throttling (django-axes): after LOGIN_FAILURE_LIMIT wrong passwords
+# for one user name from one address, logins are refused for
+# LOGIN_COOLOFF_MINUTES, even with the right password; every lock-out is audited.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = env.int("LOGIN_COOLOFF_MINUTES", default=15) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "console.urls"
 WSGI_APPLICATION = "console.wsgi.application"
@@ -145,6 +182,11 @@ WHITENOISE_USE_FINDERS = True
 # --- The broker -------------------------------------------------------------
 BROKER_STORE_DIR = Path(env.str("BROKER_STORE_DIR", default=str(VAR_DIR / "store")))
 BROKER_FLUSH = env.str("BROKER_FLUSH", default="async")
+# Extra ``Broker.open`` settings of the console's processes: appends are refused
+# while the store's disk is fuller than BROKER_DISK_RATIO (RocketMQ's 0.90).
+BROKER_STORE_OPTIONS = {
+    "disk_space_warning_ratio": env.float("BROKER_DISK_RATIO", default=0.90),
+}
 GRPC_LISTEN = env.str("GRPC_LISTEN", default="127.0.0.1:8081")
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 SPARK_MASTER = env.str("SPARK_MASTER", default="local[*]")
@@ -220,9 +262,11 @@ if REPORTS_EXPORT_INTERVAL > 0:
 
 # --- REST framework ---------------------------------------------------------
 REST_FRAMEWORK = {
+    # Token first: a missing or bad token answers 401 with
+    # `WWW-Authenticate: Token` (DRF asks the first class for the header).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

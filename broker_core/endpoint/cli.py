@@ -12,6 +12,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, help="store directory")
     p.add_argument("--listen", default="127.0.0.1:8081", help="HOST:PORT")
     p.add_argument(
+        "--dedupe-window-ms",
+        type=int,
+        default=600_000,
+        help="a retried send (same client message id) within this window gets "
+        "the first result and is not stored again (default 600000; 0: off)",
+    )
+    p.add_argument(
+        "--auth-window",
+        type=int,
+        default=300,
+        help="seconds a signed request's date may be off the clock (default 300)",
+    )
+    p.add_argument(
+        "--auth-offsets",
+        default="",
+        help="comma-separated clock offsets from UTC in minutes that clients "
+        "sign with (they sign local time; default: 0 and this host's zone)",
+    )
+    p.add_argument(
+        "--flush",
+        choices=("async", "sync"),
+        default=os.environ.get("BROKER_FLUSH", "async"),
+        help="sync: a send is answered once its bytes are on disk; async: "
+        "flushed every 500 ms (default: $BROKER_FLUSH, else async)",
+    )
+    p.add_argument(
+        "--disk-ratio",
+        type=float,
+        default=float(os.environ.get("BROKER_DISK_RATIO", "0.90")),
+        help="refuse sends while the store's disk is fuller than this "
+        "(default: $BROKER_DISK_RATIO, else 0.90; 1 turns the guard off)",
+    )
+    p.add_argument(
+        "--scrub-interval",
+        type=int,
+        default=int(os.environ.get("BROKER_SCRUB_INTERVAL", "0")),
+        help="CRC-check the whole log every this many seconds in the background "
+        "(default: $BROKER_SCRUB_INTERVAL, else 0: off)",
+    )
+    p.add_argument(
         "--embedded-timers",
         action="store_true",
         help="run the transaction check and delay delivery in-process",
@@ -88,8 +128,22 @@ def run(args: argparse.Namespace) -> int:
             )
         ),
     )
+    cfg.auth_window_s = args.auth_window
+    cfg.dedupe_window_ms = args.dedupe_window_ms
+    cfg.auth_offsets_min = tuple(int(x) for x in args.auth_offsets.split(",") if x)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    asyncio.run(serve(args.store, cfg))
+    if cfg.credentials and cfg.tls is None:
+        logging.getLogger(__name__).warning(
+            "--auth without --tls-listen: the signature authenticates a client "
+            "but does not protect its requests, which travel in plaintext; use "
+            "TLS off a trusted network"
+        )
+    store_options = {
+        "flush": args.flush,
+        "disk_space_warning_ratio": args.disk_ratio,
+        "scrub_interval_s": args.scrub_interval,
+    }
+    asyncio.run(serve(args.store, cfg, store_options=store_options))
     return 0

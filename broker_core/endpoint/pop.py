@@ -13,14 +13,15 @@ offsets; it is written atomically (temp file, fsync, rename) when dirty.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core.broker import Broker
+from broker_core.errors import StoreError
 from broker_core.message import MessageExt, MessageInner, PullStatus
+from broker_core.metadata import atomic_write_json
 
 SHARDING_KEY = "__SHARDINGKEY"
 
@@ -132,13 +133,11 @@ class PopManager:
                         st.committed = low
                     except Exception:  # noqa: BLE001 - best effort mirror
                         pass
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            atomic_write_json(self.path, data)
+        except StoreError:
+            self.dirty = True  # written on the next save, once there is room
+            raise
 
     # -- helpers -------------------------------------------------------------
     def _read(self, topic: str, qid: int, off: int) -> MessageExt | None:

@@ -7,6 +7,7 @@ See docs/grpc.md. Stubs come from the ``rocketmq-python-client`` package
 from __future__ import annotations
 
 import asyncio
+import calendar
 import hashlib
 import hmac
 import json
@@ -15,6 +16,7 @@ import os
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,12 +36,20 @@ from broker_core.endpoint.pop import (
 )
 from broker_core.errors import (
     FilterError,
+    IllegalKeyError,
+    IllegalMessageGroupError,
+    IllegalMessageIdError,
+    IllegalPropertyError,
+    IllegalTagError,
     InvalidDelayError,
     InvalidGroupError,
     InvalidMessageError,
     InvalidTopicError,
+    MessageNotFoundError,
     MessageTooLargeError,
     RecallError,
+    StorageFullError,
+    StorageIOError,
     TopicNotAllowedError,
     TopicNotFoundError,
     TransactionConflictError,
@@ -47,9 +57,15 @@ from broker_core.errors import (
     ValidationError,
     WrongProducerGroupError,
 )
-from broker_core.message import Message
+from broker_core.message import Message, SendStatus
 from broker_core.transaction import CheckTransport
-from broker_core.validation import validate_topic
+from broker_core.validation import (
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    validate_message_group,
+    validate_properties,
+    validate_topic,
+)
 
 log = logging.getLogger("broker_core.endpoint")
 C = pb.Code
@@ -87,6 +103,19 @@ def status(code: int, message: str = "") -> pb.Status:
     return pb.Status(code=code, message=message or pb.Code.Name(code))
 
 
+def local_utc_offset_min() -> int:
+    """This host's offset from UTC now, in minutes (``time.localtime``)."""
+    return int(time.localtime().tm_gmtoff // 60)
+
+
+def body_digest(body: bytes) -> pb.Digest:
+    """MD5 as upper-case hex: what the Apache proxy sends and every official
+    client (Java, Python, Node.js, Go) verifies the same way. (A CRC32 in hex
+    made the Node.js client, which compares a decimal string, reject every
+    message as corrupted.)"""
+    return pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper())
+
+
 def ts_ms(ms: int) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
@@ -95,31 +124,39 @@ def dur_ms(d: duration_pb2.Duration) -> int:
     return d.seconds * 1000 + d.nanos // 1_000_000
 
 
+#: RocketMQ status codes of the broker's errors: the first entry the error is
+#: an instance of wins (subclasses before their bases).
+_ERROR_CODES: tuple[tuple[type[Exception] | tuple[type[Exception], ...], int], ...] = (
+    ((InvalidTopicError, TopicNotAllowedError), C.ILLEGAL_TOPIC),
+    (TopicNotFoundError, C.TOPIC_NOT_FOUND),
+    (InvalidGroupError, C.ILLEGAL_CONSUMER_GROUP),
+    (InvalidDelayError, C.ILLEGAL_DELIVERY_TIME),
+    (FilterError, C.ILLEGAL_FILTER_EXPRESSION),
+    (IllegalPropertyError, C.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    (IllegalTagError, C.ILLEGAL_MESSAGE_TAG),
+    (IllegalKeyError, C.ILLEGAL_MESSAGE_KEY),
+    (IllegalMessageGroupError, C.ILLEGAL_MESSAGE_GROUP),
+    (IllegalMessageIdError, C.ILLEGAL_MESSAGE_ID),
+    (UnknownTransactionError, C.INVALID_TRANSACTION_ID),
+    ((WrongProducerGroupError, TransactionConflictError), C.BAD_REQUEST),
+    (ValidationError, C.BAD_REQUEST),
+    # RocketMQ answers SERVICE_NOT_AVAILABLE ("the broker's disk is full"); its
+    # proxy sends that as a server error: the client may retry later.
+    ((StorageFullError, StorageIOError), C.INTERNAL_SERVER_ERROR),
+)
+
+
 def error_code(exc: Exception) -> int:
+    """Return the RocketMQ status code for a broker error (the one place)."""
     if isinstance(exc, MessageTooLargeError):
         if "propert" in str(exc):
             return C.MESSAGE_PROPERTIES_TOO_LARGE
         return C.MESSAGE_BODY_TOO_LARGE
-    if isinstance(exc, InvalidTopicError | TopicNotAllowedError):
-        return C.ILLEGAL_TOPIC
-    if isinstance(exc, TopicNotFoundError):
-        return C.TOPIC_NOT_FOUND
-    if isinstance(exc, InvalidGroupError):
-        return C.ILLEGAL_CONSUMER_GROUP
-    if isinstance(exc, InvalidDelayError):
-        return C.ILLEGAL_DELIVERY_TIME
-    if isinstance(exc, FilterError):
-        return C.ILLEGAL_FILTER_EXPRESSION
-    if isinstance(exc, InvalidMessageError):
-        if "empty" in str(exc):
-            return C.MESSAGE_BODY_EMPTY
-        return C.BAD_REQUEST
-    if isinstance(exc, UnknownTransactionError):
-        return C.INVALID_TRANSACTION_ID
-    if isinstance(exc, WrongProducerGroupError | TransactionConflictError):
-        return C.BAD_REQUEST
-    if isinstance(exc, ValidationError):
-        return C.BAD_REQUEST
+    if type(exc) is InvalidMessageError and "empty" in str(exc):
+        return C.MESSAGE_BODY_EMPTY
+    for kinds, code in _ERROR_CODES:
+        if isinstance(exc, kinds):
+            return code
     return C.INTERNAL_ERROR
 
 
@@ -175,8 +212,63 @@ class EndpointConfig:
     redis_channel: str = "broker_core:grpc:check"
     #: access key -> secret key; empty: no authentication
     credentials: dict[str, str] = field(default_factory=dict)
+    #: a retried send (same client message id and topic) within this window
+    #: gets the first send's result and stores nothing
+    dedupe_window_ms: int = 600_000
+    #: a signed request's ``x-mq-date-time`` must be this close to the clock
+    auth_window_s: int = 300
+    #: clients' clock offsets from UTC, in minutes, that dates may carry (the
+    #: clients sign *local* time with a literal Z, G12); default: UTC and this
+    #: host's own zone
+    auth_offsets_min: tuple[int, ...] = ()
     #: TLS port beside the plaintext one: (host:port, cert file, key file)
     tls: tuple[str, str, str] | None = None
+
+
+class RecentSends:
+    """Client message ids sent within a window, for idempotent retries.
+
+    A client that gets no answer (the endpoint was killed mid-send, a timeout)
+    sends again with the same message id. In memory: the ids of this run; for
+    ids sent before a restart within the window, the store's index by
+    ``UNIQ_KEY`` answers, so a retry across a restart is caught too.
+    """
+
+    def __init__(self, broker: Broker, window_ms: int, limit: int = 500_000):
+        self.broker = broker
+        self.window_ms = window_ms
+        self.limit = limit
+        self.started_ms = now_ms()
+        self._ids: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()
+
+    def remember(self, topic: str, msg_id: str, queue_offset: int) -> None:
+        now = now_ms()
+        ids = self._ids
+        ids[(topic, msg_id)] = (queue_offset, now)
+        while ids and (
+            len(ids) > self.limit or next(iter(ids.values()))[1] < now - self.window_ms
+        ):
+            ids.popitem(last=False)
+
+    def find(self, topic: str, msg_id: str | None) -> int | None:
+        """Return the queue offset of an earlier send of ``msg_id``, or None."""
+        if not msg_id or self.window_ms <= 0:
+            return None
+        now = now_ms()
+        hit = self._ids.get((topic, msg_id))
+        if hit is not None:
+            return hit[0] if hit[1] >= now - self.window_ms else None
+        if now - self.started_ms > self.window_ms:
+            return None  # everything within the window was sent in this run
+        for where in (topic, TIMER_TOPIC, SCHEDULE_TOPIC):
+            try:
+                m = self.broker.get_message(msg_id, where)
+            except (MessageNotFoundError, ValidationError):
+                continue
+            if m.store_timestamp >= now - self.window_ms:
+                return m.queue_offset
+            return None
+        return None
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -213,13 +305,22 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         self.threads: list[threading.Thread] = []
         self.relay: Any = None
         self.ports: set[int] = {cfg.port}
-        self.counters = {"sent": 0, "received": 0, "acked": 0, "checks_sent": 0}
+        self.counters = {
+            "sent": 0,
+            "received": 0,
+            "acked": 0,
+            "checks_sent": 0,
+            "retries_deduplicated": 0,
+        }
+        #: Recent sends by client message id: a retry gets the first result.
+        self.sends = RecentSends(broker, cfg.dedupe_window_ms)
 
     # -- plumbing ------------------------------------------------------------
     def authorized(self, context: grpc.aio.ServicerContext) -> bool:
         """Check the client's ``MQv2-HMAC-SHA1`` authorization header: HMAC-SHA1
-        of ``x-mq-date-time`` with the access key's secret (no clock-skew check:
-        the client formats local time with a literal Z, G12)."""
+        of ``x-mq-date-time`` with the access key's secret, the date within
+        ``auth_window_s`` of the clock (the client formats local time with a
+        literal Z, G12: accepted offsets are ``auth_offsets_min``)."""
         creds = self.cfg.credentials
         if not creds:
             return True
@@ -236,7 +337,23 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         if secret is None:
             return False
         want = hmac.new(secret.encode(), date.encode(), hashlib.sha1).hexdigest()
-        return hmac.compare_digest(want, fields.get("Signature", "").lower())
+        if not hmac.compare_digest(want, fields.get("Signature", "").lower()):
+            return False
+        # The signature covers only the date: without this a captured header
+        # would authenticate forever.
+        return self.date_fresh(date)
+
+    def date_fresh(self, date: str) -> bool:
+        """Whether a signed ``x-mq-date-time`` is within ``auth_window_s`` of now,
+        in UTC or one of the accepted client offsets."""
+        try:
+            signed = calendar.timegm(time.strptime(date, "%Y%m%dT%H%M%SZ"))
+        except (ValueError, OverflowError):
+            return False
+        offsets = self.cfg.auth_offsets_min or (0, local_utc_offset_min())
+        now = time.time()
+        window = self.cfg.auth_window_s
+        return any(abs(signed - off * 60 - now) <= window for off in offsets)
 
     def endpoints(self, asked: pb.Endpoints | None = None) -> pb.Endpoints:
         """The broker address for routes: the access point the client used when
@@ -353,13 +470,21 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         except Exception:  # noqa: BLE001
             pass
         self.pop.dirty = True
-        self.pop.save()
         for c in self.clients.values():
             c.online = False
             c.queue = None
-        self.save_clients(force=True)
-        self.delays.close()
-        self.tx.close()
+        # Each step on its own: a full disk that refuses the pop state must not
+        # keep the services (and then the store) from closing.
+        for step in (
+            self.pop.save,
+            lambda: self.save_clients(force=True),
+            self.delays.close,
+            self.tx.close,
+        ):
+            try:
+                step()
+            except Exception:  # noqa: BLE001
+                log.exception("endpoint close: a step failed, going on")
 
     # -- routes, heartbeats, telemetry ----------------------------------------
     def _topic_exists(self, topic: str) -> bool:
@@ -477,7 +602,12 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         if not topic:
             raise InvalidTopicError("the topic is empty")
         props = {k: v for k, v in m.user_properties.items()}
+        # User properties get no system name (the facade below would take
+        # DELAY, TIMER_* and __SHARDINGKEY from them): the endpoint sets those
+        # from the request's system properties alone.
+        validate_properties(props)
         if sp.message_group:
+            validate_message_group(sp.message_group)
             props[SHARDING_KEY] = sp.message_group
         mtype = sp.message_type
         if sp.HasField("delivery_timestamp"):
@@ -499,7 +629,15 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         keys = list(sp.keys) or None
         return (
             Message(
-                topic, body, tags=sp.tag or None, keys=keys, properties=props or None
+                topic,
+                body,
+                tags=sp.tag or None,
+                keys=keys,
+                properties=props or None,
+                # The client's id, kept across its retries: the stored UNIQ_KEY
+                # (as in RocketMQ), so a retry is recognised and consumers can
+                # de-duplicate by it.
+                msg_id=sp.message_id or None,
             ),
             mtype,
         )
@@ -532,6 +670,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
                     self.store.refresh_topics()
                     msg.queue_id = self._queue_for(msg.topic, group)
                 if mtype == pb.TRANSACTION:
+                    msg.msg_id = None  # the transaction id names the half
                     self._ensure_checker(msg.topic)
                     r = self.tx.send_half(msg.topic, msg)
                     self.tx_client[r.transaction_id] = cid
@@ -546,11 +685,36 @@ class Endpoint(sgrpc.MessagingServiceServicer):
                         )
                     )
                 else:
-                    r = self.broker.send(msg)
                     delayed = msg.properties and "TIMER_DELIVER_MS" in msg.properties
+                    earlier = self.sends.find(msg.topic, msg.msg_id)
+                    if earlier is not None:
+                        # A retry of a send already stored: the first result,
+                        # nothing stored again (once it passes the same checks).
+                        self.broker.validate(msg)
+                        entries.append(
+                            spb.SendResultEntry(
+                                status=status(C.OK),
+                                message_id=msg.msg_id,
+                                offset=earlier,
+                                recall_handle=msg.msg_id if delayed else "",
+                            )
+                        )
+                        self.counters["retries_deduplicated"] += 1
+                        continue
+                    r = self.broker.send(msg)
+                    self.sends.remember(msg.topic, r.msg_id, r.queue_offset)
+                    st = status(C.OK)
+                    if r.status is SendStatus.FLUSH_DISK_TIMEOUT:
+                        # Stored, not yet on disk (sync flush): RocketMQ's proxy
+                        # answers MASTER_PERSISTENCE_TIMEOUT with the ids.
+                        st = status(
+                            C.MASTER_PERSISTENCE_TIMEOUT,
+                            "stored, but not flushed to disk within the "
+                            "sync flush timeout",
+                        )
                     entries.append(
                         spb.SendResultEntry(
-                            status=status(C.OK),
+                            status=st,
                             message_id=r.msg_id,
                             offset=r.queue_offset,
                             recall_handle=r.msg_id if delayed else "",
@@ -637,7 +801,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         body = m.body
         sp = pb.SystemProperties(
             message_id=props.get("UNIQ_KEY") or m.offset_msg_id,
-            body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body):08X}"),
+            body_digest=body_digest(body),
             body_encoding=pb.IDENTITY,
             born_timestamp=ts_ms(m.born_timestamp),
             born_host=m.born_host.rsplit(":", 1)[0],
@@ -835,20 +999,19 @@ class Endpoint(sgrpc.MessagingServiceServicer):
                 for x in list(self.clients.values())
                 if x.queue is not None and x.client_type == "PRODUCER"
             ]
-            for x in producers:
-                if req.topic in x.topics:
-                    target = x
-                    break
-            else:
-                target = producers[0] if producers else None
+            # Only a producer that declares the half's topic: any other
+            # application's checker could answer COMMIT for a transaction it
+            # never saw. None online: the caller falls back to the group's
+            # webhook, if one is configured.
+            target = next((x for x in producers if req.topic in x.topics), None)
         if target is None or self.loop is None:
-            raise CheckBackError("no live producer of the group")
+            raise CheckBackError(
+                f"no live producer of topic {req.topic!r} (nor the sending client)"
+            )
         props = dict(req.properties)
         sp = pb.SystemProperties(
             message_id=req.msg_id,
-            body_digest=pb.Digest(
-                type=pb.CRC32, checksum=f"{zlib.crc32(req.body):08X}"
-            ),
+            body_digest=body_digest(req.body),
             body_encoding=pb.IDENTITY,
             message_type=pb.TRANSACTION,
             born_timestamp=ts_ms(req.born_timestamp),
@@ -1014,11 +1177,14 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
 
 
 async def serve(
-    store_dir: str, cfg: EndpointConfig, ready_file: str | None = None
+    store_dir: str,
+    cfg: EndpointConfig,
+    ready_file: str | None = None,
+    store_options: dict[str, Any] | None = None,
 ) -> None:
     import signal
 
-    broker = Broker.open(store_dir)
+    broker = Broker.open(store_dir, **(store_options or {}))
     endpoint = Endpoint(broker, cfg)
     limit = max(16 << 20, endpoint.max_body * 2 + (1 << 20))
     server = grpc.aio.server(
@@ -1056,5 +1222,7 @@ async def serve(
         await stop.wait()
     finally:
         await server.stop(grace=1)
-        endpoint.close()
-        broker.close()
+        try:
+            endpoint.close()
+        finally:
+            broker.close()

@@ -18,6 +18,8 @@ import os
 import struct
 from pathlib import Path
 
+from broker_core.diskio import reserve
+
 # Entry: state u8 | check count u8 | source u8 | 5 pad |
 #        commit message offset q | op offset q
 ENTRY = struct.Struct("<BBB5xqq")
@@ -44,6 +46,8 @@ class StateTable:
         try:
             if os.fstat(hfd).st_size < 4096:
                 os.ftruncate(hfd, 4096)
+            # Blocks first: the table is written and read through mappings.
+            reserve(hfd, 0, 4096, "reserving the transaction state header")
             self._hdr = mmap.mmap(hfd, 4096, mmap.MAP_SHARED)
         finally:
             os.close(hfd)
@@ -71,6 +75,7 @@ class StateTable:
         try:
             if os.fstat(fd).st_size < FILE_SIZE:
                 os.ftruncate(fd, FILE_SIZE)
+            reserve(fd, 0, FILE_SIZE, f"reserving transaction state {path.name}")
             mm = mmap.mmap(fd, FILE_SIZE, mmap.MAP_SHARED)
         finally:
             os.close(fd)

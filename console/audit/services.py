@@ -106,3 +106,18 @@ def audited(
         request=request,
     )
     return result
+
+
+def audit_lockout(
+    sender: Any, request: Any = None, username: str = "", ip_address: str = "", **_: Any
+) -> None:
+    """Record a login lock-out (django-axes ``user_locked_out``)."""
+    record_audit(
+        actor=None,
+        action="login.locked_out",
+        object_type="user",
+        object_id=username or "",
+        status=AuditRecord.Status.DENIED,
+        message=f"too many failed logins for {username!r} from {ip_address}",
+        request=request,
+    )

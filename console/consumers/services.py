@@ -180,6 +180,8 @@ def reset_offsets(
     def apply() -> list[ResetChange]:
         for c in changes:
             broker.commit_offset(group, topic, c.queue_id, c.target)
+        # An operator's reset is written at once, not on the store's timer.
+        broker.store.persist_offsets()
         return changes
 
     audited(

@@ -30,7 +30,11 @@ class HalfFilterSet(forms.Form):
     topic = forms.CharField(required=False, max_length=255)
     key = forms.CharField(required=False, max_length=255)
     min_age_minutes = forms.FloatField(
-        required=False, min_value=0, label="Older than (min)"
+        # At most ten years: a larger age overflows the millisecond clock.
+        required=False,
+        min_value=0,
+        max_value=5_256_000,
+        label="Older than (min)",
     )
     min_checks = forms.IntegerField(required=False, min_value=0, label="Checks ≥")
     state = forms.ChoiceField(required=False, choices=STATE_CHOICES, initial="PENDING")

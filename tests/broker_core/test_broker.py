@@ -10,6 +10,9 @@ import pytest
 
 from broker_core import Broker, Message, MessageInner, PullStatus
 from broker_core.errors import (
+    IllegalKeyError,
+    IllegalPropertyError,
+    IllegalTagError,
     InvalidGroupError,
     InvalidMessageError,
     InvalidOffsetError,
@@ -17,6 +20,7 @@ from broker_core.errors import (
     InvalidTopicError,
     MessageNotFoundError,
     MessageTooLargeError,
+    ReservedPropertyError,
     StoreClosedError,
     TopicExistsError,
     TopicNotAllowedError,
@@ -318,3 +322,43 @@ def test_index_rolls_to_new_files_and_finds_keys_in_each(
             found = b.query_by_key("Roll", f"o{i}", 0, 2**62, 5)
             assert [m.body for m in found] == [b"%d" % i]
             assert b.get_message(sent[i].msg_id, topic="Roll").body == b"%d" % i
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"properties": {"k": "v\x02DELAY\x013"}}, IllegalPropertyError),
+        ({"properties": {"k\x01x": "v"}}, IllegalPropertyError),
+        ({"properties": {"k": "v\x00"}}, IllegalPropertyError),
+        ({"properties": {"k": ""}}, IllegalPropertyError),
+        ({"properties": {"UNIQ_KEY": "forged"}}, ReservedPropertyError),
+        ({"properties": {"TRAN_MSG": "true"}}, ReservedPropertyError),
+        ({"properties": {"PGROUP": "g"}}, ReservedPropertyError),
+        ({"properties": {"REAL_TOPIC": "Other"}}, ReservedPropertyError),
+        ({"properties": {"TAGS": "x"}}, ReservedPropertyError),
+        ({"properties": {"__RMQ.TRANSIENT.X": "1"}}, ReservedPropertyError),
+        ({"tags": "a\x02TRAN_MSG\x01true"}, IllegalTagError),
+        ({"tags": "a||b"}, IllegalTagError),
+        ({"keys": ["ok", "k\x02PGROUP\x01x"]}, IllegalKeyError),
+    ],
+)
+def test_sends_that_would_forge_system_properties_are_refused(
+    broker: Broker, kwargs: dict, error: type
+) -> None:
+    before = broker.store.max_physical_offset()
+    with pytest.raises(error):
+        broker.send(Message("Inject", b"body", queue_id=0, **kwargs))
+    assert broker.store.max_physical_offset() == before  # nothing stored
+
+
+def test_ordinary_properties_are_stored_literally(broker: Broker) -> None:
+    props = {"region": "eu", "note": "a=b; c\td", "x": "DELAY"}
+    r = broker.send(
+        Message(
+            "Inject", b"body", queue_id=0, tags="t1", keys=["k 1"], properties=props
+        )
+    )
+    m = broker.get_message(r.msg_id)
+    assert {k: m.properties[k] for k in props} == props
+    assert m.tags == "t1" and m.properties["UNIQ_KEY"] == r.msg_id
+    assert "DELAY" not in m.properties and "TRAN_MSG" not in m.properties

@@ -53,7 +53,9 @@ def _crashed_store(tmp_path: Path, count: int) -> Path:
 
 
 @pytest.mark.crash
-def test_recovery_cuts_a_damaged_or_torn_tail(tmp_path: Path, small: dict) -> None:
+def test_recovery_keeps_every_intact_record_and_cuts_only_a_torn_tail(
+    tmp_path: Path, small: dict
+) -> None:
     store = _crashed_store(tmp_path, 400)
     with Broker.open(store, **small) as b:
         records = [
@@ -61,8 +63,8 @@ def test_recovery_cuts_a_damaged_or_torn_tail(tmp_path: Path, small: dict) -> No
             for m in b.store.iter_messages(0)
         ]
         assert len(records) == 400
-    # Damage anywhere in the last segment (the tail recovery re-verifies), both
-    # after a crash (abort marker present) and after a clean close.
+    # Damage in the last segment (the tail recovery re-verifies), both after a
+    # crash (abort marker present) and after a clean close.
     seg_size = small["segment_size"]
     rng = random.Random(7)
     last_base = records[-1][0] - records[-1][0] % seg_size
@@ -76,31 +78,35 @@ def test_recovery_cuts_a_damaged_or_torn_tail(tmp_path: Path, small: dict) -> No
         lo, hi = tail[0][0], records[-1][0] + records[-1][1]
         p = rng.randrange(lo, hi)
         seg_file = copy / "commitlog" / f"{p - p % seg_size:020d}"
+        torn = bool(trial % 2)
         with open(seg_file, "r+b") as fh:
-            if trial % 2:
+            if torn:
                 fh.truncate(p % seg_size)  # torn: the file ends at p
-                for later in sorted((copy / "commitlog").iterdir()):
-                    if int(later.name) > p:
-                        later.unlink()
             else:
                 fh.seek(p % seg_size)
                 byte = fh.read(1)
                 fh.seek(p % seg_size)
                 fh.write(bytes([byte[0] ^ 0x5A]))
-        survivors = [r for r in records if r[0] + r[1] <= p]
+        hit = [r for r in records if r[0] <= p < r[0] + r[1]]
+        if torn:
+            survivors = [r for r in records if r[0] + r[1] <= p]
+        else:
+            survivors = [r for r in records if r not in hit]
         with Broker.open(copy, **small) as b:
             info = b.store.recovery_info
             assert info is not None and info.abnormal is crash
-            assert info.log_end == (
-                survivors[-1][0] + survivors[-1][1] if survivors else 0
-            )
             got = [
                 (m.commit_log_offset, m.store_size, m.body)
                 for m in b.store.iter_messages(0)
             ]
             assert got == survivors, (trial, p)
             assert sorted(_bodies(b)) == sorted(r[2] for r in survivors)
-            # The repaired store takes new messages after the cut.
+            if not torn:
+                # Exactly the damaged record is in quarantine, with its bytes.
+                q = [(r.offset, r.length) for r in b.store.quarantine.ranges]
+                assert q == [(hit[0][0], hit[0][1])]
+                assert info.log_end == records[-1][0] + records[-1][1]
+            # The repaired store takes new messages after the end.
             r = b.send(Message("MP", b"after-crash", queue_id=0))
             assert b.store.read_message(r.commit_log_offset).body == b"after-crash"
         with Broker.open(copy, **small) as b:

@@ -31,6 +31,8 @@ class ConsumerQueueListView(generics.ListAPIView):
     read_role = VIEWER
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return ConsumerQueue.objects.none()  # the schema needs no sync
         services.sync_offsets()
         return ConsumerQueue.objects.all()
 

@@ -60,7 +60,10 @@ class ScheduledListView(APIView):
             raise serializers.ValidationError(
                 "level, limit and start are integers"
             ) from exc
-        rows = services.list_scheduled(p.get("kind") or None, level, limit, start)
+        kind = p.get("kind") or None
+        if kind not in (None, "level", "timer"):
+            raise serializers.ValidationError('kind is "level" or "timer"')
+        rows = services.list_scheduled(kind, level, limit, start)
         return Response({"results": [asdict(r) | {"kind": r.kind.value} for r in rows]})
 
 

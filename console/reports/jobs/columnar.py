@@ -110,15 +110,20 @@ def _decode(
 ) -> Iterator[pa.RecordBatch]:
     while pos < end:
         positions, wide, stop = _hop(buf, base, pos, end, size, limit)
-        if len(positions) == 1:
-            return
         after = positions[-1]
-        batch = None if wide else _columns(positions, data)
-        if batch is None:
-            batch = scan._batch(list(scan.iter_records(buf, base, pos, after, size)))
-        yield batch
+        if len(positions) > 1:
+            batch = None if wide else _columns(positions, data)
+            if batch is None:
+                rows = list(scan.iter_records(buf, base, pos, after, size))
+                batch = scan._batch(rows)
+            yield batch
         if stop:
-            return
+            # A quarantined range or damage: go on after it (the row decoder's
+            # rule, ``scan.next_record``); zeros end the data.
+            nxt = scan.next_record(buf, base, after, end, size) if after < end else None
+            if nxt is None:
+                return
+            after = nxt
         pos = after
 
 

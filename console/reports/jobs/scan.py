@@ -32,9 +32,8 @@ from broker_core.message import (
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    SYSFLAG_BORNHOST_V6,
-    SYSFLAG_STOREHOST_V6,
 )
+from broker_core.record import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 
 #: Default split size: small enough to balance two cores over one segment.
 RANGE_BYTES = 32 << 20
@@ -211,18 +210,27 @@ def iter_records(
     topic_len_v2 = record.TOPIC_LEN_V2.unpack_from
     min_size = record.MIN_RECORD_SIZE
     two_ints = record.BLANK.unpack_from
+    phys_at = struct.Struct(_Q).unpack_from
     topics: dict[bytes, tuple[str, bool]] = {}
     while pos < end and pos + 8 <= size:
         total, magic = two_ints(buf, pos)
-        if magic not in (magic_v1, magic_v2) or total < min_size or pos + total > size:
-            return  # blank marker, zeros (end of data) or damage: the range ends
+        if (
+            magic not in (magic_v1, magic_v2)
+            or total < min_size
+            or pos + total > size
+            or phys_at(buf, pos + 28)[0] != base + pos
+        ):
+            # A quarantined range, damage, or the end of the data.
+            nxt = next_record(buf, base, pos, end, size)
+            if nxt is None:
+                return
+            pos = nxt
+            continue
         fields = unpack(buf, pos)
         sysflag = fields[7]
         if sysflag & _V6:
             fields = _unpack_v6(buf, pos, sysflag)
         phys, body_len = fields[6], fields[16]
-        if phys != base + pos:
-            return
         tpos = pos + hsize + (_extra(sysflag) if sysflag & _V6 else 0) + body_len
         if magic == magic_v1:
             tlen = buf[tpos]
@@ -267,6 +275,26 @@ def iter_records(
             props,
         )
         pos += total
+
+
+def next_record(buf: Any, base: int, pos: int, end: int, size: int) -> int | None:
+    """Return where records go on after the non-record at ``pos``; None if no
+    record starts there before ``end``.
+
+    A quarantined range (``record.SKIP_MAGIC``, laid by recovery) is stepped over
+    whole; damage not yet quarantined is stepped over to the next valid record
+    (``record.find_record``, CRCs checked). Zeros and a blank marker end the
+    data, as before: no search through empty space.
+    """
+    if pos + 8 > size:
+        return None
+    total, magic = record.BLANK.unpack_from(buf, pos)
+    if (total == 0 and magic == 0) or magic == record.BLANK_MAGIC:
+        return None
+    if magic == record.SKIP_MAGIC and 8 <= total and pos + total <= size:
+        return pos + total if pos + total < end else None
+    found = record.find_record(buf, buf, pos + 1, size, base, True, end)
+    return found if 0 <= found < end else None
 
 
 def parse_properties(
@@ -320,7 +348,7 @@ def _extra(sysflag: int) -> int:
 
 
 def _unpack_v6(buf: Any, pos: int, sysflag: int) -> tuple[Any, ...]:
-    layout = record._HEADER_V6[
+    layout = record.HEADER_V6[
         (bool(sysflag & SYSFLAG_BORNHOST_V6), bool(sysflag & SYSFLAG_STOREHOST_V6))
     ]
     return layout.unpack_from(buf, pos)

@@ -3,6 +3,8 @@ commit (admin), rollback, resume and bulk rollback (operator)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -51,7 +53,9 @@ class TransactionListView(APIView):
     permission_classes = [HasRole]
     read_role = VIEWER
 
-    @extend_schema(parameters=_LIST_PARAMS, responses=dict)
+    @extend_schema(
+        operation_id="transactions_list", parameters=_LIST_PARAMS, responses=dict
+    )
     def get(self, request):
         fs = HalfFilterSet(request.query_params)
         if not fs.is_valid():
@@ -131,6 +135,8 @@ class ResumeView(APIView):
 
     @extend_schema(request=ReasonSerializer, responses=dict)
     def post(self, request, transaction_id: str):
+        if not isinstance(request.data, Mapping):
+            raise ValidationError("the body must be a JSON object")
         reason = str(request.data.get("reason", ""))
         state = services.resume_transaction(
             actor=request.user,

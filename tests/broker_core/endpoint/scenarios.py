@@ -251,6 +251,23 @@ def s_transaction():
     }
 
 
+def s_unrelated_checker():
+    """A half whose sender is gone; another application's producer (another
+    topic, a checker that would COMMIT anything) stays online for three check
+    rounds. It must never be asked."""
+    ta, tb = f"TXA{SUF}", f"TXB{SUF}"
+    pa = producer([ta], checker=Checker())
+    tx = pa.begin_transaction()
+    pa.send(msg(ta, "orphan"), tx)
+    pa.shutdown()  # the sender is gone, the half stays pending
+    other = Checker()
+    pb = producer([tb], checker=other)
+    pb.send(msg(tb, "unrelated"))  # online and known to the endpoint
+    time.sleep(7)  # transaction timeout 1 s, check interval 2 s: 3 rounds
+    pb.shutdown()
+    return {"asked_unrelated": other.seen}
+
+
 def s_push_dlq():
     from rocketmq import PushConsumer
     from rocketmq.v5.consumer.push import MessageListener
@@ -363,10 +380,11 @@ def s_bad():
     md = (("x-mq-client-id", f"bad-{SUF}"),)
     out = {}
 
-    def send(topic, body, **sp):
+    def send(topic, body, user=None, **sp):
         m = pb.Message(
             topic=pb.Resource(name=topic),
             body=body,
+            user_properties=user or {},
             system_properties=pb.SystemProperties(message_id="X", **sp),
         )
         r = st.SendMessage(
@@ -380,6 +398,17 @@ def s_bad():
     out["empty_body"] = send(t, b"")
     out["invalid_topic"] = send("bad topic!", b"x")
     out["empty_topic"] = send("", b"x")
+    # Injection: separators in a user property, a tag, a key or a message
+    # group, and user properties named like system ones, are all refused.
+    out["prop_separator"] = send(t, b"x", user={"k": "v\x02DELAY\x013"})
+    out["prop_name_separator"] = send(t, b"x", user={"a\x01b": "v"})
+    out["prop_reserved_delay"] = send(t, b"x", user={"DELAY": "3"})
+    out["prop_reserved_uniq"] = send(t, b"x", user={"UNIQ_KEY": "forged"})
+    out["prop_reserved_sharding"] = send(t, b"x", user={"__SHARDINGKEY": "g"})
+    out["tag_separator"] = send(t, b"x", tag="a\x02TRAN_MSG\x01true")
+    out["key_separator"] = send(t, b"x", keys=["k\x02PGROUP\x01x"])
+    out["group_separator"] = send(t, b"x", message_group="g\x02DELAY\x011")
+    out["prop_plain"] = send(t, b"x", user={"region": "eu", "amount": "3"})
     out["no_messages"] = pb.Code.Name(
         st.SendMessage(spb.SendMessageRequest(), metadata=md, timeout=5).status.code
     )
@@ -535,6 +564,72 @@ def s_auth():
     return {"sent": bool(sent), "err": err, "got": got}
 
 
+def s_retry_send():
+    """Send one message with a fixed client message id, as a client's retry
+    does (the official clients keep the id across attempts)."""
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as spb
+    from rocketmq.grpc_protocol import service_pb2_grpc as sg
+
+    st = sg.MessagingServiceStub(grpc.insecure_channel(EP))
+    m = pb.Message(
+        topic=pb.Resource(name=f"TRS{SUF}"),
+        body=b"once",
+        system_properties=pb.SystemProperties(
+            message_id="01RETRYSEND0000000000000000000001", message_type=pb.NORMAL
+        ),
+    )
+    r = st.SendMessage(
+        spb.SendMessageRequest(messages=[m]),
+        metadata=(("x-mq-client-id", f"retry-{SUF}"),),
+        timeout=10,
+    )
+    e = r.entries[0]
+    return {
+        "status": pb.Code.Name(e.status.code),
+        "message_id": e.message_id,
+        "offset": e.offset,
+    }
+
+
+def s_replay():
+    """Raw QueryRoute calls signed with ak1/sk1 and chosen dates."""
+    import hashlib
+    import hmac
+
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as spb
+    from rocketmq.grpc_protocol import service_pb2_grpc as sg
+
+    st = sg.MessagingServiceStub(grpc.insecure_channel(EP))
+
+    def call(date):
+        sig = hmac.new(b"sk1", date.encode(), hashlib.sha1).hexdigest().upper()
+        md = (
+            ("x-mq-client-id", f"replay-{SUF}"),
+            ("x-mq-date-time", date),
+            (
+                "authorization",
+                "MQv2-HMAC-SHA1 Credential=ak1, SignedHeaders=x-mq-date-time, "
+                f"Signature={sig}",
+            ),
+        )
+        req = spb.QueryRouteRequest(topic=pb.Resource(name=f"TR{SUF}"))
+        return pb.Code.Name(st.QueryRoute(req, metadata=md, timeout=5).status.code)
+
+    now = time.gmtime()
+    return {
+        "fresh": call(time.strftime("%Y%m%dT%H%M%SZ", now)),
+        "old": call("20190101T000000Z"),
+        "ten_minutes_ago": call(
+            time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() - 600))
+        ),
+        "garbage": call("whenever"),
+    }
+
+
 def s_half_only():
     t = f"TW{SUF}"
     p = producer([t], checker=Checker())
@@ -579,6 +674,38 @@ def s_restart_b():
         "got": sorted(m.body.decode() for m in got + more),
         "attempts": {m.body.decode(): m.delivery_attempt for m in got},
     }
+
+
+def s_fill():
+    """Send 4 KiB messages until sends keep failing (a full disk)."""
+    t = f"TF{SUF}"
+    p = producer([t])
+    acked, failed, errors = [], [], []
+    i = 0
+    while len(failed) < 3 and i < 20000:
+        body = f"fill-{SUF}-{i:05d}-".ljust(4096, "x")
+        i += 1
+        try:
+            r = p.send(msg(t, body))
+            acked.append([body[:20], r.message_id])
+        except Exception as exc:  # noqa: BLE001 - the client's send error
+            failed.append(body[:20])
+            errors.append(str(exc)[:300])
+    p.shutdown()
+    return {"acked": acked, "failed": failed, "errors": errors}
+
+
+def s_send_few():
+    """Send three more messages; all must be acknowledged."""
+    t = f"TF{SUF}"
+    p = producer([t])
+    acked = []
+    for i in range(3):
+        body = f"more-{SUF}-{i:05d}-".ljust(4096, "y")
+        r = p.send(msg(t, body))
+        acked.append([body[:20], r.message_id])
+    p.shutdown()
+    return {"acked": acked}
 
 
 if __name__ == "__main__":

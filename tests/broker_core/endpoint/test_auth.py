@@ -59,8 +59,19 @@ def test_hmac_authentication(tmp_path):
         good = run("auth", ep, "ok", tmp_path, "ak1", "sk1")
         bad = run("auth", ep, "bad", tmp_path, "ak1", "wrong")
         anon = run("auth", ep, "anon", tmp_path, "", "")
+        replay = run("replay", ep, "rp", tmp_path, "", "")
         good, bad, anon = result(good), result(bad), result(anon)
+        replay = result(replay)
     finally:
         assert stop_server(proc) == 0
     assert good == {"sent": True, "err": None, "got": ["secret"]}
     assert not bad["sent"] and not anon["sent"]
+    # A valid signature over an old (or meaningless) date is a replay.
+    assert replay == {
+        "fresh": "OK",  # a route (topics are created on first use)
+        "old": "UNAUTHORIZED",
+        "ten_minutes_ago": "UNAUTHORIZED",
+        "garbage": "UNAUTHORIZED",
+    }
+    log = (tmp_path / "server.log").read_text()
+    assert "--auth without --tls-listen" in log

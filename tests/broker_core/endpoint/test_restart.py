@@ -24,6 +24,8 @@ def test_pop_state_survives_restart(tmp_path):
         a = result(spawn("restart_a", f"127.0.0.1:{port}", "x", tmp_path))
     finally:
         assert stop_server(proc) == 0
+    # SIGTERM closed the store cleanly: the next start is a normal recovery.
+    assert not (store / "abort").exists()
     assert len(a["received"]) == 3
     port = free_port()
     proc = start_server(store, port, tmp_path / "b.log")
@@ -37,3 +39,36 @@ def test_pop_state_survives_restart(tmp_path):
         assert b["attempts"][body] == 2
     (unread,) = {"r0", "r1", "r2", "r3"} - set(a["received"])
     assert b["attempts"][unread] == 1
+
+
+def test_a_retried_send_is_stored_once_across_a_kill(tmp_path):
+    """The client's message id is the stored UNIQ_KEY; a retry with the same id,
+    before or after the endpoint was SIGKILLed, gets the first result."""
+    import signal
+
+    from broker_core import Broker
+
+    store = tmp_path / "store"
+    port = free_port()
+    proc = start_server(store, port, tmp_path / "a.log")
+    try:
+        ep = f"127.0.0.1:{port}"
+        first = result(spawn("retry_send", ep, "r", tmp_path))
+        again = result(spawn("retry_send", ep, "r", tmp_path))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    port = free_port()
+    proc = start_server(store, port, tmp_path / "b.log")
+    try:
+        after = result(spawn("retry_send", f"127.0.0.1:{port}", "r", tmp_path))
+    finally:
+        assert stop_server(proc) == 0
+    assert first["status"] == "OK"
+    assert first["message_id"] == "01RETRYSEND0000000000000000000001"
+    assert again == first and after == first
+    with Broker.open(store) as b:
+        cfg = b.store.get_topic("TRSr")
+        copies = sum(b.store.max_offset("TRSr", q) for q in range(cfg.queue_nums))
+        assert copies == 1
+        assert b.get_message(first["message_id"], "TRSr").body == b"once"

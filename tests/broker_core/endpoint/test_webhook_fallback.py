@@ -58,3 +58,21 @@ def test_webhook_used_when_no_producer_is_live(tmp_path):
     assert half["tx"]
     assert got["got"] == ["via-webhook"]
     assert calls and calls[0] == "TWw"
+
+
+def test_check_backs_never_reach_an_unrelated_producer(tmp_path):
+    store = tmp_path / "store"
+    port = free_port()
+    proc = start_server(store, port, tmp_path / "server.log")
+    try:
+        r = result(spawn("unrelated_checker", f"127.0.0.1:{port}", "u", tmp_path))
+    finally:
+        assert stop_server(proc) == 0
+    assert r == {"asked_unrelated": []}
+    from broker_core import Broker
+    from broker_core.transaction import TransactionService
+
+    with Broker.open(store) as b, TransactionService(b) as tx:
+        # The orphan was checked (and found no producer of its topic), not resolved.
+        (half,) = tx.list_halves(topic="TXAu").items
+        assert half.check_count >= 1

@@ -40,6 +40,28 @@ def test_pages_redirect_anonymous_to_sign_in(client, url: str) -> None:
     assert response["Location"].startswith("/login/?next=")
 
 
+def test_repeated_wrong_passwords_lock_the_login_out(client, users) -> None:
+    """Five wrong passwords for one user from one address: even the right one is
+    then refused (429) for the cool-off, the lock-out is audited, and another
+    user signs in as usual."""
+    from console.audit.models import AuditRecord
+
+    good = {"username": "operator", "password": "correct-horse-battery-staple"}
+    for _ in range(5):
+        r = client.post("/login/", {"username": "operator", "password": "wrong"})
+        assert r.status_code in (200, 429)  # the form again, then locked
+    locked = client.post("/login/", good)
+    assert locked.status_code == 429
+    assert client.get("/audit/").status_code == 302  # not signed in
+    records = AuditRecord.objects.filter(action="login.locked_out")
+    assert records.exists()  # each refused attempt while locked is recorded
+    assert {(r.object_id, r.status) for r in records} == {("operator", "denied")}
+    other = client.post(
+        "/login/", {"username": "viewer", "password": "correct-horse-battery-staple"}
+    )
+    assert other.status_code == 302
+
+
 def test_login_and_healthz_are_open(client) -> None:
     assert client.get("/login/").status_code == 200
     assert client.get("/healthz").status_code in (200, 503)
@@ -61,9 +83,62 @@ def test_user_without_role_is_refused(client_as) -> None:
 
 
 def test_api_needs_authentication(client) -> None:
+    # A missing or bad token is 401 with the scheme to use, not 403.
     response = client.get("/api/audit/")
-    assert response.status_code in (401, 403)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
     assert set(response.json()) >= {"code", "message"}
+    bad = client.get("/api/audit/", HTTP_AUTHORIZATION="Token not-a-real-token")
+    assert bad.status_code == 401 and bad["WWW-Authenticate"] == "Token"
+
+
+def test_production_settings_pass_the_deploy_check(tmp_path) -> None:
+    """Under the documented production settings (HTTPS=true, DEBUG off, a real
+    key and host) `manage.py check --deploy` finds nothing: Secure cookies,
+    HSTS and the HTTPS redirect are on."""
+    import os
+    import secrets
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    env = dict(
+        os.environ,
+        HTTPS="true",
+        DEBUG="false",
+        SECRET_KEY=secrets.token_urlsafe(60),
+        ALLOWED_HOSTS="broker.example.com",
+        BROKER_STORE_DIR=str(tmp_path / "store"),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+    )
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    check = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "no issues" in check.stdout
+    show = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            "from django.conf import settings as s; print(s.SESSION_COOKIE_SECURE, "
+            "s.CSRF_COOKIE_SECURE, s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS)",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert show.stdout.strip().splitlines()[-1] == "True True True 31536000"
 
 
 def test_schema_and_docs_are_served_offline(client_as) -> None:

@@ -90,7 +90,7 @@ class Command(BaseCommand):
                     properties={
                         "region": body["region"],
                         "amount": str(body["amount"]),
-                        "PGROUP": pgroup,
+                        "producer": pgroup,
                     },
                 )
             )

@@ -1,4 +1,5 @@
-"""Dispatchers and index building of ``MessageStore``.
+"""Dispatchers and index building: the store's ``DispatchService``
+(RocketMQ ``ReputMessageService`` and ``IndexService`` feeding).
 
 Dispatchers see every record once, in log order, whichever process appended
 it; the key index is built behind the appends from ``indexed_pos`` under its
@@ -11,20 +12,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
+from broker_core.commitlog import CommitLog
+from broker_core.config import StoreConfig
 from broker_core.dispatch import (
     Dispatcher,
     DispatchRequest,
     decode_dispatch,
     index_keys,
 )
-
-if TYPE_CHECKING:
-    from broker_core.commitlog import CommitLog
-    from broker_core.config import StoreConfig
-    from broker_core.index import IndexService
-    from broker_core.shared import SharedState
+from broker_core.index import IndexService
+from broker_core.shared import SharedState
 
 log = logging.getLogger(__name__)
 
@@ -38,20 +36,48 @@ class _DispatcherSlot:
         self.pos = pos
 
 
-class StoreDispatchMixin:
-    """``register_dispatcher``, the reput thread and ``build_index``."""
+class DispatchService:
+    """Feeds registered dispatchers and builds the key index, from the log."""
 
-    state: SharedState
-    commitlog: CommitLog
-    config: StoreConfig
-    index: IndexService
-    closed: bool
-    _delay_ms: Callable[[int], int]
-    _dispatchers: list[_DispatcherSlot]
-    _dispatch_lock: threading.RLock
-    _dispatching: threading.local
-    _reput_thread: threading.Thread | None
-    _reput_stop: threading.Event
+    def __init__(
+        self,
+        state: SharedState,
+        commitlog: CommitLog,
+        index: IndexService,
+        config: StoreConfig,
+        is_closed: Callable[[], bool],
+    ) -> None:
+        self.state = state
+        self.commitlog = commitlog
+        self.index = index
+        self.config = config
+        self._is_closed = is_closed
+        self._delay_ms = config.delay_ms
+        self._dispatchers: list[_DispatcherSlot] = []
+        self._dispatch_lock = threading.RLock()
+        self._local = threading.local()
+        self._reput_thread: threading.Thread | None = None
+        self._reput_stop = threading.Event()
+
+    @property
+    def active(self) -> bool:
+        """Whether this thread is inside a dispatch (or an exclusive append)."""
+        return bool(getattr(self._local, "active", False))
+
+    @active.setter
+    def active(self, value: bool) -> None:
+        self._local.active = value
+
+    @property
+    def has_dispatchers(self) -> bool:
+        return bool(self._dispatchers)
+
+    def stop(self) -> None:
+        """Stop the reput thread."""
+        self._reput_stop.set()
+        if self._reput_thread is not None:
+            self._reput_thread.join(timeout=10)
+            self._reput_thread = None
 
     def iter_dispatch(
         self, start: int, end: int | None = None
@@ -62,13 +88,14 @@ class StoreDispatchMixin:
             if end is None
             else min(end, self.state.dispatched_pos)
         )
+        # CRCs checked: a damaged record is stepped over, never decoded.
         for seg, pos, _size in self.commitlog.scan(
-            max(start, self.commitlog.first_offset()), stop
+            max(start, self.commitlog.first_offset()), stop, verify_crc=True
         ):
             yield decode_dispatch(seg.view, pos, self._delay_ms)
 
     # -- dispatchers ---------------------------------------------------------
-    def register_dispatcher(
+    def register(
         self, name: str, callback: Dispatcher, from_offset: int | None = None
     ) -> None:
         """Call ``callback`` for every record from ``from_offset`` on, in log order.
@@ -83,25 +110,25 @@ class StoreDispatchMixin:
         pos = max(pos, self.commitlog.first_offset())
         with self._dispatch_lock:
             self._dispatchers.append(_DispatcherSlot(name, callback, pos))
-        self.run_dispatchers()
+        self.run()
         if self._reput_thread is None:
             self._reput_thread = threading.Thread(
                 target=self._reput_loop, name="broker-core-reput", daemon=True
             )
             self._reput_thread.start()
 
-    def unregister_dispatcher(self, name: str) -> None:
+    def unregister(self, name: str) -> None:
         with self._dispatch_lock:
             self._dispatchers = [d for d in self._dispatchers if d.name != name]
 
-    def run_dispatchers(self) -> None:
+    def run(self) -> None:
         """Feed every dispatcher the records it has not seen (any process's)."""
-        if getattr(self._dispatching, "active", False):
+        if self.active:
             return  # a callback's own put: the outer loop picks it up
         with self._dispatch_lock:
-            self._dispatching.active = True
+            self.active = True
             try:
-                while not self.closed:
+                while not self._is_closed():
                     target = self.state.dispatched_pos
                     behind = [d for d in self._dispatchers if d.pos < target]
                     if not behind:
@@ -131,14 +158,14 @@ class StoreDispatchMixin:
                     for d in behind:
                         d.pos = max(d.pos, target)
             finally:
-                self._dispatching.active = False
+                self.active = False
 
     def _reput_loop(self) -> None:
         while not self._reput_stop.wait(self.config.reput_interval_ms / 1000):
-            if self.closed:
+            if self._is_closed():
                 return
             try:
-                self.run_dispatchers()
+                self.run()
             except Exception:
                 log.exception("reput failed")
 
@@ -160,6 +187,7 @@ class StoreDispatchMixin:
             for seg, rpos, size in self.commitlog.scan(
                 max(start, self.commitlog.first_offset()),
                 min(end, state.dispatched_pos),
+                verify_crc=True,
             ):
                 phys, ts, sysflag, topic, keys = index_keys(seg.view, rpos)
                 if keys and sysflag & 0xC != 0xC:

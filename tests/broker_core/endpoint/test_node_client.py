@@ -1,0 +1,86 @@
+"""The official Node.js client (npm ``rocketmq-client-nodejs``, installed under
+``var/node`` by ``make test``'s set-up) against the endpoint: the scenarios the
+Python client passes, with the same expectations."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.broker_core.endpoint.test_protocol import (
+    ROOT,
+    free_port,
+    start_server,
+    stop_server,
+)
+
+pytestmark = [pytest.mark.protocol, pytest.mark.slow]
+
+SCENARIOS = Path(__file__).with_name("node_scenarios.js")
+MODULES = Path(ROOT) / "var" / "node" / "node_modules"
+
+
+def _run(name: str, endpoint: str, suffix: str) -> dict:
+    proc = subprocess.run(
+        ["node", str(SCENARIOS), name, endpoint, suffix],
+        env=dict(os.environ, NODE_PATH=str(MODULES)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"node scenario {name} failed:\n{proc.stdout[-3000:]}{proc.stderr}"
+    return json.loads(lines[-1][7:])
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory):
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed (make test's set-up installs it)")
+    if not (MODULES / "rocketmq-client-nodejs").is_dir():
+        pytest.skip("rocketmq-client-nodejs is not installed: run make node-client")
+    tmp = tmp_path_factory.mktemp("node")
+    port = free_port()
+    proc = start_server(tmp / "store", port, tmp / "server.log")
+    yield f"127.0.0.1:{port}"
+    assert stop_server(proc) == 0
+
+
+def test_send_with_tag_keys_properties_then_receive_and_ack(endpoint):
+    r = _run("normal", endpoint, "n")
+    (got,) = r["got"]
+    # The message arrives intact (the client verifies the MD5 body digest) and
+    # keeps the id the client gave it.
+    assert got == {
+        "id": r["sent"],
+        "tag": "tagA",
+        "keys": ["k1", "k2"],
+        "body": "hello",
+        "props": {"region": "eu"},
+        "group": None,
+    }
+
+
+def test_delay(endpoint):
+    r = _run("delay", endpoint, "d")
+    assert r == {"got": ["later"], "waited_at_least_2s": True}
+
+
+def test_fifo_keeps_order_within_a_group(endpoint):
+    r = _run("fifo", endpoint, "f")
+    assert r == {"got": ["f0", "f1", "f2", "f3", "f4"], "group": "g1"}
+
+
+def test_push_consumer_listener_gets_each_message_once(endpoint):
+    assert _run("push", endpoint, "p") == {"seen": ["p0", "p1", "p2"]}
+
+
+def test_transaction_commit_rollback_and_check_back(endpoint):
+    r = _run("transaction", endpoint, "x")
+    assert r == {"got": ["checked", "committed"], "checked": ["checked"]}
