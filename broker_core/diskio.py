@@ -23,14 +23,41 @@ _UNSUPPORTED_ERRNOS = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
 
+#: ``statfs.f_type`` of tmpfs (linux/magic.h).
+_TMPFS_MAGIC = 0x01021994
+
 _fallocate: Any = None
+_fstatfs: Any = None
 try:
     _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     _fallocate = _libc.fallocate
     _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
     _fallocate.restype = ctypes.c_int
+    _fstatfs = _libc.fstatfs
+    _fstatfs.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    _fstatfs.restype = ctypes.c_int
 except (OSError, AttributeError):  # pragma: no cover - not glibc
     pass
+
+
+def hole_reads_can_fault(fd: int) -> bool:
+    """Whether reading a hole of ``fd`` through a mapping can kill the process.
+
+    On tmpfs a mapped read of a hole must allocate a page, and on a full tmpfs
+    that is a SIGBUS; readers of such files stop at the next hole
+    (``Segment.data_end``). On disk filesystems a hole reads as the zero page
+    and needs nothing, and there ``SEEK_HOLE`` is not a safe guide anyway: while
+    the kernel writes back pages of reserved (unwritten) blocks it can report a
+    hole where data was written moments before, which once made a reader
+    under-count a queue's units. Unknown: assume it can.
+    """
+    if _fstatfs is None:  # pragma: no cover - not glibc
+        return True
+    buf = ctypes.create_string_buffer(256)  # struct statfs; f_type comes first
+    if _fstatfs(fd, buf) != 0:
+        return True
+    f_type = ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+    return f_type == _TMPFS_MAGIC
 
 
 def storage_error(exc: OSError, what: str) -> StorageFullError | StorageIOError:

@@ -11,7 +11,13 @@ import mmap
 import os
 from pathlib import Path
 
-from broker_core.diskio import pwrite_all, reserve, storage_error, zero_range
+from broker_core.diskio import (
+    hole_reads_can_fault,
+    pwrite_all,
+    reserve,
+    storage_error,
+    zero_range,
+)
 from broker_core.errors import StoreError
 
 
@@ -35,7 +41,7 @@ class Segment:
 
     __slots__ = (
         "path", "base", "size", "_fd", "_mm", "view", "_allocated", "_can_reserve",
-        "_data_hint",
+        "_data_hint", "_probe_holes",
     )  # fmt: skip
 
     def __init__(
@@ -53,6 +59,8 @@ class Segment:
             raise
         except OSError as exc:
             raise StoreError(f"cannot open segment {path}: {exc}") from exc
+        #: Whether readers must stop at holes (tmpfs only: ``data_end``).
+        self._probe_holes = hole_reads_can_fault(self._fd)
         if readonly:
             have = os.fstat(self._fd).st_size
             self.size = size = min(size, have)
@@ -84,13 +92,17 @@ class Segment:
         return self._mm if self._mm is not None else b""
 
     def data_end(self, pos: int) -> int:
-        """Return where the data from ``pos`` ends: the next hole (or the size).
+        """Return where mapped reads from ``pos`` must stop: the next hole or the size.
 
         Reading a hole through a mapping of a full tmpfs kills the process with
-        SIGBUS (the page must be allocated even to read zeros), so readers that
-        look past the written data stop here. Reserved blocks count as data.
+        SIGBUS (the page must be allocated even to read zeros), so on tmpfs
+        readers that look past the written data stop here (tmpfs counts reserved
+        pages not yet written as holes: a safe under-estimate). On other
+        filesystems a hole reads as zeros and this is the size
+        (``hole_reads_can_fault``: there ``SEEK_HOLE`` can report a hole where
+        data was just written).
         """
-        if pos >= self.size:
+        if pos >= self.size or not self._probe_holes:
             return self.size
         try:
             return min(self.size, os.lseek(self._fd, pos, os.SEEK_HOLE))

@@ -153,6 +153,34 @@ def _read(store: Path, settings: dict) -> list[str]:
     return _run(READ, str(store), json.dumps(settings))["bodies"]
 
 
+def test_readers_stop_at_holes_only_where_a_hole_read_can_fault(small_fs: Path):
+    """On tmpfs a mapped read of a hole can SIGBUS, so readers stop at the
+    first hole; on ext4 a hole reads as zeros and ``SEEK_HOLE`` is not trusted
+    (during writeback of reserved blocks it has reported a hole over freshly
+    written queue units, and an append then reused a queue offset)."""
+    from broker_core.diskio import hole_reads_can_fault
+    from broker_core.segment import Segment
+
+    seg = Segment(small_fs / "seg", 0, 1 << 20, create=True)
+    try:
+        seg.write_mapped(0, b"x" * 100)
+        fstype = subprocess.run(
+            ["findmnt", "-no", "FSTYPE", str(small_fs)], capture_output=True, text=True
+        ).stdout.strip()
+        assert fstype in ("tmpfs", "ext4")
+        tmpfs = fstype == "tmpfs"
+        with open(seg.path, "rb") as f:
+            assert hole_reads_can_fault(f.fileno()) is tmpfs
+        if tmpfs:
+            assert seg.data_end(0) == 4096  # the page written (reserved is not data)
+            assert not seg.readable(0, 128 << 10)
+        else:
+            assert seg.data_end(0) == 1 << 20
+            assert seg.readable(0, 1 << 20)
+    finally:
+        seg.close()
+
+
 def test_facade_fills_the_disk_loses_nothing_and_resumes(small_fs: Path) -> None:
     store = small_fs / "store"
     settings = dict(SETTINGS, disk_space_warning_ratio=1.0)  # the real ENOSPC
