@@ -190,6 +190,10 @@ class ClientInfo:
         }
 
 
+#: How long a restarted endpoint remembers the clients its last run saw.
+CLIENT_MEMORY_S = 600
+
+
 @dataclass
 class EndpointConfig:
     host: str = "127.0.0.1"
@@ -296,6 +300,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         self.delays = DelayService(broker)
         self.pop = PopManager(broker, max_attempts=cfg.max_attempts)
         self.clients: dict[str, ClientInfo] = {}
+        self._restore_clients()
         self.clients_dirty = True
         self.tx_client: dict[str, str] = {}  # transaction id -> client id
         self._checker_groups: set[str] = set()
@@ -436,6 +441,40 @@ class Endpoint(sgrpc.MessagingServiceServicer):
                 self.save_clients()
             except Exception:  # noqa: BLE001
                 log.exception("persisting endpoint state failed")
+
+    def _restore_clients(self) -> None:
+        """Remember, offline, the clients the last run saw recently.
+
+        A client that outlives a restart may open a new Telemetry stream
+        without sending its settings again (the Python client re-opens it at
+        its next settings sync and sends settings only at the one after): its
+        type and topics from before keep it a target for its topics' check-backs.
+        """
+        try:
+            data = json.loads((self.store.root / "clients.json").read_text())
+            saved = data.get("clients", [])
+        except (OSError, ValueError, AttributeError):
+            return
+        now = time.time()
+        for d in saved if isinstance(saved, list) else ():
+            try:
+                if now - float(d["last_heartbeat"]) > CLIENT_MEMORY_S:
+                    continue
+                c = ClientInfo(
+                    str(d["client_id"]),
+                    client_type=str(d.get("client_type", "")),
+                    group=str(d.get("group", "")),
+                    topics=[str(t) for t in d.get("topics", [])],
+                    address=str(d.get("address", "")),
+                    language=str(d.get("language", "")),
+                    version=str(d.get("version", "")),
+                    connected_at=float(d.get("connected_at", now)),
+                    last_heartbeat=float(d["last_heartbeat"]),
+                    online=False,
+                )
+            except (KeyError, TypeError, ValueError):
+                continue
+            self.clients[c.client_id] = c
 
     def save_clients(self, force: bool = False) -> None:
         now = time.time()
@@ -657,7 +696,17 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         entries = []
         first_err: pb.Status | None = None
         cid = client_id_of(context)
+        sender = self.clients.get(cid) if cid else None
         for m in request.messages:
+            if sender is not None and m.topic.name not in sender.topics:
+                # A producer of this topic from now on (check-back target) even
+                # if its settings named no topics or never reached this run.
+                if len(sender.topics) < 1024 and sender.client_type in (
+                    "PRODUCER",
+                    "CLIENT_TYPE_UNSPECIFIED",
+                ):
+                    sender.topics.append(m.topic.name)
+                    self.clients_dirty = True
             try:
                 if len(m.body) > self.max_body:
                     raise MessageTooLargeError(

@@ -7,6 +7,8 @@ const {
   Producer, SimpleConsumer, PushConsumer, ConsumeResult,
 } = require('rocketmq-client-nodejs');
 
+const fs = require('fs');
+
 const [name, ep, suf] = process.argv.slice(2);
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 
@@ -123,6 +125,29 @@ const scenarios = {
     await consumer.shutdown();
     await producer.shutdown();
     return { got: got.map(m => m.body.toString()).sort(), checked };
+  },
+  // Alive across an endpoint restart: the checker says "unknown" until the
+  // test creates GO_FILE (after restarting the endpoint), then commits.
+  async restart_tx() {
+    const topic = `NR${suf}`;
+    const checks = [];
+    const producer = await startProducer({
+      checker: {
+        async check() {
+          const go = fs.existsSync(process.env.GO_FILE);
+          checks.push(go ? 'commit' : 'unknown');
+          return go ? 1 : 0; // COMMIT, or unspecified: ask again later
+        },
+      },
+    });
+    const t = producer.beginTransaction();
+    await producer.send({ topic, body: Buffer.from('across') }, t);
+    console.log('READY');
+    const end = Date.now() + 90000;
+    while (!checks.includes('commit') && Date.now() < end) await sleep(200);
+    await sleep(1000); // the EndTransaction goes out
+    await producer.shutdown();
+    return { checks };
   },
 };
 

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,45 @@ def test_push_consumer_listener_gets_each_message_once(endpoint):
 def test_transaction_commit_rollback_and_check_back(endpoint):
     r = _run("transaction", endpoint, "x")
     assert r == {"got": ["checked", "committed"], "checked": ["checked"]}
+
+
+def test_a_producer_alive_across_an_endpoint_restart_gets_check_backs(tmp_path):
+    """The Node.js client re-opens its Telemetry stream a second after it
+    breaks and resends its settings: the restarted endpoint asks it again."""
+    from broker_core import Broker
+    from broker_core.transaction import TransactionService, TransactionState
+
+    installed = (MODULES / "rocketmq-client-nodejs").is_dir()
+    if shutil.which("node") is None or not installed:
+        pytest.skip("the Node.js client is not installed (make node-client)")
+    store, go = tmp_path / "store", tmp_path / "go"
+    port = free_port()
+    server = start_server(store, port, tmp_path / "a.log")
+    node = subprocess.Popen(
+        ["node", str(SCENARIOS), "restart_tx", f"127.0.0.1:{port}", "r"],
+        env=dict(os.environ, NODE_PATH=str(MODULES), GO_FILE=str(go)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert node.stdout is not None
+        for line in node.stdout:
+            if line.startswith(("READY", "ERROR")):
+                break
+        assert line.startswith("READY"), line
+        time.sleep(3)  # asked at least once: "unknown"
+        assert stop_server(server) == 0
+        server = start_server(store, port, tmp_path / "b.log")  # same address
+        go.touch()
+        out, _ = node.communicate(timeout=120)
+    finally:
+        node.kill()
+        stop_server(server)
+    results = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+    assert results, out[-3000:]
+    checks = json.loads(results[-1][7:])["checks"]
+    assert checks[0] == "unknown" and checks[-1] == "commit"
+    with Broker.open(store) as b, TransactionService(b) as tx:
+        (half,) = tx.list_halves(state=None, topic="NRr").items
+        assert tx.state(half.transaction_id) is TransactionState.COMMITTED

@@ -1,0 +1,169 @@
+"""Check-backs reach a producer that outlives an endpoint restart.
+
+Why they stopped: after a restart the official Python client (5.1.2) has no
+Telemetry stream until its 5-minute settings sync fails and re-opens one, and
+that new stream carries no settings (they follow at the next sync). The
+restarted endpoint knew nothing of the client, so it had no topic to match the
+half against and the check found "no live producer". The endpoint now
+remembers the clients its last run saw (``clients.json``) and learns a
+producer's topics from its sends. These tests drive the wire as the Python
+client does (raw stubs, no settings on the new stream); the Node.js client,
+which re-opens at once and resends settings, is in ``test_node_client.py``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import grpc
+import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
+
+from tests.broker_core.endpoint.test_protocol import (
+    free_port,
+    start_server,
+    stop_server,
+)
+
+pytestmark = [pytest.mark.protocol, pytest.mark.slow]
+
+
+class RawClient:
+    """One client id speaking the protocol with plain stubs."""
+
+    def __init__(self, endpoint: str, client_id: str) -> None:
+        self.channel = grpc.insecure_channel(endpoint)
+        self.stub = sgrpc.MessagingServiceStub(self.channel)
+        self.md = (("x-mq-client-id", client_id),)
+        self.outbox: queue.Queue = queue.Queue()
+        self.checks: queue.Queue = queue.Queue()
+        self._stream = None
+
+    def open_telemetry(self, topics: list[str] | None) -> None:
+        """Open a Telemetry stream; with ``topics`` send producer settings first."""
+        if topics is not None:
+            settings = pb.Settings(client_type=pb.PRODUCER)
+            settings.publishing.topics.extend(pb.Resource(name=t) for t in topics)
+            self.outbox.put(spb.TelemetryCommand(settings=settings))
+
+        def requests():
+            while True:
+                item = self.outbox.get()
+                if item is None:
+                    return
+                yield item
+
+        self._stream = self.stub.Telemetry(requests(), metadata=self.md)
+
+        def read():
+            try:
+                for cmd in self._stream:
+                    if cmd.HasField("recover_orphaned_transaction_command"):
+                        rc = cmd.recover_orphaned_transaction_command
+                        self.checks.put(rc.transaction_id)
+            except grpc.RpcError:
+                pass
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def heartbeat(self) -> None:
+        self.stub.Heartbeat(
+            spb.HeartbeatRequest(client_type=pb.PRODUCER), metadata=self.md
+        )
+
+    def send_half(self, topic: str, body: bytes) -> str:
+        msg = pb.Message(topic=pb.Resource(name=topic), body=body)
+        msg.system_properties.message_type = pb.TRANSACTION
+        msg.system_properties.body_encoding = pb.IDENTITY
+        res = self.stub.SendMessage(
+            spb.SendMessageRequest(messages=[msg]), metadata=self.md
+        )
+        assert res.status.code == pb.OK, res.status
+        return res.entries[0].transaction_id
+
+    def close(self) -> None:
+        self.outbox.put(None)
+        if self._stream is not None:
+            self._stream.cancel()
+        self.channel.close()
+
+
+def _first_check(client: RawClient, timeout: float) -> str | None:
+    try:
+        return client.checks.get(timeout=timeout)
+    except queue.Empty:
+        return None
+
+
+def test_a_producer_alive_across_a_restart_gets_check_backs(tmp_path):
+    store = tmp_path / "store"
+    port = free_port()
+    proc = start_server(store, port, tmp_path / "a.log")
+    client = RawClient(f"127.0.0.1:{port}", "py-producer-1")
+    try:
+        client.open_telemetry(["TRx"])
+        client.heartbeat()
+        tid = client.send_half("TRx", b"pending")
+        # Before the restart the check reaches it (transaction timeout 1 s).
+        assert _first_check(client, 15) == tid
+        time.sleep(1.0)  # the client list is saved every 0.5 s
+    finally:
+        client.close()
+        assert stop_server(proc) == 0
+    port = free_port()
+    proc = start_server(store, port, tmp_path / "b.log")
+    client = RawClient(f"127.0.0.1:{port}", "py-producer-1")
+    other = RawClient(f"127.0.0.1:{port}", "py-producer-2")
+    try:
+        # As the Python client does after a restart: a stream with no settings,
+        # heartbeats every 10 s. Another producer, never of this topic, also
+        # has a stream without settings: it must not be asked.
+        client.open_telemetry(None)
+        client.heartbeat()
+        other.open_telemetry(None)
+        other.heartbeat()
+        assert _first_check(client, 20) == tid
+        assert other.checks.empty()
+    finally:
+        client.close()
+        other.close()
+        assert stop_server(proc) == 0
+
+
+def test_a_producer_unknown_to_the_restarted_endpoint_is_found_by_its_sends(
+    tmp_path,
+):
+    """No saved client list (lost, or older than the memory window): the first
+    send to the topic after the restart makes the client one of its producers."""
+    store = tmp_path / "store"
+    port = free_port()
+    proc = start_server(store, port, tmp_path / "a.log")
+    client = RawClient(f"127.0.0.1:{port}", "py-producer-3")
+    try:
+        tid = client.send_half("TRy", b"pending")
+    finally:
+        client.close()
+        assert stop_server(proc) == 0
+    (store / "clients.json").unlink()
+    port = free_port()
+    proc = start_server(store, port, tmp_path / "b.log")
+    client = RawClient(f"127.0.0.1:{port}", "py-producer-3")
+    try:
+        client.open_telemetry(None)
+        client.heartbeat()
+        time.sleep(4)  # two check intervals: nobody to ask yet
+        assert client.checks.empty()
+        msg = pb.Message(topic=pb.Resource(name="TRy"), body=b"normal")
+        msg.system_properties.message_type = pb.NORMAL
+        msg.system_properties.message_id = "01CHECKBACKRESTART000000000000001"
+        client.stub.SendMessage(
+            spb.SendMessageRequest(messages=[msg]), metadata=client.md
+        )
+        assert _first_check(client, 15) == tid
+    finally:
+        client.close()
+        assert stop_server(proc) == 0
