@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required, login_required
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from console.core import views as core_views
 from console.ui.overview import overview
@@ -45,7 +45,7 @@ urlpatterns = [
     # sends an anonymous visitor to the sign-in form.
     path(
         "api/docs/",
-        login_required(SpectacularSwaggerView.as_view(url_name="schema")),
+        login_required(SpectacularSwaggerSplitView.as_view(url_name="schema")),
         name="api-docs",
     ),
 ]

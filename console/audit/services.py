@@ -111,13 +111,20 @@ def audited(
 def audit_lockout(
     sender: Any, request: Any = None, username: str = "", ip_address: str = "", **_: Any
 ) -> None:
-    """Record a login lock-out (django-axes ``user_locked_out``)."""
+    """Record a login lock-out (django-axes ``user_locked_out``), or an API
+    token lock-out (bad tokens count as failed logins of a pseudo-user)."""
+    from console.core.authentication import API_TOKEN_USER
+
+    if username == API_TOKEN_USER:
+        action, kind, what = "api_token.locked_out", "api_token", "API tokens"
+    else:
+        action, kind, what = "login.locked_out", "user", f"logins for {username!r}"
     record_audit(
         actor=None,
-        action="login.locked_out",
-        object_type="user",
-        object_id=username or "",
+        action=action,
+        object_type=kind,
+        object_id="" if username == API_TOKEN_USER else username or "",
         status=AuditRecord.Status.DENIED,
-        message=f"too many failed logins for {username!r} from {ip_address}",
+        message=f"too many failed {what} from {ip_address}",
         request=request,
     )

@@ -161,9 +161,19 @@ def page(chromium: Any, live_server: Any) -> Iterator[Any]:
 
     context.route("**/*", guard)
     pg = context.new_page()
+    # Every page must satisfy the Content-Security-Policy: Chromium reports a
+    # blocked script, style or handler on the console.
+    refused: list[str] = []
+
+    def on_console(m: Any) -> None:
+        if "Content Security Policy" in m.text:
+            refused.append(m.text)
+
+    pg.on("console", on_console)
     yield pg
     context.close()
     assert not outside, f"requests left the console: {outside}"
+    assert not refused, f"the Content-Security-Policy refused: {refused}"
 
 
 @pytest.fixture

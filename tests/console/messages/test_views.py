@@ -56,7 +56,7 @@ def test_html_body_is_escaped(client_as, msgs) -> None:
 
 def test_binary_body_defaults_to_hex(client_as, msgs) -> None:
     body = client_as("operator").get(f"/messages/{msgs['binary']}/").content.decode()
-    assert "00000000  00 01 02 03" in body and 'show("hex")' in body
+    assert "00000000  00 01 02 03" in body and 'data-default-view="hex"' in body
 
 
 def test_unknown_message_is_404(client_as, broker) -> None:

@@ -52,6 +52,8 @@ def test_repeated_wrong_passwords_lock_the_login_out(client, users) -> None:
         assert r.status_code in (200, 429)  # the form again, then locked
     locked = client.post("/login/", good)
     assert locked.status_code == 429
+    assert b"Too many failed sign-ins" in locked.content
+    assert int(locked["Retry-After"]) == 15 * 60
     assert client.get("/audit/").status_code == 302  # not signed in
     records = AuditRecord.objects.filter(action="login.locked_out")
     assert records.exists()  # each refused attempt while locked is recorded
@@ -90,6 +92,67 @@ def test_api_needs_authentication(client) -> None:
     assert set(response.json()) >= {"code", "message"}
     bad = client.get("/api/audit/", HTTP_AUTHORIZATION="Token not-a-real-token")
     assert bad.status_code == 401 and bad["WWW-Authenticate"] == "Token"
+
+
+def test_guessed_api_tokens_lock_the_address_out(client, users) -> None:
+    """Bad tokens count like wrong passwords: after five from one address even
+    a valid token from it gets 429 with Retry-After for the cool-off; the
+    lock-out is audited; a session from elsewhere is not affected."""
+    from rest_framework.authtoken.models import Token
+
+    from console.audit.models import AuditRecord
+
+    good = Token.objects.create(user=users["operator"]).key
+    ok = client.get("/api/audit/", HTTP_AUTHORIZATION=f"Token {good}")
+    assert ok.status_code == 200
+    for i in range(5):
+        r = client.get("/api/audit/", HTTP_AUTHORIZATION=f"Token guess{i}")
+        assert r.status_code == (401 if i < 4 else 429)  # the fifth locks
+    locked = client.get("/api/audit/", HTTP_AUTHORIZATION=f"Token {good}")
+    assert locked.status_code == 429
+    assert int(locked["Retry-After"]) == 15 * 60
+    assert locked.json()["code"] == "locked_out"
+    (rec, *_) = AuditRecord.objects.filter(action="api_token.locked_out")
+    assert rec.status == "denied" and rec.ip == "127.0.0.1"
+    elsewhere = client.get(
+        "/api/audit/", HTTP_AUTHORIZATION=f"Token {good}", REMOTE_ADDR="10.0.0.9"
+    )
+    assert elsewhere.status_code == 200
+
+
+def test_signed_in_api_users_are_rate_limited(api_as, monkeypatch) -> None:
+    from django.core.cache import cache
+    from rest_framework.throttling import UserRateThrottle
+
+    cache.clear()
+    monkeypatch.setattr(UserRateThrottle, "THROTTLE_RATES", {"user": "3/min"})
+    api = api_as("viewer")
+    codes = [api.get("/api/audit/").status_code for _ in range(4)]
+    assert codes == [200, 200, 200, 429]
+    cache.clear()
+
+
+def test_pages_carry_a_strict_content_security_policy(client_as) -> None:
+    """No inline script may run on a console page: the policy allows only the
+    console's own files, and no template has an inline script or handler."""
+    import re
+    from pathlib import Path
+
+    r = client_as("operator").get("/")
+    policy = dict(
+        part.strip().split(" ", 1) for part in r["Content-Security-Policy"].split(";")
+    )
+    assert policy["script-src"] == "'self'"
+    assert policy["object-src"] == "'none'" and policy["frame-ancestors"] == "'none'"
+    assert "unsafe-inline" not in r["Content-Security-Policy"]
+    templates = Path(__file__).resolve().parents[3] / "templates"
+    for path in templates.rglob("*.html"):
+        text = path.read_text()
+        assert not re.search(r"<script(?![^>]*\bsrc=)", text), path
+        assert not re.search(r"\son[a-z]+\s*=", text), path
+    docs = client_as("operator").get("/api/docs/")
+    nonce = re.search(rb'<style nonce="([^"]+)"', docs.content).group(1).decode()
+    assert f"'nonce-{nonce}'" in docs["Content-Security-Policy"]
 
 
 def test_production_settings_pass_the_deploy_check(tmp_path) -> None:

@@ -1,0 +1,86 @@
+/* The console's own script: no inline scripts or handlers anywhere, so the
+   Content-Security-Policy can say script-src 'self'. Behaviour hangs off data
+   attributes: data-autosubmit, data-select-all, data-confirm, data-default-view
+   and the charts' json_script blocks. */
+(function () {
+  "use strict";
+
+  // A <select data-autosubmit> submits its form when changed.
+  document.addEventListener("change", function (e) {
+    var t = e.target;
+    if (t.matches && t.matches("select[data-autosubmit]") && t.form) t.form.submit();
+  });
+
+  document.addEventListener("click", function (e) {
+    var t = e.target;
+    if (!t.closest) return;
+    // A checkbox data-select-all="name" ticks every input[name=...] of the page.
+    var all = t.closest("input[data-select-all]");
+    if (all) {
+      document.querySelectorAll('input[name="' + all.dataset.selectAll + '"]')
+        .forEach(function (c) { c.checked = all.checked; });
+    }
+    // A button data-confirm="question" asks before it submits.
+    var ask = t.closest("[data-confirm]");
+    if (ask && !window.confirm(ask.dataset.confirm)) e.preventDefault();
+  });
+
+  // Message bodies: JSON / text / hex tabs.
+  function bodyTabs() {
+    var tabs = document.querySelector(".tabs[data-default-view]");
+    if (!tabs) return;
+    function show(view) {
+      document.querySelectorAll("pre[data-body]").forEach(function (p) { p.hidden = p.dataset.body !== view; });
+      tabs.querySelectorAll("a[data-view]").forEach(function (a) { a.classList.toggle("active", a.dataset.view === view); });
+    }
+    tabs.querySelectorAll("a[data-view]").forEach(function (a) {
+      a.addEventListener("click", function (e) { e.preventDefault(); show(a.dataset.view); });
+    });
+    show(tabs.dataset.defaultView);
+  }
+
+  // Charts (Chart.js is loaded, deferred, only by the pages that draw some).
+  var charts = {};
+  function data(id) {
+    var el = document.getElementById(id);
+    return el ? JSON.parse(el.textContent) : null;
+  }
+  function line(id, labels, sets, legend) {
+    var canvas = document.getElementById(id);
+    if (!canvas) return;
+    if (charts[id] && charts[id].canvas === canvas) {
+      charts[id].data.labels = labels;
+      sets.forEach(function (s, i) { charts[id].data.datasets[i].data = s.data; });
+      charts[id].update("none");
+      return;
+    }
+    charts[id] = new window.Chart(canvas, {type: "line",
+      data: {labels: labels, datasets: sets.map(function (s) {
+        return {label: s.label, data: s.data, pointRadius: 0, borderWidth: 1.5};
+      })},
+      options: {animation: false, maintainAspectRatio: false,
+        plugins: {legend: {display: legend === undefined ? sets.length > 1 : legend}},
+        scales: {y: {beginAtZero: true}}}});
+  }
+  function clock(ts, end) { return ts.map(function (t) { return t.slice(11, end); }); }
+  function drawCharts() {
+    if (!window.Chart) return;
+    var d = data("series-data");
+    if (d) line("traffic", clock(d.t, 16), [{label: "messages / minute", data: d.rate}]);
+    var tx = data("tx-series-data");
+    if (tx && tx.t.length) {
+      line("tx-outcomes", clock(tx.t, 16), [{label: "commits / h", data: tx.commits_h},
+        {label: "rollbacks / h", data: tx.rollbacks_h}, {label: "discards / h", data: tx.discards_h}]);
+      line("tx-checks", clock(tx.t, 16), [{label: "check-backs / min", data: tx.checks_min},
+        {label: "failed / min", data: tx.failed_min}]);
+    }
+    var h = data("history-data");
+    if (h && h.t.length) line("history", clock(h.t, 19), [{label: "messages", data: h.n}], false);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    bodyTabs();
+    drawCharts();
+    document.body.addEventListener("htmx:afterSwap", drawCharts);
+  });
+})();
