@@ -31,6 +31,7 @@ from broker_core.message import (
     PullResult,
     PullStatus,
     SendResult,
+    encode_properties,
 )
 from broker_core.metadata import MessageType, TopicConfig
 from broker_core.msgid import UniqKeyGenerator
@@ -143,9 +144,7 @@ class Broker:
             validate_keys(m.keys)
             parts: list[str] = []
             if m.properties:
-                parts.extend(
-                    f"{k}\x01{v}\x02" for k, v in m.properties.items() if v is not None
-                )
+                parts.append(encode_properties(m.properties))
             if tags:
                 parts.append(f"TAGS\x01{tags}\x02")
             keys = m.keys

@@ -56,8 +56,33 @@ def reset_transaction_value(sysflag: int, value: int) -> int:
 
 
 def encode_properties(properties: dict[str, str]) -> str:
-    """Encode properties as ``name\\x01value\\x02`` pairs, skipping ``None``."""
-    return "".join([f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None])
+    """Encode properties as ``name\\x01value\\x02`` pairs, skipping ``None``
+    and empty values (decoding drops them: RocketMQ's decoder does too).
+
+    The last line of defence behind ``validation``: whatever path a property
+    took, a separator inside a name or value, or an empty name, raises
+    ``IllegalPropertyError`` here, so a record's decoded properties are always
+    the ones given (two scans of the encoded text, in C).
+    """
+    pairs = [(k, v) for k, v in properties.items() if v]
+    text = "".join([f"{k}\x01{v}\x02" for k, v in pairs])
+    n = len(pairs)
+    if (
+        text.count("\x01") != n
+        or text.count("\x02") != n
+        or text.startswith("\x01")
+        or "\x02\x01" in text
+    ):
+        from broker_core.errors import IllegalPropertyError
+
+        bad = next(
+            (k for k, v in pairs if not k or "\x01" in k + v or "\x02" in k + v), ""
+        )
+        raise IllegalPropertyError(
+            f"property {bad!r}: names and values may not contain \\x01 or \\x02, "
+            "names may not be empty"
+        )
+    return text
 
 
 def decode_properties(text: str) -> dict[str, str]:

@@ -362,3 +362,25 @@ def test_ordinary_properties_are_stored_literally(broker: Broker) -> None:
     assert {k: m.properties[k] for k in props} == props
     assert m.tags == "t1" and m.properties["UNIQ_KEY"] == r.msg_id
     assert "DELAY" not in m.properties and "TRAN_MSG" not in m.properties
+
+
+@pytest.mark.parametrize(
+    "props",
+    [{"k": "v\x02DELAY\x013"}, {"k\x01x": "v"}, {"": "v"}, {"k": "v\x01"}],
+)
+def test_the_codec_refuses_what_would_decode_differently(
+    broker: Broker, props: dict
+) -> None:
+    """Behind the entry checks: the inner append path (transactions, delay
+    delivery, resends) cannot write a record whose properties decode to
+    something else either."""
+    from broker_core.message import MessageInner, decode_properties, encode_properties
+
+    with pytest.raises(IllegalPropertyError):
+        encode_properties(props)
+    before = broker.store.max_physical_offset()
+    with pytest.raises(IllegalPropertyError):
+        broker.store.put_inner(MessageInner("Inject", 0, b"body", properties=props))
+    assert broker.store.max_physical_offset() == before
+    fine = {"a": "1", "b": "x=y;z", "empty": ""}
+    assert decode_properties(encode_properties(fine)) == {"a": "1", "b": "x=y;z"}
