@@ -8,14 +8,22 @@ read) and ``pending`` (offset -> Entry) for messages read but not acknowledged.
 The committed offset is the low-water mark: the smallest pending offset, or the
 cursor. ``<store>/grpc/pop.json`` holds cursors and the attempts of pending
 offsets; it is written atomically (temp file, fsync, rename) when dirty.
+
+An operator's offset reset (the console) must reach the pop cursor, which
+would otherwise override the committed offset: ``request_reset`` leaves a
+request under ``<store>/grpc/resets/`` that the endpoint applies within half
+a second (or when it next starts).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from broker_core.broker import Broker
@@ -24,6 +32,27 @@ from broker_core.message import MessageExt, MessageInner, PullStatus
 from broker_core.metadata import atomic_write_json
 
 SHARDING_KEY = "__SHARDINGKEY"
+RESETS_DIR = Path("grpc") / "resets"
+
+log = logging.getLogger(__name__)
+
+
+def request_reset(
+    store_root: str | os.PathLike[str], group: str, topic: str, offsets: dict[int, int]
+) -> Path:
+    """Ask the endpoint to restart pop consumption of ``group`` on ``topic`` at
+    ``offsets`` (queue id -> offset): in-flight messages of those queues are
+    forgotten (their handles go stale) and reading resumes there."""
+    directory = Path(store_root) / RESETS_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{time.time_ns():020d}-{os.getpid()}.json"
+    body = {
+        "group": group,
+        "topic": topic,
+        "offsets": {str(q): o for q, o in offsets.items()},
+    }
+    atomic_write_json(path, body)
+    return path
 
 
 class InvalidHandle(Exception):
@@ -88,6 +117,7 @@ class PopManager:
         #: -> (client id, invisible ms, renew until ms)
         self.renew: dict[tuple[str, str, int, int], tuple[str, int, int]] = {}
         self._load()
+        self.apply_resets()
 
     # -- persistence ---------------------------------------------------------
     def _load(self) -> None:
@@ -113,6 +143,42 @@ class PopManager:
                         )
                     qs[qid] = st
                 self.states[(group, topic)] = qs
+
+    def apply_resets(self) -> int:
+        """Apply the offset resets requested since the last look (oldest first)."""
+        directory = self.store.root / RESETS_DIR
+        try:
+            names = sorted(os.listdir(directory))
+        except FileNotFoundError:
+            return 0
+        done = 0
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            path = directory / name
+            try:
+                req = json.loads(path.read_text())
+                group, topic = str(req["group"]), str(req["topic"])
+                offsets = {int(q): int(o) for q, o in req["offsets"].items()}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                log.warning("ignoring an unreadable offset reset request %s", path)
+                path.unlink(missing_ok=True)
+                continue
+            qs = self._queues(group, topic)
+            for qid, off in offsets.items():
+                st = qs.get(qid)
+                if st is None:
+                    continue
+                for pending in st.pending:
+                    self.renew.pop((group, topic, qid, pending), None)
+                st.pending.clear()
+                st.cursor = off
+                st.committed = -1  # the next save commits the new offset
+            self.dirty = True
+            path.unlink(missing_ok=True)
+            log.info("offset reset applied: %s@%s -> %s", group, topic, offsets)
+            done += 1
+        return done
 
     def save(self) -> None:
         if not self.dirty:

@@ -434,6 +434,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         while True:
             await asyncio.sleep(0.5)
             try:
+                self.pop.apply_resets()
                 if self.pop.renew:
                     alive = {c.client_id for c in self.clients.values() if c.online}
                     self.pop.renew_due(alive)

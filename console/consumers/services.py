@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
+from broker_core.endpoint.pop import request_reset
 from broker_core.errors import InvalidOffsetError, ValidationError
 from console.audit.services import audited
 from console.brokerlink import get_broker
@@ -182,6 +183,11 @@ def reset_offsets(
             broker.commit_offset(group, topic, c.queue_id, c.target)
         # An operator's reset is written at once, not on the store's timer.
         broker.store.persist_offsets()
+        # RocketMQ 5 (pop) consumers read from the endpoint's own cursor: it
+        # takes the new offsets within half a second.
+        request_reset(
+            broker.store.root, group, topic, {c.queue_id: c.target for c in changes}
+        )
         return changes
 
     audited(

@@ -676,6 +676,29 @@ def s_restart_b():
     }
 
 
+def s_reset_a():
+    """Send six messages and consume them all (acknowledged)."""
+    t, g = f"TZ{SUF}", f"GZ{SUF}"
+    p = producer([t])
+    for i in range(6):
+        p.send(msg(t, f"z{i}"))
+    c = consumer(g, {t: FilterExpression("*")})
+    got = drain(c, 6, timeout=20)
+    c.shutdown()
+    p.shutdown()
+    return {"got": sorted(m.body.decode() for m in got)}
+
+
+def s_reset_b():
+    """The same group again, after an operator's reset."""
+    t, g = f"TZ{SUF}", f"GZ{SUF}"
+    c = consumer(g, {t: FilterExpression("*")})
+    got = drain(c, 3, timeout=15)
+    more = c.receive(32, 20)
+    c.shutdown()
+    return {"got": sorted(m.body.decode() for m in got + more)}
+
+
 def s_fill():
     """Send 4 KiB messages until sends keep failing (a full disk)."""
     t = f"TF{SUF}"
