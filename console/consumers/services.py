@@ -3,6 +3,7 @@ and reset a group's offsets to a time or an offset (operator), audited."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
@@ -19,6 +20,47 @@ from console.consumers.models import ConsumerQueue
 from console.messages.services import offset_for_time
 
 SYNC_MAX_AGE = timedelta(seconds=5)
+_CONSUMER_TYPES = {"SIMPLE_CONSUMER", "PUSH_CONSUMER"}
+
+
+def subscribed_queues(store: Any) -> list[tuple[str, str, int, int]]:
+    """Every (group, topic, queue id, committed offset or -1) a group consumes.
+
+    A group consumes every queue of a topic it has committed an offset on, or
+    that one of its clients subscribes to (the endpoint's ``clients.json``):
+    a queue the group never read from is listed with -1, its whole depth lag.
+    """
+    offsets: dict[tuple[str, str], dict[int, int]] = {}
+    for key, queues in store.all_offsets().items():
+        topic, _, group = key.partition("@")
+        offsets.setdefault((group, topic), {}).update(
+            {int(q): int(o) for q, o in queues.items()}
+        )
+    try:
+        data = json.loads((store.root / "clients.json").read_text())
+        clients = data.get("clients", []) if isinstance(data, dict) else []
+    except (OSError, ValueError):
+        clients = []
+    for c in clients:
+        if not isinstance(c, dict) or c.get("client_type") not in _CONSUMER_TYPES:
+            continue
+        for topic in (c.get("topics") or ()) if c.get("group") else ():
+            offsets.setdefault((str(c["group"]), str(topic)), {})
+    out = []
+    for (group, topic), committed in sorted(offsets.items()):
+        cfg = store.topic_config(topic)
+        if cfg is None:
+            continue
+        for qid in sorted(set(range(cfg.read_queue_nums)) | set(committed)):
+            out.append((group, topic, qid, committed.get(qid, -1)))
+    return out
+
+
+def lag_of(store: Any, topic: str, qid: int, committed: int) -> tuple[int, int]:
+    """(max offset, lag): a queue never consumed lags by its whole depth."""
+    hi = store.max_offset(topic, qid)
+    start = committed if committed >= 0 else store.min_offset(topic, qid)
+    return hi, max(0, hi - start)
 
 
 def sync_offsets(force: bool = False) -> int:
@@ -32,25 +74,20 @@ def sync_offsets(force: bool = False) -> int:
     if not force and latest is not None and now - latest < SYNC_MAX_AGE:
         return ConsumerQueue.objects.count()
     store = get_broker().store
-    known = {cfg.topic_name for cfg in store.list_topics()}
     rows = []
-    for key, queues in store.all_offsets().items():
-        topic, _, group = key.partition("@")
-        if topic not in known:
-            continue
-        for qid, committed in queues.items():
-            hi = store.max_offset(topic, int(qid))
-            rows.append(
-                ConsumerQueue(
-                    group=group,
-                    topic=topic,
-                    queue_id=int(qid),
-                    committed_offset=committed,
-                    max_offset=hi,
-                    lag=max(0, hi - committed),
-                    synced_at=now,
-                )
+    for group, topic, qid, committed in subscribed_queues(store):
+        hi, lag = lag_of(store, topic, qid, committed)
+        rows.append(
+            ConsumerQueue(
+                group=group,
+                topic=topic,
+                queue_id=qid,
+                committed_offset=committed,
+                max_offset=hi,
+                lag=lag,
+                synced_at=now,
             )
+        )
     with transaction.atomic():
         ConsumerQueue.objects.all().delete()
         ConsumerQueue.objects.bulk_create(rows)
@@ -78,28 +115,25 @@ def group_queues(group: str) -> list[dict[str, Any]]:
     broker = get_broker()
     store = broker.store
     out = []
-    for key, queues in sorted(store.all_offsets().items()):
-        topic, _, g = key.partition("@")
-        if g != group or store.topic_config(topic) is None:
+    for g, topic, qid, committed in subscribed_queues(store):
+        if g != group:
             continue
-        for qid, committed in sorted(queues.items()):
-            qid = int(qid)
-            hi = store.max_offset(topic, qid)
-            last_ms = None
-            if committed > store.min_offset(topic, qid):
-                units = store.get_queue_units(topic, qid, committed - 1, 1)
-                if units:
-                    last_ms = store.read_message(units[0][0]).store_timestamp
-            out.append(
-                {
-                    "topic": topic,
-                    "queue_id": qid,
-                    "committed_offset": committed,
-                    "max_offset": hi,
-                    "lag": max(0, hi - committed),
-                    "last_consumed_ms": last_ms,
-                }
-            )
+        hi, lag = lag_of(store, topic, qid, committed)
+        last_ms = None
+        if committed > store.min_offset(topic, qid):
+            units = store.get_queue_units(topic, qid, committed - 1, 1)
+            if units:
+                last_ms = store.read_message(units[0][0]).store_timestamp
+        out.append(
+            {
+                "topic": topic,
+                "queue_id": qid,
+                "committed_offset": committed,
+                "max_offset": hi,
+                "lag": lag,
+                "last_consumed_ms": last_ms,
+            }
+        )
     return out
 
 

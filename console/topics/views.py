@@ -4,6 +4,7 @@ queue, send a test message (operator)."""
 from __future__ import annotations
 
 from django.contrib import messages
+from django.db.models import Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -55,9 +56,11 @@ def topic_detail(request: HttpRequest, name: str) -> HttpResponse:
         {
             "topic": topic,
             "queues": services.queue_ranges(name),
+            # Each group once, with its lag over the topic's queues.
             "groups": ConsumerQueue.objects.filter(topic=name)
             .values("group")
-            .distinct(),
+            .annotate(lag=Sum("lag"))
+            .order_by("group"),
             "send_form": SendMessageForm(),
             "history": {
                 "t": [a.isoformat() for a, _ in history],

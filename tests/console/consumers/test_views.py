@@ -90,3 +90,53 @@ def test_reset_to_time(client_as, lagging, broker) -> None:
     assert r.status_code == 302
     assert broker.committed_offset("analytics", "events", 0) == 20
     assert broker.committed_offset("analytics", "events", 1) == 20
+
+
+def test_a_queue_never_read_counts_its_whole_depth(client_as, broker) -> None:
+    """Four queues, the group committed on three: the fourth is listed
+    ("never") with all its messages as lag; the topic page lists the group
+    once, with its total lag."""
+    from console.consumers.services import sync_offsets
+
+    broker.create_topic("orders4", 4)
+    broker.send_batch(
+        [Message("orders4", b"o%d" % i, queue_id=i % 4) for i in range(40)]
+    )
+    for q in range(3):
+        broker.commit_offset("billing", "orders4", q, 7)  # 3 behind on each
+    sync_offsets(force=True)
+    c = client_as("viewer")
+    assert ">19<" in c.get("/consumer-groups/").content.decode()  # 3 * 3 + 10
+    detail = c.get("/consumer-groups/billing/").content.decode()
+    assert detail.count('<tr><td><a href="/topics/orders4/">') == 4
+    assert ">never<" in detail
+    topic = c.get("/topics/orders4/").content.decode()
+    assert topic.count(">billing</a>") == 1 and "lag 19" in topic
+
+
+def test_a_subscribed_group_that_never_consumed_is_listed(client_as, broker) -> None:
+    """A group known only from a connected client's subscription (the
+    endpoint's clients.json) lags by everything on the topic."""
+    import json
+
+    from console.consumers.services import sync_offsets
+
+    broker.create_topic("fresh", 2)
+    broker.send_batch([Message("fresh", b"f%d" % i, queue_id=i % 2) for i in range(6)])
+    (broker.store.root / "clients.json").write_text(
+        json.dumps(
+            {
+                "clients": [
+                    {
+                        "client_id": "c1",
+                        "client_type": "SIMPLE_CONSUMER",
+                        "group": "newcomers",
+                        "topics": ["fresh"],
+                    }
+                ]
+            }
+        )
+    )
+    sync_offsets(force=True)
+    body = client_as("viewer").get("/consumer-groups/newcomers/").content.decode()
+    assert body.count(">never<") == 2 and ">6<" in body
