@@ -220,6 +220,10 @@ TOPICS_SYNC_INTERVAL = env.float("TOPICS_SYNC_INTERVAL", default=30.0)
 # How often the reports' Parquet export catches up with the log (0: never; the
 # report runs then decode what is new themselves).
 REPORTS_EXPORT_INTERVAL = env.float("REPORTS_EXPORT_INTERVAL", default=600.0)
+# A report run past this many seconds is stopped and marked FAILED; the reaper
+# (every REPORTS_REAP_INTERVAL s) fails runs whose worker process died.
+REPORTS_TIME_LIMIT = env.int("REPORTS_TIME_LIMIT", default=3600)
+REPORTS_REAP_INTERVAL = env.float("REPORTS_REAP_INTERVAL", default=60.0)
 # TransactionConfig fields for the check. A half is checked at most once per
 # check_interval_ms; keep it a little under beat's interval so a half due at
 # one run is not missed by milliseconds and left for the next.
@@ -244,6 +248,20 @@ CELERY_TIMEZONE = TIME_ZONE
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Isolation: Spark reports run on their own queue and worker ("reports" in the
+# Procfile, one at a time); the transaction check, delay delivery and the beat
+# heartbeat have the "timers" queue to themselves, so no report can starve
+# them. Everything else goes to the default queue, served with the timers.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_ROUTES = {
+    "reports.reap": {"queue": "timers"},
+    "reports.*": {"queue": "reports"},
+    "transactions.run_check": {"queue": "timers"},
+    "delays.deliver_due": {"queue": "timers"},
+    "core.beat_heartbeat": {"queue": "timers"},
+}
+# A worker takes one task at a time (no hoarding while another slot is free).
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE = {
     # Heartbeat: proves beat is alive; /healthz reads the time it last ran.
     "beat-heartbeat": {
@@ -272,6 +290,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": timedelta(seconds=TOPICS_SYNC_INTERVAL),
         "options": {"expires": TOPICS_SYNC_INTERVAL},
     },
+}
+CELERY_BEAT_SCHEDULE["reports-reap"] = {
+    "task": "reports.reap",
+    "schedule": timedelta(seconds=REPORTS_REAP_INTERVAL),
+    "options": {"expires": REPORTS_REAP_INTERVAL},
 }
 if REPORTS_EXPORT_INTERVAL > 0:
     # Reports read an incremental Parquet export of the log; keeping it current

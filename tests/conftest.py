@@ -22,9 +22,16 @@ class CeleryServices:
         self.procs: list[subprocess.Popen[bytes]] = []
         self._logs: list = []
 
-    def start(self, redis_url: str, worker: list[str], **env: str) -> None:
+    def start(
+        self,
+        redis_url: str,
+        worker: list[str],
+        more_workers: dict[str, list[str]] | None = None,
+        **env: str,
+    ) -> None:
         """Migrate a fresh SQLite database, then start ``celery worker *worker``
-        and ``celery beat`` with ``env`` added to the console's settings."""
+        (and one more per ``more_workers`` entry, logged under its name) and
+        ``celery beat`` with ``env`` added to the console's settings."""
         self.env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "console.settings",
@@ -44,6 +51,7 @@ class CeleryServices:
         celery = [py, "-m", "celery", "-A", "console"]
         for name, args in (
             ("worker", ["worker", *worker]),
+            *((n, ["worker", *a]) for n, a in (more_workers or {}).items()),
             ("beat", ["beat", "-s", str(self.tmp / "beat-schedule")]),
         ):
             log = open(self.tmp / f"{name}.log", "w")  # closed in stop()

@@ -40,6 +40,8 @@ class ReportRun(models.Model):
     result_dir = models.CharField(max_length=500, blank=True)
     summary = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
+    #: ``host:pid`` of the process running it (the reaper checks it is alive).
+    worker = models.CharField(max_length=255, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

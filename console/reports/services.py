@@ -11,14 +11,17 @@ import csv
 import io
 import json
 import logging
+import os
 import shutil
+import socket
 import time
 import traceback
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
@@ -127,7 +130,8 @@ def execute_run(run_id: int) -> ReportRun:
     run = ReportRun.objects.get(pk=run_id)
     run.status = ReportRun.Status.RUNNING
     run.started_at = timezone.now()
-    run.save(update_fields=["status", "started_at"])
+    run.worker = f"{socket.gethostname()}:{os.getpid()}"
+    run.save(update_fields=["status", "started_at", "worker"])
     started = time.monotonic()
     try:
         from console.reports.jobs import runner
@@ -145,6 +149,13 @@ def execute_run(run_id: int) -> ReportRun:
         params.update(_store_params())
         out_dir = reports_dir() / run.report / f"{run.pk:08d}"
         output = runner.run_report(spark, run.report, records, params, out_dir)
+    except SoftTimeLimitExceeded:
+        run.duration_s = time.monotonic() - started
+        return _fail(
+            run,
+            f"stopped after REPORTS_TIME_LIMIT ({settings.REPORTS_TIME_LIMIT} s); "
+            "run it over a shorter window or raise the limit",
+        )
     except Exception as exc:
         log.exception("report %s run %s failed", run.report, run.pk)
         run.duration_s = time.monotonic() - started
@@ -160,6 +171,47 @@ def execute_run(run_id: int) -> ReportRun:
     run.save()
     _prune(run.report)
     return run
+
+
+def _process_alive(worker: str) -> bool | None:
+    """Whether the ``host:pid`` process runs (None: another host, unknown)."""
+    host, _, pid = worker.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_runs() -> dict[str, int]:
+    """Mark FAILED the runs that will never finish: RUNNING in a process that
+    is gone (the worker was killed) or past the time limit with a margin, and
+    QUEUED longer than the time limit (no reports worker is serving the queue).
+    """
+    now = timezone.now()
+    limit = timedelta(seconds=settings.REPORTS_TIME_LIMIT + 120)
+    dead = overdue = stale = 0
+    for run in ReportRun.objects.filter(status=ReportRun.Status.RUNNING):
+        if _process_alive(run.worker) is False:
+            _fail(run, f"its worker process ({run.worker}) is gone: killed or crashed")
+            dead += 1
+        elif run.started_at is not None and now - run.started_at > limit:
+            _fail(run, "still RUNNING long past REPORTS_TIME_LIMIT: its worker died")
+            overdue += 1
+    queued = ReportRun.objects.filter(
+        status=ReportRun.Status.QUEUED, created_at__lt=now - limit
+    )
+    for run in queued:
+        _fail(run, "never started: is a reports worker running? (Procfile: reports)")
+        stale += 1
+    if dead or overdue or stale:
+        log.warning("reaped report runs: %d dead, %d overdue, %d never started",
+                    dead, overdue, stale)  # fmt: skip
+    return {"dead": dead, "overdue": overdue, "never_started": stale}
 
 
 def _store_params() -> dict[str, Any]:

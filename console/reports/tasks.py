@@ -5,12 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 
 from console.reports import services
 from console.reports.models import ReportRun
 
 
-@shared_task(name="reports.run_report")
+@shared_task(
+    name="reports.run_report",
+    soft_time_limit=settings.REPORTS_TIME_LIMIT,
+    time_limit=settings.REPORTS_TIME_LIMIT + 60,
+)
 def run_report_task(
     run_id: int | None = None, name: str | None = None
 ) -> dict[str, Any]:
@@ -28,3 +33,9 @@ def run_report_task(
 def export_task() -> dict[str, Any]:
     """Decode the log bytes appended since the last export into Parquet."""
     return services.export_now()
+
+
+@shared_task(name="reports.reap", ignore_result=True)
+def reap_task() -> dict[str, int]:
+    """Fail runs that can no longer finish (their worker died or timed out)."""
+    return services.reap_runs()
