@@ -303,6 +303,8 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         self._restore_clients()
         self.clients_dirty = True
         self.tx_client: dict[str, str] = {}  # transaction id -> client id
+        #: Check-backs sent: transaction id -> (monotonic time, client id).
+        self.checks_out: OrderedDict[str, tuple[float, str]] = OrderedDict()
         self._checker_groups: set[str] = set()
         self.wakeups: dict[str, asyncio.Event] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -830,6 +832,21 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             pb.ROLLBACK: TransactionResolution.ROLLBACK,
         }.get(request.resolution, TransactionResolution.UNKNOWN)
         source = "CHECK" if request.source == pb.SOURCE_SERVER_CHECK else "CLIENT"
+        if source == "CHECK":
+            # The checker's answer, whatever it is (UNKNOWN included), goes in
+            # the half's history with its latency.
+            sent = self.checks_out.pop(tid, None)
+            latency = None if sent is None else (time.monotonic() - sent[0]) * 1000
+            try:
+                await asyncio.to_thread(
+                    self.tx.record_check_answer,
+                    tid,
+                    res.value,
+                    client_id_of(context) or (sent[1] if sent else ""),
+                    latency,
+                )
+            except Exception:  # noqa: BLE001 - the outcome below matters more
+                log.warning("could not record the check answer for %s", tid)
         try:
             await asyncio.to_thread(
                 self.tx.end_transaction, tid, request.topic.name, res, source
@@ -1086,6 +1103,9 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         assert q is not None
         self.loop.call_soon_threadsafe(q.put_nowait, cmd)
         self.counters["checks_sent"] += 1
+        self.checks_out[req.transaction_id] = (time.monotonic(), target.client_id)
+        while len(self.checks_out) > 100_000:
+            self.checks_out.popitem(last=False)
         return target.client_id
 
 

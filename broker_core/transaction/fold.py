@@ -140,6 +140,22 @@ class Folder:
             else:
                 return
             self._event(ev, "COMMIT" if new == S.COMMITTED else "ROLLBACK", src, op)
+        elif ev.kind == R.ANSWER:
+            answer = p.get(R.PROPERTY_CHECK_ANSWER, "UNKNOWN")
+            self._bump("checks_answered")
+            self._bump(f"checks_answered_{answer.lower()}")
+            lat = p.get(R.PROPERTY_CHECK_LATENCY_US)
+            self._event(
+                ev,
+                "ANSWER",
+                "CHECK",
+                None,
+                transport="grpc",
+                target=p.get(R.PROPERTY_CHECK_TARGET),
+                answer=answer,
+                latency_ms=_int(lat) / 1000 if lat else None,
+                at=_int(p.get(R.PROPERTY_CHECK_AT)) or at,
+            )
         elif ev.kind == R.CHECK:
             n = _int(p.get(R.PROPERTY_TRANSACTION_CHECK_TIMES))
             check_at = _int(p.get(R.PROPERTY_CHECK_AT)) or at
@@ -149,6 +165,7 @@ class Folder:
                 self._bump("checks_failed")
             elif answer != "SENT":  # an asynchronous checker answers later
                 self._bump("checks_answered")
+                self._bump(f"checks_answered_{answer.lower()}")
             if state == S.PENDING:
                 c.execute(
                     "UPDATE halves SET check_count = ?, last_check_at = ?, due_at = ? "

@@ -216,6 +216,9 @@ class QueryMixin:
             checks_sent=c.get("checks_sent", 0),
             checks_answered=c.get("checks_answered", 0),
             checks_failed=c.get("checks_failed", 0),
+            checks_commit=c.get("checks_answered_commit", 0),
+            checks_rollback=c.get("checks_answered_rollback", 0),
+            checks_unknown=c.get("checks_answered_unknown", 0),
             half_to_outcome_ms={
                 b: c.get(f"latency_le_{b}", 0) for b in LATENCY_BUCKETS
             },

@@ -62,15 +62,19 @@ TAG_OUTCOME = "d"
 TAG_CHECK = "c"
 TAG_DISCARD = "x"
 TAG_RESUME = "r"
+#: A checker's answer that arrived after the check was sent (gRPC producers
+#: answer with EndTransaction): COMMIT, ROLLBACK or UNKNOWN, with its latency.
+TAG_ANSWER = "a"
 
 # Event kinds produced by ``classify``.
-HALF, COMMIT_MSG, OUTCOME, CHECK, DISCARD, RESUME = (
+HALF, COMMIT_MSG, OUTCOME, CHECK, DISCARD, RESUME, ANSWER = (
     "HALF",
     "COMMIT_MSG",
     "OUTCOME",
     "CHECK",
     "DISCARD",
     "RESUME",
+    "ANSWER",
 )
 
 #: Properties that exist only on the half and are removed from the committed message.
@@ -149,6 +153,7 @@ def classify(req: DispatchRequest) -> TxEvent | None:
             TAG_CHECK: CHECK,
             TAG_DISCARD: DISCARD,
             TAG_RESUME: RESUME,
+            TAG_ANSWER: ANSWER,
         }.get(tag or "")
         raw = props.get(PROPERTY_TRANS_OFFSET)
         if kind is None or raw is None:

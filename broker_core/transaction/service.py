@@ -290,6 +290,25 @@ class TransactionService(QueryMixin, WriteMixin):
         return STATE_NAMES[st]
 
     # -- ending --------------------------------------------------------------
+    def record_check_answer(
+        self,
+        transaction_id: str,
+        answer: str,
+        target: str = "",
+        latency_ms: float | None = None,
+    ) -> None:
+        """Record what an asynchronous checker answered to a check-back
+        (COMMIT, ROLLBACK or UNKNOWN): shown in the half's history, counted in
+        the metrics. A COMMIT or ROLLBACK is still applied by
+        ``end_transaction``; an UNKNOWN changes nothing but is no longer
+        invisible. Raises ``UnknownTransactionError`` or ``ValueError``."""
+        answer = str(answer).upper()
+        if answer not in ("COMMIT", "ROLLBACK", "UNKNOWN"):
+            raise ValueError(f"answer {answer!r} is not COMMIT, ROLLBACK or UNKNOWN")
+        half = self.locate(transaction_id)
+        latency_us = None if latency_ms is None else int(latency_ms * 1000)
+        self.record_answer(half, answer, target, latency_us)
+
     def end_transaction(
         self,
         transaction_id: str,

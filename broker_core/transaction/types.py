@@ -288,6 +288,10 @@ class TransactionMetrics:
     checks_sent: int
     checks_answered: int
     checks_failed: int
+    #: Of the answered: what the checkers said (UNKNOWN keeps a half pending).
+    checks_commit: int
+    checks_rollback: int
+    checks_unknown: int
     half_to_outcome_ms: dict[int, int]
     half_to_outcome_count: int
     half_to_outcome_sum_ms: int

@@ -6,6 +6,7 @@ Each is decided and written inside ``exclusive_appends`` like an outcome (see
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from broker_core.errors import (
@@ -103,6 +104,32 @@ class WriteMixin:
             )
             self.ledger.append([op], [event(R.CHECK, op, half.commit_log_offset, qoff)])
         return n
+
+    def record_answer(
+        self, half: MessageExt, answer: str, target: str, latency_us: int | None
+    ) -> None:
+        """Write the answer a checker gave after its check was sent (an
+        asynchronous checker: COMMIT, ROLLBACK or UNKNOWN), with its latency."""
+        qoff = half.queue_offset
+        props: dict[str, str | None] = {
+            R.PROPERTY_CHECK_ANSWER: answer,
+            R.PROPERTY_CHECK_TARGET: R.clean_value(target or "-"),
+            R.PROPERTY_CHECK_AT: str(int(time.time() * 1000)),
+        }
+        if latency_us is not None:
+            props[R.PROPERTY_CHECK_LATENCY_US] = str(latency_us)
+        with self.store.exclusive_appends():
+            self.ledger.catch_up()
+            op = R.op_inner(
+                R.TAG_ANSWER,
+                half.commit_log_offset,
+                qoff,
+                half.properties.get(PROPERTY_REAL_TOPIC, ""),
+                props,
+            )
+            self.ledger.append(
+                [op], [event(R.ANSWER, op, half.commit_log_offset, qoff)]
+            )
 
     def discard(self, half: MessageExt, reason: str, max_checks: int | None) -> str:
         """Discard (or, if configured and over the maximum, roll back) a pending half.

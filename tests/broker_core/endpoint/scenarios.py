@@ -676,6 +676,30 @@ def s_restart_b():
     }
 
 
+class UnknownChecker(TransactionChecker):
+    def __init__(self):
+        self.calls = 0
+
+    def check(self, message):
+        self.calls += 1
+        return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED  # "unknown"
+
+
+def s_unknown_answer():
+    """A half whose producer's checker keeps saying it does not know."""
+    t = f"TU{SUF}"
+    chk = UnknownChecker()
+    p = producer([t], checker=chk)
+    tx = p.begin_transaction()
+    r = p.send(msg(t, "undecided"), tx)
+    end = time.time() + 30
+    while chk.calls < 2 and time.time() < end:
+        time.sleep(0.2)
+    time.sleep(1)  # the second answer reaches the endpoint
+    p.shutdown()
+    return {"tx": r.transaction_id, "calls": chk.calls}
+
+
 def s_reset_a():
     """Send six messages and consume them all (acknowledged)."""
     t, g = f"TZ{SUF}", f"GZ{SUF}"

@@ -344,3 +344,27 @@ def test_counts_by_group_and_an_index_of_another_version_is_rebuilt(svc, broker)
         assert other.list_halves().total == 3
     finally:
         other.close()
+
+
+def test_asynchronous_answers_are_recorded_and_counted(svc):
+    """A checker that answers later (gRPC producers, with EndTransaction):
+    each answer is in the half's history with its latency and counted by kind;
+    UNKNOWN leaves the half pending."""
+    h = svc.send_half("pg", order(7))
+    svc.record_check_answer(h.transaction_id, "UNKNOWN", "client-1", 12.5)
+    assert svc.state(h.transaction_id) is TransactionState.PENDING
+    svc.record_check_answer(h.transaction_id, "commit", "client-1", 30.0)
+    svc.end_transaction(h.transaction_id, "pg", "COMMIT", "CHECK")
+    hist = [
+        (e.kind, e.answer, e.latency_ms) for e in svc.get_half(h.transaction_id).history
+    ]
+    assert hist == [
+        ("ANSWER", "UNKNOWN", 12.5),
+        ("ANSWER", "COMMIT", 30.0),
+        ("COMMIT", None, None),
+    ]
+    m = svc.metrics()
+    assert (m.checks_unknown, m.checks_commit, m.checks_rollback) == (1, 1, 0)
+    assert m.checks_answered == 2
+    with pytest.raises(ValueError):
+        svc.record_check_answer(h.transaction_id, "MAYBE")
