@@ -156,6 +156,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "console.ui.context_processors.roles",
                 "console.ui.context_processors.navigation",
+                "console.core.alerts.alerts",
             ],
         },
     },
@@ -210,6 +211,8 @@ BROKER_STORE_OPTIONS = {
     "disk_space_warning_ratio": env.float("BROKER_DISK_RATIO", default=0.90),
 }
 GRPC_LISTEN = env.str("GRPC_LISTEN", default="127.0.0.1:8081")
+# The health banner on every page is recomputed at most this often (seconds).
+HEALTH_BANNER_TTL = env.float("HEALTH_BANNER_TTL", default=5.0)
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 SPARK_MASTER = env.str("SPARK_MASTER", default="local[*]")
 REPORTS_DIR = Path(env.str("REPORTS_DIR", default=str(VAR_DIR / "reports")))

@@ -13,5 +13,7 @@ os.environ.setdefault("VAR_DIR", _VAR)
 os.environ.setdefault("BROKER_STORE_DIR", os.path.join(_VAR, "store"))
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("REPORTS_DIR", os.path.join(_VAR, "reports"))
+# Pages show the health of the moment (tests change it between requests).
+os.environ.setdefault("HEALTH_BANNER_TTL", "0")
 
 from console.settings import *  # noqa: E402,F403

@@ -13,8 +13,12 @@ from django.conf import settings
 from django.db import connection
 
 BEAT_KEY = "console:beat:last_tick"
-#: Beat ticks every 10 s; three missed ticks mean it is down.
-BEAT_STALE_AFTER = 35.0
+
+
+def beat_stale_after() -> float:
+    """Seconds without a heartbeat before beat (or the worker running its
+    heartbeat) counts as down: three missed ticks and a half (35 s at 10 s)."""
+    return 3.5 * float(settings.BEAT_HEARTBEAT_INTERVAL)
 
 
 def redis_client() -> redis.Redis:
@@ -45,7 +49,7 @@ def check_beat() -> dict[str, Any]:
     if raw is None:
         raise RuntimeError("beat has never ticked")
     age = time.time() - float(raw)
-    if age > BEAT_STALE_AFTER:
+    if age > beat_stale_after():
         raise RuntimeError(f"last tick {age:.0f}s ago")
     return {"last_tick_age_s": round(age, 1)}
 

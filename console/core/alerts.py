@@ -1,0 +1,211 @@
+"""What an operator must know on every page: the health banner.
+
+Each check says what is wrong, what it means for the broker and what to do.
+The answer is kept for ``HEALTH_BANNER_TTL`` seconds (5) per console process and every
+probe has a short timeout, so pages stay fast even while Redis or the endpoint
+is down.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from django.conf import settings
+
+from console.core.health import BEAT_KEY, beat_stale_after
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 0.3
+#: Tasks waiting on the timers queue before the banner calls it a backlog.
+TIMERS_BACKLOG = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    level: str  # "error" or "warning"
+    title: str
+    meaning: str
+    action: str
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(
+        settings.REDIS_URL,
+        socket_timeout=PROBE_TIMEOUT_S,
+        socket_connect_timeout=PROBE_TIMEOUT_S,
+    )
+
+
+def _background() -> list[Alert]:
+    try:
+        r = _redis()
+        raw = r.get(BEAT_KEY)
+        waiting = int(r.llen("timers"))
+    except redis.RedisError as exc:
+        return [
+            Alert(
+                "error",
+                "Redis is unreachable",
+                "No background work runs: the transaction check, delayed "
+                f"deliveries and reports have stopped ({exc}).",
+                f"Start Redis at {settings.REDIS_URL.split('@')[-1]}; the work "
+                "resumes by itself, nothing is lost.",
+            )
+        ]
+    out = []
+    age = None if raw is None else time.time() - float(raw)
+    if age is None or age > beat_stale_after():
+        since = "never" if age is None else f"{age:.0f} s ago"
+        if waiting > 0:
+            out.append(
+                Alert(
+                    "error",
+                    "The timers worker is not running",
+                    f"{waiting} background tasks are waiting (last heartbeat "
+                    f"{since}): check-backs and delayed deliveries are not "
+                    "happening.",
+                    "Start the Celery worker for the timers queue (Procfile: "
+                    "worker). Waiting ticks expire; the next ones catch up.",
+                )
+            )
+        else:
+            out.append(
+                Alert(
+                    "error",
+                    "Celery beat is not running",
+                    f"Nothing schedules the transaction check or delayed "
+                    f"deliveries (last heartbeat {since}).",
+                    "Start exactly one beat process (Procfile: beat).",
+                )
+            )
+    elif waiting > TIMERS_BACKLOG:
+        out.append(
+            Alert(
+                "warning",
+                "The timers queue has a backlog",
+                f"{waiting} tasks are waiting: check-backs and delayed "
+                "deliveries run late.",
+                "Look at the worker's log; give it more concurrency if it is "
+                "busy (WORKER_CONCURRENCY).",
+            )
+        )
+    return out
+
+
+def _endpoint() -> list[Alert]:
+    host, _, port = settings.GRPC_LISTEN.rpartition(":")
+    try:
+        with socket.create_connection(
+            (host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S
+        ):
+            return []
+    except (OSError, ValueError):
+        return [
+            Alert(
+                "error",
+                "The gRPC endpoint is down",
+                f"Nothing answers on {settings.GRPC_LISTEN}: producers and "
+                "consumers cannot connect, and check-backs cannot reach them.",
+                "Start it (Procfile: grpc); clients reconnect by themselves.",
+            )
+        ]
+
+
+def _disk() -> list[Alert]:
+    path = settings.BROKER_STORE_DIR
+    opts = getattr(settings, "BROKER_STORE_OPTIONS", {}) or {}
+    ratio = float(opts.get("disk_space_warning_ratio", 0.9))
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return []
+    total = st.f_blocks * st.f_frsize
+    if not total or ratio >= 1.0:
+        return []
+    used = 1 - st.f_bavail * st.f_frsize / total
+    if used >= ratio:
+        return [
+            Alert(
+                "error",
+                f"The store's disk is {used:.0%} full",
+                f"Sends are refused above {ratio:.0%}; consumers still read.",
+                "Free space or grow the volume; sends resume by themselves.",
+            )
+        ]
+    if used >= ratio - 0.05:
+        return [
+            Alert(
+                "warning",
+                f"The store's disk is {used:.0%} full",
+                f"Sends will be refused at {ratio:.0%}.",
+                "Free space or grow the volume soon.",
+            )
+        ]
+    return []
+
+
+def _stuck() -> list[Alert]:
+    from console.transactions.services import get_transaction_service, stuck_counts
+
+    get_transaction_service().refresh_index(0.2)  # fold recent checks, bounded
+    s = stuck_counts()
+    if not s["by_checks"]:
+        return []
+    return [
+        Alert(
+            "warning",
+            f"{s['by_checks']} half messages are stuck",
+            f"They were checked {s['checks']} times or more without an answer "
+            "that resolves them: their producers are gone or say they do not know.",
+            "Open Transactions (sorted by checks) and commit or roll them back "
+            "with a reason.",
+        )
+    ]
+
+
+CHECKS = (_background, _endpoint, _disk, _stuck)
+
+_cache: tuple[float, list[Alert]] = (0.0, [])
+_lock = threading.Lock()
+
+
+def current_alerts() -> list[Alert]:
+    """Every alert that holds now (cached for ``ALERTS_TTL`` seconds)."""
+    global _cache
+    ttl = float(getattr(settings, "HEALTH_BANNER_TTL", 5.0))
+    now = time.monotonic()
+    at, alerts = _cache
+    if now - at < ttl:
+        return alerts
+    with _lock:
+        if time.monotonic() - _cache[0] < ttl:
+            return _cache[1]
+        found: list[Alert] = []
+        for check in CHECKS:
+            try:
+                found += check()
+            except Exception:  # noqa: BLE001 - a broken check must not break pages
+                log.exception("health banner check %s failed", check.__name__)
+        _cache = (time.monotonic(), found)
+        return found
+
+
+def reset_cache() -> None:
+    global _cache
+    _cache = (0.0, [])
+
+
+def alerts(request: Any) -> dict[str, Any]:
+    """Context processor: the banner's alerts, for signed-in users."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    return {"health_alerts": current_alerts()}

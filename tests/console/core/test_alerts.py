@@ -1,0 +1,51 @@
+"""The health banner's checks, each against the real thing it watches."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from console.core.alerts import current_alerts
+
+pytestmark = pytest.mark.django_db
+
+
+def _titles() -> list[str]:
+    return [a.title for a in current_alerts()]
+
+
+def test_redis_down_and_a_nearly_full_disk_are_on_every_page(
+    settings, client_as, broker
+) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+    settings.BROKER_STORE_OPTIONS = {"disk_space_warning_ratio": 0.0001}
+    assert "Redis is unreachable" in _titles()
+    assert any(t.startswith("The store's disk is") for t in _titles())
+    page = client_as("viewer").get("/topics/").content.decode()
+    assert 'data-testid="health-banner"' in page and "Redis is unreachable" in page
+    settings.BROKER_STORE_OPTIONS = {"disk_space_warning_ratio": 1.0}
+    assert not any(t.startswith("The store's disk is") for t in _titles())
+
+
+def test_stuck_halves_are_announced(settings, broker) -> None:
+    import time
+
+    from broker_core import Message
+    from broker_core.transaction import CheckAnswer
+    from console.transactions.services import get_transaction_service
+
+    settings.TRANSACTION_STUCK_CHECKS = 3
+    svc = get_transaction_service()
+    h = svc.send_half("pg", Message("Orders", b"x"))
+    assert not any("stuck" in t for t in _titles())
+    half = svc.locate(h.transaction_id)
+    for _ in range(3):  # three checks nobody answered
+        now = int(time.time() * 1000)
+        svc.record_check(half, CheckAnswer.FAILED, "grpc", "-", now, 0, "no producer")
+    (alert,) = [a for a in current_alerts() if "stuck" in a.title]
+    assert alert.title == "1 half messages are stuck"
+    assert "checked 3 times or more" in alert.meaning
