@@ -56,6 +56,17 @@ def subscribed_queues(store: Any) -> list[tuple[str, str, int, int]]:
     return out
 
 
+def group_clients(group: str) -> list[dict[str, Any]]:
+    """The consumer clients of ``group`` the gRPC endpoint last saw."""
+    from console.transactions.producers import connected_clients
+
+    return [
+        c
+        for c in connected_clients()
+        if c.get("group") == group and c.get("client_type") in _CONSUMER_TYPES
+    ]
+
+
 def lag_of(store: Any, topic: str, qid: int, committed: int) -> tuple[int, int]:
     """(max offset, lag): a queue never consumed lags by its whole depth."""
     hi = store.max_offset(topic, qid)

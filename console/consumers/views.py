@@ -52,6 +52,7 @@ def group_detail(request: HttpRequest, group: str) -> HttpResponse:
             "group": group,
             "queues": queues,
             "total_lag": sum(q["lag"] for q in queues),
+            "clients": services.group_clients(group),
             "form": ResetForm(topics=topics, initial={"topic": topics[0]}),
         },
     )

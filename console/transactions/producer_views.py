@@ -31,7 +31,14 @@ def group_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "transactions/producer_list.html",
-        {"groups": producers.producer_groups()},
+        {
+            "groups": producers.producer_groups(),
+            "clients": [
+                c
+                for c in producers.connected_clients()
+                if c.get("client_type") == "PRODUCER"
+            ],
+        },
     )
 
 

@@ -132,11 +132,32 @@ def test_a_subscribed_group_that_never_consumed_is_listed(client_as, broker) -> 
                         "client_type": "SIMPLE_CONSUMER",
                         "group": "newcomers",
                         "topics": ["fresh"],
-                    }
+                        "language": "PYTHON",
+                        "version": "5.1.2",
+                        "address": "ipv4:127.0.0.1:50000",
+                        "last_heartbeat": 1_790_000_000.0,
+                        "online": True,
+                    },
+                    {
+                        "client_id": "p1",
+                        "client_type": "PRODUCER",
+                        "group": "",
+                        "topics": ["fresh"],
+                        "language": "NODE_JS",
+                        "version": "1.0.8",
+                        "online": True,
+                    },
                 ]
             }
         )
     )
     sync_offsets(force=True)
-    body = client_as("viewer").get("/consumer-groups/newcomers/").content.decode()
+    viewer = client_as("viewer")
+    body = viewer.get("/consumer-groups/newcomers/").content.decode()
     assert body.count(">never<") == 2 and ">6<" in body
+    # Its clients, with language, version and state; not the producer.
+    assert ">c1<" in body and "python 5.1.2" in body and ">online<" in body
+    assert ">p1<" not in body
+    producers = viewer.get("/producer-groups/").content.decode()
+    assert ">p1<" in producers and "node_js 1.0.8" in producers
+    assert ">c1<" not in producers
