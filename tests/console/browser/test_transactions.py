@@ -59,8 +59,11 @@ def test_operator_rolls_back_a_stuck_half(
     assert page.get_by_role("button", name="Commit").count() == 0  # admins only
     screenshot(page, "half")
     page.get_by_label("Rollback reason").fill("billing checker down since 02:00, INC-7")
+    asked = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
     page.get_by_role("button", name="Roll back").click()
     assert "Rolled back" in page.locator(".flash").inner_text()
+    assert asked and "never be delivered" in asked[0]  # it asked first
     assert "rolled_back" in page.locator("[data-testid=half-state]").inner_text()
     page.goto("/transactions/")
     assert stuck not in page.locator("[data-testid=half-list]").inner_text()
