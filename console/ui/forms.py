@@ -22,17 +22,30 @@ class ReasonField(forms.CharField):
 
 
 class LocalDateTimeField(forms.DateTimeField):
-    """A ``datetime-local`` input, read in the server's time zone."""
+    """An ISO date and time (``2026-11-23 21:04:05``), read in the console's
+    time zone (``TIME_ZONE``, UTC by default), which the help text names.
+
+    A text input, not ``datetime-local``: browsers show that in their locale's
+    order (month first in the US), which misleads at 3 a.m.
+    """
 
     widget = forms.DateTimeInput(
-        attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"
+        attrs={
+            "placeholder": "YYYY-MM-DD HH:MM:SS",
+            "pattern": r"\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2})?)?",
+            "spellcheck": "false",
+            "autocomplete": "off",
+        },
+        format="%Y-%m-%d %H:%M:%S",
     )
 
     def __init__(self, **kwargs):
         kwargs.setdefault(
             "input_formats",
-            ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"],
-        )
+            ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S",
+             "%Y-%m-%d %H:%M", "%Y-%m-%d"],
+        )  # fmt: skip
+        kwargs.setdefault("help_text", f"ISO, {timezone.get_current_timezone_name()}")
         super().__init__(**kwargs)
 
 

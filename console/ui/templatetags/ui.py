@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Any
 
 from django import template
+from django.utils import timezone
 from django.utils.html import format_html
 
 from console.ui.roles import has_role as _has_role
@@ -88,3 +89,42 @@ def duration_ms_s(value: Any) -> str:
         return duration_ms(int(value) * 1000)
     except (TypeError, ValueError):
         return ""
+
+
+def _ago(seconds: float) -> str:
+    future = seconds < 0
+    s = abs(seconds)
+    if s < 60:
+        text = f"{s:.0f} s"
+    elif s < 3600:
+        text = f"{s / 60:.0f} min"
+    elif s < 86400 * 2:
+        text = f"{s / 3600:.1f} h"
+    else:
+        text = f"{s / 86400:.0f} d"
+    return f"in {text}" if future else f"{text} ago"
+
+
+@register.filter
+def when(value: Any, precise: str = "") -> Any:
+    """A time with its zone and its age: ``2026-11-23 21:04:05 UTC · 5 min ago``.
+
+    ``value`` is an aware datetime or a millisecond epoch; the zone is the
+    console's (``TIME_ZONE``, UTC by default). ``|when:"ms"`` adds milliseconds.
+    Empty values render as an em dash.
+    """
+    if value in (None, "") or (isinstance(value, int | float) and value <= 0):
+        return "—"
+    moment = value if isinstance(value, dt.datetime) else ms_datetime(value)
+    if not isinstance(moment, dt.datetime):
+        return value
+    local = timezone.localtime(moment)
+    fmt = "%Y-%m-%d %H:%M:%S.%f" if precise == "ms" else "%Y-%m-%d %H:%M:%S"
+    text = local.strftime(fmt)
+    if precise == "ms":
+        text = text[:-3]
+    age = _ago((timezone.now() - moment).total_seconds())
+    return format_html(
+        '<time datetime="{}" title="{}">{} {}</time> <span class="ago">· {}</span>',
+        moment.isoformat(), age, text, local.tzname() or "", age,
+    )  # fmt: skip
