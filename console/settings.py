@@ -13,6 +13,7 @@ from pathlib import Path
 
 import environ
 from csp.constants import NONCE, NONE, SELF
+from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(environ.Env().str("VAR_DIR", default=str(BASE_DIR / "var")))
@@ -211,6 +212,9 @@ BROKER_STORE_OPTIONS = {
     "disk_space_warning_ratio": env.float("BROKER_DISK_RATIO", default=0.90),
 }
 GRPC_LISTEN = env.str("GRPC_LISTEN", default="127.0.0.1:8081")
+# Live lists (pending and discarded halves, consumer groups, scheduled messages)
+# fetch themselves again this often (seconds); each has a pause button.
+LIVE_REFRESH_SECONDS = env.float("LIVE_REFRESH_SECONDS", default=15.0)
 # The health banner on every page is recomputed at most this often (seconds).
 HEALTH_BANNER_TTL = env.float("HEALTH_BANNER_TTL", default=5.0)
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
@@ -256,6 +260,9 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # heartbeat have the "timers" queue to themselves, so no report can starve
 # them. Everything else goes to the default queue, served with the timers.
 CELERY_TASK_DEFAULT_QUEUE = "celery"
+# A worker started without -Q serves all three (one worker still runs
+# everything, as before, but then a report can hold a slot a timer needs).
+CELERY_TASK_QUEUES = (Queue("timers"), Queue("celery"), Queue("reports"))
 CELERY_TASK_ROUTES = {
     "reports.reap": {"queue": "timers"},
     "reports.*": {"queue": "reports"},

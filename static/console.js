@@ -78,7 +78,42 @@
     if (h && h.t.length) line("history", clock(h.t, 19), [{label: "messages", data: h.n}], false);
   }
 
+  // Live lists: an element data-live="N" (with an id) is fetched again every
+  // N seconds and swapped in place; a button pauses it. No refresh while the
+  // tab is hidden, while a row of the list is ticked or something in it has the focus (a
+  // selection or a half-typed reason must not vanish).
+  function liveLists() {
+    document.querySelectorAll("[data-live][id]").forEach(function (el) {
+      var every = parseFloat(el.dataset.live) * 1000;
+      if (!every || !window.htmx) return;
+      var paused = false;
+      var bar = document.createElement("p");
+      bar.className = "livebar muted";
+      var note = document.createElement("span");
+      var button = document.createElement("button");
+      button.type = "button";
+      button.className = "link";
+      button.setAttribute("aria-pressed", "false");
+      bar.append(note, " ", button);
+      el.parentNode.insertBefore(bar, el);
+      function label() {
+        note.textContent = paused ? "Updates paused." : "Updates every " + every / 1000 + " s.";
+        button.textContent = paused ? "Resume" : "Pause";
+        button.setAttribute("aria-pressed", String(paused));
+      }
+      button.addEventListener("click", function () { paused = !paused; label(); });
+      label();
+      setInterval(function () {
+        var current = document.getElementById(el.id);
+        if (paused || !current || !current.dataset.live || document.hidden) return;
+        if (current.querySelector("tbody input[type=checkbox]:checked") || current.contains(document.activeElement)) return;
+        window.htmx.ajax("GET", window.location.href, {target: "#" + el.id, select: "#" + el.id, swap: "outerHTML"});
+      }, every);
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    liveLists();
     bodyTabs();
     drawCharts();
     document.body.addEventListener("htmx:afterSwap", drawCharts);

@@ -45,7 +45,15 @@ def report_list(request: HttpRequest) -> HttpResponse:
             }
         )
     recent = ReportRun.objects.all()[:20]
-    return render(request, "reports/list.html", {"rows": rows, "recent": recent})
+    # The list refreshes itself while a run is queued or running.
+    active = ReportRun.objects.filter(
+        status__in=[ReportRun.Status.QUEUED, ReportRun.Status.RUNNING]
+    ).exists()
+    return render(
+        request,
+        "reports/list.html",
+        {"rows": rows, "recent": recent, "active": active},
+    )
 
 
 def _chart_data(run: ReportRun, chart: Chart) -> dict[str, Any] | None:

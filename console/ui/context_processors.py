@@ -55,6 +55,12 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
             path == url if url == "/" else path.startswith(url)
         )
         items.append({"label": label, "url": url, "active": active})
+    from django.conf import settings
+
     from console.ui.pagination import PAGE_SIZES
 
-    return {"nav_items": items, "page_sizes": PAGE_SIZES}
+    return {
+        "nav_items": items,
+        "page_sizes": PAGE_SIZES,
+        "live_refresh_s": getattr(settings, "LIVE_REFRESH_SECONDS", 15),
+    }
