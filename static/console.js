@@ -62,15 +62,20 @@
         plugins: {legend: {display: legend === undefined ? sets.length > 1 : legend}},
         scales: {y: {beginAtZero: true}}}});
   }
-  function clock(ts, end) { return ts.map(function (t) { return t.slice(11, end); }); }
+  // Axis labels: HH:MM, or HH:MM:SS when the samples span under two hours
+  // (several samples a minute would otherwise repeat a label).
+  function clock(ts, end) {
+    if (ts.length > 1 && Date.parse(ts[ts.length - 1]) - Date.parse(ts[0]) < 7200000) end = 19;
+    return ts.map(function (t) { return t.slice(11, end); });
+  }
   function drawCharts() {
     if (!window.Chart) return;
     var d = data("series-data");
     if (d) line("traffic", clock(d.t, 16), [{label: "messages / minute", data: d.rate}]);
     var tx = data("tx-series-data");
     if (tx && tx.t.length) {
-      line("tx-outcomes", clock(tx.t, 16), [{label: "commits / h", data: tx.commits_h},
-        {label: "rollbacks / h", data: tx.rollbacks_h}, {label: "discards / h", data: tx.discards_h}]);
+      line("tx-outcomes", clock(tx.t, 16), [{label: "commits / min", data: tx.commits_min},
+        {label: "rollbacks / min", data: tx.rollbacks_min}, {label: "discards / min", data: tx.discards_min}]);
       line("tx-checks", clock(tx.t, 16), [{label: "check-backs / min", data: tx.checks_min},
         {label: "failed / min", data: tx.failed_min}]);
     }

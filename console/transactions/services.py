@@ -303,7 +303,7 @@ def sample_metrics() -> Any:
 
 
 def metric_series(hours: int = 24) -> dict[str, list[Any]]:
-    """Per-interval rates from samples: outcomes per hour, checks per minute."""
+    """Per-minute rates from samples (measured, never extrapolated)."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -318,9 +318,9 @@ def metric_series(hours: int = 24) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {
         "t": [],
         "pending": [],
-        "commits_h": [],
-        "rollbacks_h": [],
-        "discards_h": [],
+        "commits_min": [],
+        "rollbacks_min": [],
+        "discards_min": [],
         "checks_min": [],
         "failed_min": [],
     }
@@ -330,11 +330,11 @@ def metric_series(hours: int = 24) -> dict[str, list[Any]]:
             continue
         out["t"].append(b.at.isoformat())
         out["pending"].append(b.pending)
-        out["commits_h"].append(round(max(0, b.commits - a.commits) * 3600 / s, 1))
-        out["rollbacks_h"].append(
-            round(max(0, b.rollbacks - a.rollbacks) * 3600 / s, 1)
+        out["commits_min"].append(round(max(0, b.commits - a.commits) * 60 / s, 1))
+        out["rollbacks_min"].append(
+            round(max(0, b.rollbacks - a.rollbacks) * 60 / s, 1)
         )
-        out["discards_h"].append(round(max(0, b.discards - a.discards) * 3600 / s, 1))
+        out["discards_min"].append(round(max(0, b.discards - a.discards) * 60 / s, 1))
         out["checks_min"].append(
             round(max(0, b.checks_sent - a.checks_sent) * 60 / s, 1)
         )

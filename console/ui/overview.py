@@ -3,7 +3,7 @@ the last 24 hours charted. It refreshes itself every few seconds."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Sum
@@ -37,6 +37,19 @@ def _traffic_series(hours: int = 24) -> dict[str, list[Any]]:
     return {"t": labels, "rate": rates}
 
 
+def chart_window(labels: list[str], hours: int = 24) -> str:
+    """What a chart really covers: "last 24 h", or the span of its samples."""
+    if not labels:
+        return "no data yet"
+    first = datetime.fromisoformat(labels[0])
+    span = (datetime.fromisoformat(labels[-1]) - first).total_seconds()
+    if span >= (hours - 1) * 3600:
+        return f"last {hours} h"
+    if span < 3600:
+        return f"last {max(1, round(span / 60))} min (data since {first:%H:%M} UTC)"
+    return f"last {span / 3600:.1f} h (data since {first:%H:%M} UTC)"
+
+
 def overview_context() -> dict[str, Any]:
     from console.consumers.services import group_summaries, sync_offsets
     from console.delays.services import delay_stats
@@ -65,6 +78,7 @@ def overview_context() -> dict[str, Any]:
         tx_metrics = tx_stuck = None
         tx_series = {"t": []}
         tx_error = str(exc)
+    series = _traffic_series()
     return {
         "tx": tx_metrics,
         "tx_stuck": tx_stuck,
@@ -82,7 +96,9 @@ def overview_context() -> dict[str, Any]:
         if stats
         else [],
         "delay_error": delay_error,
-        "series": _traffic_series(),
+        "series": series,
+        "traffic_window": chart_window(series["t"]),
+        "tx_window": chart_window(tx_series["t"]),
         "now": timezone.now(),
     }
 
