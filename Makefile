@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-fast setup system-packages venv redis node-client migrate admin seed demo-data lint typecheck clean
+.PHONY: run test test-postgres test-fast setup system-packages venv redis node-client migrate admin seed demo-data lint typecheck clean
 
 run: setup migrate admin demo-data
 	@$(BIN)/python manage.py print_urls
@@ -19,6 +19,16 @@ run: setup migrate admin demo-data
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-postgres
+
+# The console suite once more on PostgreSQL, the production database: the server
+# at TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/postgres) when
+# it answers, else a private one under var/postgres (console/core/ensure_postgres.py).
+# Spark, service and slow tests ran above; they do not depend on the database.
+test-postgres: venv
+	@url=$$($(BIN)/python -m console.core.ensure_postgres) && echo "console suite on $$url" && \
+	DATABASE_URL=$$url $(BIN)/python -m pytest tests/console -q \
+	  -m "not spark and not services and not slow" $(PYTEST_ARGS)
 
 # Everything but the crash, browser, Spark, protocol and service groups.
 test-fast: venv
@@ -34,6 +44,7 @@ system-packages:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	{ command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; } || missing="$$missing postgresql"; \
 	command -v $(PY) >/dev/null || command -v python3 >/dev/null || missing="$$missing python3 python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \

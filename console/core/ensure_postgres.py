@@ -1,0 +1,92 @@
+"""Make sure a PostgreSQL server answers for the test suite; print its URL.
+
+Run as ``python -m console.core.ensure_postgres`` by ``make test``, which then
+runs the console suite again with ``DATABASE_URL`` set to the printed URL (the
+production database, not only SQLite). The server is the one at
+``TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``)
+when it answers; otherwise, when that URL names this machine, a private
+cluster is created under ``var/postgres`` (Debian's ``postgresql`` package,
+run as the ``postgres`` user, trust authentication on 127.0.0.1 only) and
+started on the URL's port. pytest-django creates and drops its own test
+database there.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", ""}
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def _answers(url: str) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(url, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
+
+
+def _bin(name: str) -> str:
+    found = shutil.which(name) or next(
+        iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)),
+        None,
+    )
+    if found is None:
+        raise SystemExit(
+            f"{name} not found: install PostgreSQL (apt-get install postgresql)"
+        )
+    return found
+
+
+def _start_private(port: int, var_dir: Path) -> None:
+    base = (var_dir / "postgres").resolve()
+    data = base / "data"
+    base.mkdir(parents=True, exist_ok=True)
+    as_postgres: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        shutil.chown(base, "postgres", "postgres")
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+    if not (data / "PG_VERSION").exists():
+        subprocess.run(
+            [*as_postgres, _bin("initdb"), "-D", str(data), "-U", "postgres",
+             "--auth=trust", "-E", "UTF8"],
+            check=True, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+    subprocess.run(
+        [*as_postgres, _bin("pg_ctl"), "-D", str(data), "-l", str(base / "log"),
+         "-w", "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1", "start"],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def ensure(url: str, var_dir: Path) -> str:
+    """Return the URL of a database on an answering server (``broker_console``)."""
+    if not _answers(url):
+        parsed = urlparse(url)
+        if (parsed.hostname or "") not in LOCAL_HOSTS:
+            raise SystemExit(f"PostgreSQL at {url} does not answer")
+        _start_private(parsed.port or 5432, var_dir)
+        deadline = time.monotonic() + 30
+        while not _answers(url):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the private PostgreSQL did not answer at {url}")
+            time.sleep(0.5)
+    parsed = urlparse(url)
+    return urlunparse(parsed._replace(scheme="postgres", path="/broker_console"))
+
+
+if __name__ == "__main__":
+    root = Path(__file__).resolve().parents[2]
+    print(ensure(os.environ.get("TEST_POSTGRES_URL", DEFAULT_URL), root / "var"))
+    sys.exit(0)
