@@ -36,7 +36,7 @@ class ConsumeQueue:
         self._max: int | None = None
         self._min: int | None = None
         #: Units below this have blocks in this process's view (``reserve``).
-        self._reserved_upto = 0
+        self.reserved_upto = 0
         #: Units below this are known flushed by this process.
         self.flushed_offset = 0
 
@@ -116,7 +116,7 @@ class ConsumeQueue:
         Units are written through the mapping; reserving first turns a full disk
         into ``StorageFullError`` before the log is committed, never a SIGBUS.
         """
-        if first + count < self._reserved_upto:
+        if first + count < self.reserved_upto:
             return  # one comparison on the append path
         per = self.units_per_file
         off, end = first, first + count
@@ -128,7 +128,7 @@ class ConsumeQueue:
             # One unit more: readers find the end by reading the next unit.
             want = min(per, stop - file_first + 1) * UNIT_SIZE
             seg.reserve(want, ahead=64 << 10)
-            self._reserved_upto = file_first + seg.allocated // UNIT_SIZE
+            self.reserved_upto = file_first + seg.allocated // UNIT_SIZE
             off = stop
 
     def put_packed(self, first: int, count: int, data: bytes) -> None:
@@ -192,7 +192,7 @@ class ConsumeQueue:
         self.segments.close()
         for base in self.segments.list_bases():
             (self.segments.directory / f"{base:020d}").unlink()
-        self._reserved_upto = 0
+        self.reserved_upto = 0
         self._max = None
         self._min = None
         self.flushed_offset = 0
@@ -208,7 +208,7 @@ class ConsumeQueue:
             k -= 1
         if k < m:
             self.segments.delete_from(k * UNIT_SIZE)
-            self._reserved_upto = 0  # the cut gave blocks back
+            self.reserved_upto = 0  # the cut gave blocks back
         self._max = k
 
     def flush(self) -> None:

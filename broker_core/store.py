@@ -484,8 +484,8 @@ class MessageStore:
         cqs = self.cqs
         sip, sport = self.store_ip, self.store_port
         next_q: dict[tuple[str, int], int] = {}
-        cq_parts: dict[tuple[str, int], list[bytes]] = {}
-        cq_first: dict[tuple[str, int], int] = {}
+        # Per queue of this batch: (its ConsumeQueue, first offset, packed units).
+        cq_batch: dict[tuple[str, int], tuple[Any, int, list[bytes]]] = {}
         parts: list[bytes] = []
         offsets: list[int] = []
         sizes: list[int] = []
@@ -535,12 +535,11 @@ class MessageStore:
                             if q is None:
                                 q = cq.max_offset()
                                 trusted.add(key)
-                            cq_first[key] = q
-                            cq_parts[key] = []
+                            cq_batch[key] = (cq, q, [])
                         next_q[key] = q + 1
                         if delay > 0:
                             code = now + (self._delay_ms(delay) or 1000)
-                        cq_parts[key].append(unit_pack(pos, total, code))
+                        cq_batch[key][2].append(unit_pack(pos, total, code))
                     else:
                         q = 0
                     head = pack(
@@ -559,8 +558,9 @@ class MessageStore:
                     qoffs.append(q)
                     pos += total
                 commitlog.write(chunk_start, parts)
-                for key, lst in cq_parts.items():
-                    cqs.get(*key).reserve(cq_first[key], len(lst))
+                for cq, first, lst in cq_batch.values():
+                    if first + len(lst) >= cq.reserved_upto:
+                        cq.reserve(first, len(lst))
             except BaseException:
                 # Nothing of a failed append may stay: not acknowledged, not
                 # found by a later recovery, and the next append starts here.
@@ -569,8 +569,8 @@ class MessageStore:
                 raise
             # Readers may read the records from now on; their queue units follow.
             qpack(mm, COMMIT_AT, pos)
-            for key, lst in cq_parts.items():
-                cqs.get(*key).put_packed(cq_first[key], len(lst), b"".join(lst))
+            for cq, first, lst in cq_batch.values():
+                cq.put_packed(first, len(lst), b"".join(lst))
             qpack(mm, DISPATCHED_AT, pos)
             self._own_end = pos
         finally:
