@@ -199,3 +199,21 @@ def screenshot() -> Callable[[Any, str], Path]:
         return path
 
     return shot
+
+
+@pytest.fixture
+def grpc_endpoint(broker: Any, tmp_path: Path) -> Iterator[str]:
+    """A real ``python -m broker_core serve`` on the console's store; yields
+    its address and stops it (SIGTERM, clean exit) at the end."""
+    from tests.broker_core.endpoint.test_protocol import (
+        free_port,
+        start_server,
+        stop_server,
+    )
+
+    port = free_port()
+    server = start_server(broker.store.root, port, tmp_path / "endpoint.log")
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        assert stop_server(server) == 0
