@@ -46,6 +46,18 @@ log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 10000
 
 
+def failure_kind(exc: BaseException) -> str:
+    """Why a check-back got no answer: ``no_producer`` (nobody to ask: no live
+    producer of the topic, no checker), ``timeout`` or ``error``."""
+    text = str(exc).lower()
+    if "no live producer" in text or "no producer" in text or "no checker" in text:
+        return "no_producer"
+    name = type(exc).__name__.lower()
+    if isinstance(exc, TimeoutError) or "timeout" in name or "timed out" in text:
+        return "timeout"
+    return "error"
+
+
 class CheckRunner:
     """Runs checks for one ``TransactionService``; owns the check thread pool."""
 
@@ -231,9 +243,11 @@ class CheckRunner:
             started = int(time.time() * 1000)
             t = time.perf_counter()
             detail: str | None = None
+            failure: str | None = None
             if not chain:
                 answer, name, target = CheckAnswer.FAILED, "none", "-"
                 detail = f"no checker configured for producer group {group!r}"
+                failure = "no_producer"
             else:
                 try:
                     qid = int(props.get(PROPERTY_REAL_QID, "0"))
@@ -262,13 +276,18 @@ class CheckRunner:
                     except Exception as exc:  # any failure of the call fails it
                         answer = CheckAnswer.FAILED
                         failures.append(f"{name}: {type(exc).__name__}: {exc}")
+                        failure = failure_kind(exc)
                         continue
                     name, target = transport.name, transport.target
                     break
                 # A check answered after the live producers failed says so.
                 detail = "; ".join(failures) or None
+                if answer is not CheckAnswer.FAILED:
+                    failure = None
             latency_us = int((time.perf_counter() - t) * 1e6)
-            svc.record_check(half, answer, name, target, started, latency_us, detail)
+            svc.record_check(
+                half, answer, name, target, started, latency_us, detail, failure
+            )
             if answer in (CheckAnswer.COMMIT, CheckAnswer.ROLLBACK):
                 try:
                     svc.end_transaction(

@@ -163,6 +163,8 @@ class Folder:
             self._bump("checks_sent")
             if answer == "FAILED":
                 self._bump("checks_failed")
+                why = p.get(R.PROPERTY_CHECK_FAILURE, "error")
+                self._bump(f"checks_failed_{why}")
             elif answer != "SENT":  # an asynchronous checker answers later
                 self._bump("checks_answered")
                 self._bump(f"checks_answered_{answer.lower()}")

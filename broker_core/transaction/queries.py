@@ -219,6 +219,9 @@ class QueryMixin:
             checks_commit=c.get("checks_answered_commit", 0),
             checks_rollback=c.get("checks_answered_rollback", 0),
             checks_unknown=c.get("checks_answered_unknown", 0),
+            checks_no_producer=c.get("checks_failed_no_producer", 0),
+            checks_timeout=c.get("checks_failed_timeout", 0),
+            checks_error=c.get("checks_failed_error", 0),
             half_to_outcome_ms={
                 b: c.get(f"latency_le_{b}", 0) for b in LATENCY_BUCKETS
             },

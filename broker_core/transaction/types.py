@@ -292,6 +292,10 @@ class TransactionMetrics:
     checks_commit: int
     checks_rollback: int
     checks_unknown: int
+    #: Of the failed: nobody to ask, no answer in time, any other error.
+    checks_no_producer: int
+    checks_timeout: int
+    checks_error: int
     half_to_outcome_ms: dict[int, int]
     half_to_outcome_count: int
     half_to_outcome_sum_ms: int

@@ -80,8 +80,11 @@ class WriteMixin:
         started_ms: int,
         latency_us: int,
         detail: str | None,
+        failure: str | None = None,
     ) -> int:
-        """Write one check's record (count + 1 while pending); return the count."""
+        """Write one check's record (count + 1 while pending); return the count.
+
+        ``failure`` says why a FAILED check got no answer (``failure_kind``)."""
         qoff = half.queue_offset
         with self.store.exclusive_appends():
             self.ledger.catch_up()
@@ -100,6 +103,7 @@ class WriteMixin:
                     R.PROPERTY_CHECK_ANSWER: answer.value,
                     R.PROPERTY_CHECK_LATENCY_US: str(latency_us),
                     R.PROPERTY_DETAIL: detail,
+                    R.PROPERTY_CHECK_FAILURE: failure,
                 },
             )
             self.ledger.append([op], [event(R.CHECK, op, half.commit_log_offset, qoff)])

@@ -368,3 +368,29 @@ def test_asynchronous_answers_are_recorded_and_counted(svc):
     assert m.checks_answered == 2
     with pytest.raises(ValueError):
         svc.record_check_answer(h.transaction_id, "MAYBE")
+
+
+def test_failed_checks_say_why(svc):
+    """No producer online, a timeout and any other error are counted apart."""
+    from broker_core.transaction import CheckBackError
+
+    errors = {}
+
+    def fail(req):
+        raise errors[req.transaction_id]
+
+    svc.checkers.set_default(CallableTransport(fail))
+    a = svc.send_half("pg", order(21))
+    b = svc.send_half("pg", order(22))
+    c = svc.send_half("pg", order(23))
+    errors.update(
+        {
+            a.transaction_id: CheckBackError("no live producer of topic 'Orders'"),
+            b.transaction_id: TimeoutError("read timed out"),
+            c.transaction_id: ValueError("bad reply"),
+        }
+    )
+    svc.run_check()
+    m = svc.metrics()
+    assert (m.checks_no_producer, m.checks_timeout, m.checks_error) == (1, 1, 1)
+    assert m.checks_failed == 3
