@@ -120,6 +120,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "console.ui.middleware.RequestIdMiddleware",
+    "console.ui.middleware.UserTimeZoneMiddleware",
     # Every page needs a signed-in user; /login/ and /healthz opt out.
     "console.ui.middleware.ConsoleLoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",

@@ -89,3 +89,10 @@ def rotate_token(*, actor: Any, request: Any = None) -> str:
             after={"token_prefix": token.key[:6]},
         )
     return token.key
+
+
+def set_time_zone(user: Any, zone: str) -> None:
+    """Remember the zone ``user`` reads times in ("" for the default)."""
+    from console.accounts.models import Preference
+
+    Preference.objects.update_or_create(user=user, defaults={"time_zone": zone})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -11,6 +12,7 @@ from django.views.decorators.http import require_POST
 
 from console.accounts import services
 from console.accounts.forms import NewUserForm, RoleForm
+from console.ui.middleware import SESSION_TZ, user_time_zone
 from console.ui.pagination import paginate
 from console.ui.permissions import admin_required, viewer_required
 from console.ui.roles import user_role
@@ -62,12 +64,29 @@ def change_role(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("accounts:list")
 
 
+def available_zones() -> list[str]:
+    from zoneinfo import available_timezones
+
+    return sorted(available_timezones())
+
+
 @viewer_required
 def my_account(request: HttpRequest) -> HttpResponse:
     """Your role and your API token (``Authorization: Token <key>``)."""
     from rest_framework.authtoken.models import Token
 
     new_key = None
+    if request.method == "POST" and "time_zone" in request.POST:
+        zone = request.POST["time_zone"]
+        if zone and zone not in available_zones():
+            messages.error(request, f"Unknown time zone {zone!r}.")
+        else:
+            services.set_time_zone(request.user, zone)
+            request.session[SESSION_TZ] = zone
+            messages.success(
+                request, f"Times now show in {zone or 'the default zone'}."
+            )
+        return redirect("account:me")
     if request.method == "POST":
         new_key = services.rotate_token(actor=request.user, request=request)
         messages.success(
@@ -81,5 +100,8 @@ def my_account(request: HttpRequest) -> HttpResponse:
             "new_key": new_key,
             "token_prefix": token.key[:6] if token else None,
             "token_created": token.created if token else None,
+            "zones": available_zones(),
+            "my_zone": user_time_zone(request),
+            "default_zone": settings.TIME_ZONE,
         },
     )

@@ -6,6 +6,7 @@ import datetime as dt
 
 from django import forms
 from django.utils import timezone
+from django.utils.functional import lazy
 
 
 class ReasonField(forms.CharField):
@@ -19,6 +20,9 @@ class ReasonField(forms.CharField):
             forms.TextInput(attrs={"size": 50, "placeholder": "why (audited)"}),
         )
         super().__init__(**kwargs)
+
+
+_zone_help = lazy(lambda: f"ISO, {timezone.get_current_timezone_name()}", str)
 
 
 class LocalDateTimeField(forms.DateTimeField):
@@ -45,7 +49,8 @@ class LocalDateTimeField(forms.DateTimeField):
             ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S",
              "%Y-%m-%d %H:%M", "%Y-%m-%d"],
         )  # fmt: skip
-        kwargs.setdefault("help_text", f"ISO, {timezone.get_current_timezone_name()}")
+        # Lazy: the zone of the request rendering the form (the user's choice).
+        kwargs.setdefault("help_text", _zone_help())
         super().__init__(**kwargs)
 
 

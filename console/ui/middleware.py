@@ -42,3 +42,44 @@ class RequestIdMiddleware:
         response = self.get_response(request)
         response["X-Request-ID"] = request.request_id
         return response
+
+
+#: Session key of the user's time zone ("" for the console's default).
+SESSION_TZ = "console_tz"
+
+
+def user_time_zone(request: HttpRequest) -> str:
+    """The signed-in user's chosen zone, cached in the session ("" if none)."""
+    tz = request.session.get(SESSION_TZ)
+    if tz is None:
+        from console.accounts.models import Preference
+
+        pref = Preference.objects.filter(user=request.user).first()
+        tz = pref.time_zone if pref else ""
+        request.session[SESSION_TZ] = tz
+    return str(tz)
+
+
+class UserTimeZoneMiddleware:
+    """Show every time in the signed-in user's zone (``|when``, forms)."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> Any:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        from django.utils import timezone
+
+        tz = ""
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            tz = user_time_zone(request)
+        try:
+            if tz:
+                timezone.activate(ZoneInfo(tz))
+            else:
+                timezone.deactivate()
+        except (ZoneInfoNotFoundError, ValueError):
+            timezone.deactivate()
+        return self.get_response(request)

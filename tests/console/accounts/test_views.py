@@ -68,3 +68,26 @@ def test_my_api_token(client_as, client, role) -> None:
 
 def test_account_page_needs_a_role(client_as) -> None:
     assert client_as("none").get("/account/").status_code == 403
+
+
+def test_each_user_reads_times_in_the_zone_they_chose(client, client_as, users) -> None:
+    """A per-user choice, kept across sign-ins; the default is the console's
+    TIME_ZONE (UTC)."""
+    from tests.console.conftest import PASSWORD
+
+    c = client_as("operator")
+    c.post("/account/")  # an API token: the page shows when it was created
+    assert " UTC</time>" in c.get("/account/").content.decode()
+    assert c.post("/account/", {"time_zone": "Mars/Olympus"}).status_code == 302
+    assert " UTC</time>" in c.get("/account/").content.decode()  # refused
+    c.post("/account/", {"time_zone": "Asia/Tokyo"})
+    page = c.get("/account/").content.decode()
+    assert " JST</time>" in page and "<option selected>Asia/Tokyo</option>" in page
+    # Another sign-in of the same user; another user keeps the default.
+    signed_in = client.post("/login/", {"username": "operator", "password": PASSWORD})
+    assert signed_in.status_code == 302
+    client.post("/account/")
+    assert " JST</time>" in client.get("/account/").content.decode()
+    other = client_as("viewer")
+    other.post("/account/")
+    assert " UTC</time>" in other.get("/account/").content.decode()
