@@ -109,6 +109,7 @@ INSTALLED_APPS = [
     "console.delays",
     "console.transactions",
     "console.reports",
+    "console.overview",
 ]
 
 MIDDLEWARE = [

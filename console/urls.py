@@ -7,7 +7,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from console.core import views as core_views
-from console.ui.overview import overview
+from console.overview.views import overview
 
 api_patterns = [
     path("", include("console.audit.api.urls")),

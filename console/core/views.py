@@ -1,8 +1,6 @@
-"""Overview page and the health endpoint."""
+"""The health endpoint."""
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 
 from console.core.health import run_checks
@@ -19,8 +17,3 @@ def healthz(request: HttpRequest) -> JsonResponse:
         "components": components,
     }
     return JsonResponse(body, status=200 if healthy else 503)
-
-
-@login_required
-def overview(request: HttpRequest) -> HttpResponse:
-    return render(request, "core/overview.html", {})

@@ -106,6 +106,8 @@ def overview_context() -> dict[str, Any]:
 @viewer_required
 def overview(request: HttpRequest) -> HttpResponse:
     template = (
-        "ui/_overview.html" if request.headers.get("HX-Request") else "ui/overview.html"
+        "overview/_overview.html"
+        if request.headers.get("HX-Request")
+        else "overview/overview.html"
     )
     return render(request, template, overview_context())

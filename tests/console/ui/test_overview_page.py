@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from console.ui.overview import chart_window
+from console.overview.views import chart_window
 
 pytestmark = pytest.mark.django_db
 
