@@ -3,7 +3,6 @@ and reset a group's offsets to a time or an offset (operator), audited."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,12 +35,9 @@ def subscribed_queues(store: Any) -> list[tuple[str, str, int, int]]:
         offsets.setdefault((group, topic), {}).update(
             {int(q): int(o) for q, o in queues.items()}
         )
-    try:
-        data = json.loads((store.root / "clients.json").read_text())
-        clients = data.get("clients", []) if isinstance(data, dict) else []
-    except (OSError, ValueError):
-        clients = []
-    for c in clients:
+    from console.transactions.producers import connected_clients
+
+    for c in connected_clients():
         if not isinstance(c, dict) or c.get("client_type") not in _CONSUMER_TYPES:
             continue
         for topic in (c.get("topics") or ()) if c.get("group") else ():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any
 import redis
 from django.conf import settings
 
-from console.core.health import BEAT_KEY, beat_stale_after
+from console.core.health import BEAT_KEY, beat_stale_after, check_grpc
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +100,9 @@ def _background() -> list[Alert]:
 
 
 def _endpoint() -> list[Alert]:
-    host, _, port = settings.GRPC_LISTEN.rpartition(":")
     try:
-        with socket.create_connection(
-            (host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S
-        ):
-            return []
+        check_grpc(PROBE_TIMEOUT_S)
+        return []
     except (OSError, ValueError):
         return [
             Alert(

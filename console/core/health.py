@@ -54,9 +54,9 @@ def check_beat() -> dict[str, Any]:
     return {"last_tick_age_s": round(age, 1)}
 
 
-def check_grpc() -> dict[str, Any]:
+def check_grpc(timeout: float = 2.0) -> dict[str, Any]:
     host, _, port = settings.GRPC_LISTEN.rpartition(":")
-    with socket.create_connection((host.strip("[]"), int(port)), timeout=2):
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
         pass
     return {"listen": settings.GRPC_LISTEN}
 
