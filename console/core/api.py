@@ -32,6 +32,20 @@ def http_status_for(exc: errors.BrokerError) -> int:
     return status.HTTP_500_INTERNAL_SERVER_ERROR
 
 
+def _summary(detail: Any) -> str:
+    """One line from a serializer's errors: "reason: This field is required."."""
+    if isinstance(detail, dict):
+        parts = []
+        for name, errs in detail.items():
+            first = errs[0] if isinstance(errs, list) and errs else errs
+            text = _summary(first) if isinstance(first, dict | list) else str(first)
+            parts.append(text if name == "non_field_errors" else f"{name}: {text}")
+        return "; ".join(parts) or "Invalid input."
+    if isinstance(detail, list) and detail:
+        return str(detail[0])
+    return "Invalid input."
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Answer every API error as ``{"code": ..., "message": ...}``."""
     if isinstance(exc, errors.BrokerError):
@@ -48,5 +62,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         code = getattr(detail["detail"], "code", code)
         response.data = {"code": code, "message": message}
     else:
-        response.data = {"code": code, "message": "Invalid input.", "fields": detail}
+        response.data = {
+            "code": code,
+            "message": _summary(detail),
+            "fields": detail,
+        }
     return response

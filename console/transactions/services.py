@@ -5,6 +5,7 @@ pending-transaction index; commit (admin), roll back, resume and bulk roll back
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from broker_core.transaction import (
 )
 from console.audit.services import audited
 from console.brokerlink import get_transaction_service
+from console.ui.roles import ADMIN, OPERATOR
 
 #: The most halves one bulk rollback touches; the operator repeats for more.
 BULK_MAX = 1000
@@ -110,62 +112,86 @@ def _before(transaction_id: str) -> dict[str, Any] | None:
         return None
 
 
-def commit_transaction(
-    *, actor: Any, transaction_id: str, reason: str, request: Any = None
-) -> EndTransactionResult:
-    """Commit a half as an operator (admin): its message reaches consumers.
+@dataclass(frozen=True, slots=True)
+class Verb:
+    """One operator action on a half, the same on the pages and the API.
 
-    Raises ``TransactionConflictError`` if it was rolled back meanwhile."""
-    service = get_transaction_service()
-    return audited(
-        lambda: service.commit(transaction_id, operator=actor.get_username()),
-        actor=actor,
-        request=request,
-        action="transaction.commit",
-        object_type="transaction",
-        object_id=transaction_id,
-        reason=reason,
-        before=_before(transaction_id),
-        after=_result_dict,
+    ``role`` is the least role allowed; ``run(service, id, operator)`` does it;
+    ``after`` turns its result into the audit record's "after"."""
+
+    name: str
+    role: str
+    done: str  # "Committed", for the page's message
+    run: Callable[[Any, str, str], Any]
+    after: Callable[[Any], dict[str, Any]]
+    #: commit makes the operator type this word: a wrong commit cannot be undone.
+    confirm_word: str | None = None
+    reason_required: bool = True
+
+    @property
+    def action(self) -> str:
+        return f"transaction.{self.name}"
+
+
+VERBS: dict[str, Verb] = {
+    v.name: v
+    for v in (
+        # Commit (admin): the message reaches consumers. A half rolled back
+        # meanwhile raises ``TransactionConflictError``.
+        Verb(
+            "commit",
+            ADMIN,
+            "Committed",
+            lambda svc, tid, who: svc.commit(tid, operator=who),
+            _result_dict,
+            confirm_word="COMMIT",
+        ),
+        # Roll back (operator): the message is never delivered. A second
+        # rollback is ALREADY_RESOLVED, not an error; a committed half raises
+        # ``TransactionConflictError``.
+        Verb(
+            "rollback",
+            OPERATOR,
+            "Rolled back",
+            lambda svc, tid, who: svc.rollback(tid, operator=who),
+            _result_dict,
+        ),
+        # Resume (operator): a discarded half is checked again.
+        Verb(
+            "resume",
+            OPERATOR,
+            "Resumed",
+            lambda svc, tid, who: svc.resume(tid, operator=who),
+            lambda state: {"state": state.value},
+            reason_required=False,
+        ),
     )
+}
 
 
-def rollback_transaction(
-    *, actor: Any, transaction_id: str, reason: str, request: Any = None
-) -> EndTransactionResult:
-    """Roll back a half (operator): its message is never delivered.
+def perform(
+    verb: str | Verb,
+    *,
+    actor: Any,
+    transaction_id: str,
+    reason: str = "",
+    request: Any = None,
+) -> Any:
+    """Do ``verb`` on one half as ``actor``, audited (before and after).
 
-    A second rollback of the same half is ALREADY_RESOLVED, not an error;
-    rolling back a committed half raises ``TransactionConflictError``."""
+    The caller has checked ``actor``'s role against ``verb.role``."""
+    v = VERBS[verb] if isinstance(verb, str) else verb
     service = get_transaction_service()
     return audited(
-        lambda: service.rollback(transaction_id, operator=actor.get_username()),
+        lambda: v.run(service, transaction_id, actor.get_username()),
         actor=actor,
         request=request,
-        action="transaction.rollback",
+        action=v.action,
         object_type="transaction",
         object_id=transaction_id,
         reason=reason,
         before=_before(transaction_id),
-        after=_result_dict,
-    )
-
-
-def resume_transaction(
-    *, actor: Any, transaction_id: str, reason: str = "", request: Any = None
-) -> TransactionState:
-    """Resume the check of a discarded half (operator)."""
-    service = get_transaction_service()
-    return audited(
-        lambda: service.resume(transaction_id, operator=actor.get_username()),
-        actor=actor,
-        request=request,
-        action="transaction.resume",
-        object_type="transaction",
-        object_id=transaction_id,
-        reason=reason,
-        before=_before(transaction_id),
-        after=lambda s: {"state": s.value},
+        after=v.after,
     )
 
 
@@ -185,8 +211,12 @@ def bulk_rollback(
     out = BulkResult()
     for tid in transaction_ids[:BULK_MAX]:
         try:
-            r = rollback_transaction(
-                actor=actor, transaction_id=tid, reason=reason, request=request
+            r = perform(
+                "rollback",
+                actor=actor,
+                transaction_id=tid,
+                reason=reason,
+                request=request,
             )
         except BrokerError as exc:
             out.failed[tid] = str(exc)

@@ -8,7 +8,10 @@ urlpatterns = [
     path("discarded/", views.discarded_list, name="discarded"),
     path("bulk-rollback/", views.bulk_rollback, name="bulk-rollback"),
     path("<str:transaction_id>/", views.half_detail, name="detail"),
-    path("<str:transaction_id>/rollback/", views.rollback, name="rollback"),
-    path("<str:transaction_id>/commit/", views.commit, name="commit"),
-    path("<str:transaction_id>/resume/", views.resume, name="resume"),
+    # One view for commit, rollback and resume (services.VERBS); the names
+    # stay per verb for the templates.
+    *(
+        path(f"<str:transaction_id>/{verb}/", views.act, {"verb": verb}, name=verb)
+        for verb in ("commit", "rollback", "resume")
+    ),
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -16,12 +17,17 @@ from django.views.decorators.http import require_POST
 from broker_core.errors import BrokerError, UnknownTransactionError
 from broker_core.transaction import EndTransactionStatus, TransactionState
 from console.transactions import services
-from console.transactions.filtersets import HalfFilterSet
-from console.transactions.forms import BulkRollbackForm, CommitForm, ReasonForm
+from console.transactions.forms import (
+    BulkRollbackForm,
+    CommitForm,
+    HalfFilterForm,
+    OptionalReasonForm,
+    ReasonForm,
+)
 from console.ui.body import view_body
 from console.ui.pagination import DEFAULT_PAGE_SIZE, PAGE_SIZES
-from console.ui.permissions import admin_required, operator_required, viewer_required
-from console.ui.roles import can_see_bodies
+from console.ui.permissions import operator_required, viewer_required
+from console.ui.roles import can_see_bodies, has_role
 
 
 class _Counted(list):
@@ -32,7 +38,7 @@ class _Counted(list):
         self.total = total
 
 
-def _page(request: HttpRequest, fs: HalfFilterSet):
+def _page(request: HttpRequest, fs: HalfFilterForm):
     try:
         number = max(1, int(request.GET.get("page", 1)))
         size = int(request.GET.get("per_page", DEFAULT_PAGE_SIZE))
@@ -49,7 +55,7 @@ def _page(request: HttpRequest, fs: HalfFilterSet):
 
 
 def _list(request: HttpRequest, default_state: str, template: str) -> HttpResponse:
-    fs = HalfFilterSet(request.GET or None, default_state=default_state)
+    fs = HalfFilterForm(request.GET or None, default_state=default_state)
     page = _page(request, fs)
     return render(
         request,
@@ -109,81 +115,54 @@ def _back(request: HttpRequest, transaction_id: str) -> HttpResponse:
     return redirect("transactions:detail", transaction_id=transaction_id)
 
 
-def _report(request: HttpRequest, verb: str, tid: str, r) -> None:
-    if r.status == EndTransactionStatus.RESOLVED:
-        messages.success(request, f"{verb} {tid}.")
+#: The form each verb's POST must pass.
+_FORMS = {"commit": CommitForm, "rollback": ReasonForm, "resume": OptionalReasonForm}
+
+
+def _report(request: HttpRequest, verb: services.Verb, tid: str, result) -> None:
+    if isinstance(result, TransactionState):  # resume
+        messages.success(request, f"{verb.done} {tid}: it will be checked again.")
+    elif result.status == EndTransactionStatus.RESOLVED:
+        messages.success(request, f"{verb.done} {tid}.")
     else:
-        who = f" by {r.operator}" if r.operator else ""
+        who = f" by {result.operator}" if result.operator else ""
         messages.warning(
             request,
-            f"{tid} was already {r.state.value.lower()}"
-            f" ({r.source.value.lower() if r.source else '?'}{who}); "
+            f"{tid} was already {result.state.value.lower()}"
+            f" ({result.source.value.lower() if result.source else '?'}{who}); "
             "nothing changed.",
         )
 
 
 @require_POST
-@operator_required
-def rollback(request: HttpRequest, transaction_id: str) -> HttpResponse:
-    form = ReasonForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, "Not rolled back: a reason is required.")
-        return _back(request, transaction_id)
-    try:
-        r = services.rollback_transaction(
-            actor=request.user,
-            request=request,
-            transaction_id=transaction_id,
-            reason=form.cleaned_data["reason"],
-        )
-    except BrokerError as exc:
-        messages.error(request, f"Not rolled back: {exc}")
-    else:
-        _report(request, "Rolled back", transaction_id, r)
-    return _back(request, transaction_id)
-
-
-@require_POST
-@admin_required
-def commit(request: HttpRequest, transaction_id: str) -> HttpResponse:
-    form = CommitForm(request.POST)
+@viewer_required
+def act(request: HttpRequest, transaction_id: str, verb: str) -> HttpResponse:
+    """Commit, roll back or resume one half (``services.VERBS``), audited."""
+    v = services.VERBS.get(verb)
+    if v is None:
+        raise Http404(f"no action {verb!r}")
+    if not has_role(request.user, v.role):
+        raise PermissionDenied(f"This needs the {v.role} role.")
+    form = _FORMS[v.name](request.POST)
+    failed = f"Not {v.done.lower()}"
     if not form.is_valid():
         messages.error(
             request,
-            "Not committed: "
-            + " ".join(e for errs in form.errors.values() for e in errs),
+            f"{failed}: " + " ".join(e for errs in form.errors.values() for e in errs),
         )
         return _back(request, transaction_id)
     try:
-        r = services.commit_transaction(
+        result = services.perform(
+            v,
             actor=request.user,
             request=request,
             transaction_id=transaction_id,
             reason=form.cleaned_data["reason"],
         )
     except BrokerError as exc:
-        messages.error(request, f"Not committed: {exc}")
+        messages.error(request, f"{failed}: {exc}")
     else:
-        _report(request, "Committed", transaction_id, r)
-    return _back(request, transaction_id)
-
-
-@require_POST
-@operator_required
-def resume(request: HttpRequest, transaction_id: str) -> HttpResponse:
-    try:
-        services.resume_transaction(
-            actor=request.user,
-            request=request,
-            transaction_id=transaction_id,
-            reason=request.POST.get("reason", ""),
-        )
-    except BrokerError as exc:
-        messages.error(request, f"Not resumed: {exc}")
-    else:
-        messages.success(
-            request, f"Resumed {transaction_id}: it will be checked again."
-        )
+        _report(request, v, transaction_id, result)
     return _back(request, transaction_id)
 
 
@@ -205,7 +184,7 @@ def bulk_rollback(request: HttpRequest) -> HttpResponse:
         if not isinstance(filters, dict):
             messages.error(request, "Nothing rolled back: the filter was unreadable.")
             return redirect(back)
-        fs = HalfFilterSet(filters)
+        fs = HalfFilterForm(filters)
         kwargs = fs.list_kwargs()
         kwargs["state"] = "PENDING" if kwargs["state"] != "DISCARDED" else "DISCARDED"
         ids = services.matching_ids(**kwargs)

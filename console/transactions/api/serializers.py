@@ -62,6 +62,10 @@ class ReasonSerializer(serializers.Serializer):
     reason = serializers.CharField(min_length=3, max_length=1000)
 
 
+class OptionalReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=1000)
+
+
 class CommitSerializer(ReasonSerializer):
     confirm = serializers.CharField(help_text='must be "COMMIT"')
 

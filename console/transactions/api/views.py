@@ -3,24 +3,25 @@ commit (admin), rollback, resume and bulk rollback (operator)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from broker_core.errors import ValidationError
+from broker_core.transaction import TransactionState
 from console.transactions import services
 from console.transactions.api.serializers import (
     BulkRollbackSerializer,
     CommitSerializer,
+    OptionalReasonSerializer,
     ReasonSerializer,
     detail_json,
     half_json,
 )
-from console.transactions.filtersets import HalfFilterSet
+from console.transactions.forms import HalfFilterForm
 from console.ui.permissions import HasRole
-from console.ui.roles import ADMIN, OPERATOR, VIEWER, can_see_bodies
+from console.ui.roles import OPERATOR, VIEWER, can_see_bodies
 
 _LIST_PARAMS = [
     OpenApiParameter(n, str) for n in ("producer_group", "topic", "key", "sort")
@@ -57,7 +58,7 @@ class TransactionListView(APIView):
         operation_id="transactions_list", parameters=_LIST_PARAMS, responses=dict
     )
     def get(self, request):
-        fs = HalfFilterSet(request.query_params)
+        fs = HalfFilterForm(request.query_params)
         if not fs.is_valid():
             raise ValidationError(
                 "; ".join(f"{k}: {' '.join(v)}" for k, v in fs.errors.items())
@@ -95,56 +96,50 @@ class TransactionDetailView(APIView):
         )
 
 
-class CommitView(APIView):
-    permission_classes = [HasRole]
-    write_role = ADMIN
+class _ActionView(APIView):
+    """POST one of ``services.VERBS`` on a half; the subclasses below name it."""
 
-    @extend_schema(request=CommitSerializer, responses=dict)
+    permission_classes = [HasRole]
+    verb: str
+    serializer_class: type[serializers.Serializer]
+
+    @property
+    def write_role(self) -> str:
+        return services.VERBS[self.verb].role
+
     def post(self, request, transaction_id: str):
-        s = CommitSerializer(data=request.data)
+        s = self.serializer_class(data=request.data)
         s.is_valid(raise_exception=True)
-        r = services.commit_transaction(
+        result = services.perform(
+            self.verb,
             actor=request.user,
             request=request,
             transaction_id=transaction_id,
-            reason=s.validated_data["reason"],
+            reason=s.validated_data.get("reason", ""),
         )
-        return Response(_end_json(r))
+        if isinstance(result, TransactionState):  # resume
+            return Response({"id": transaction_id, "state": result.value})
+        return Response(_end_json(result))
 
 
-class RollbackView(APIView):
-    permission_classes = [HasRole]
-    write_role = OPERATOR
-
-    @extend_schema(request=ReasonSerializer, responses=dict)
-    def post(self, request, transaction_id: str):
-        s = ReasonSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        r = services.rollback_transaction(
-            actor=request.user,
-            request=request,
-            transaction_id=transaction_id,
-            reason=s.validated_data["reason"],
-        )
-        return Response(_end_json(r))
+@extend_schema_view(post=extend_schema(request=CommitSerializer, responses=dict))
+class CommitView(_ActionView):
+    verb = "commit"
+    serializer_class = CommitSerializer
 
 
-class ResumeView(APIView):
-    permission_classes = [HasRole]
-    write_role = OPERATOR
+@extend_schema_view(post=extend_schema(request=ReasonSerializer, responses=dict))
+class RollbackView(_ActionView):
+    verb = "rollback"
+    serializer_class = ReasonSerializer
 
-    @extend_schema(request=ReasonSerializer, responses=dict)
-    def post(self, request, transaction_id: str):
-        if not isinstance(request.data, Mapping):
-            raise ValidationError("the body must be a JSON object")
-        reason = str(request.data.get("reason", ""))
-        state = services.resume_transaction(
-            actor=request.user,
-            request=request,
-            transaction_id=transaction_id,
-            reason=reason,
-        )
-        return Response({"id": transaction_id, "state": state.value})
+
+@extend_schema_view(
+    post=extend_schema(request=OptionalReasonSerializer, responses=dict)
+)
+class ResumeView(_ActionView):
+    verb = "resume"
+    serializer_class = OptionalReasonSerializer
 
 
 class BulkRollbackView(APIView):
