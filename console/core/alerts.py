@@ -3,7 +3,8 @@
 Each check says what is wrong, what it means for the broker and what to do.
 The answer is kept for ``HEALTH_BANNER_TTL`` seconds (5) per console process and every
 probe has a short timeout, so pages stay fast even while Redis or the endpoint
-is down.
+is down. Nothing here scans the store: stuck halves are counted by the periodic
+transaction check, which publishes the counts in Redis.
 """
 
 from __future__ import annotations
@@ -149,18 +150,23 @@ def _disk() -> list[Alert]:
 
 
 def _stuck() -> list[Alert]:
-    from console.transactions.services import get_transaction_service, stuck_counts
+    """Stuck halves as counted by the last periodic check (never on a request)."""
+    from console.transactions.services import published_stuck_counts
 
-    get_transaction_service().refresh_index(0.2)  # fold recent checks, bounded
-    s = stuck_counts()
-    if not s["by_checks"]:
+    try:
+        s = published_stuck_counts(_redis())
+    except redis.RedisError:
+        return []  # _background already says Redis is down
+    if not s or not s["by_checks"]:
         return []
+    at = time.strftime("%H:%M:%S UTC", time.gmtime(s["at"]))
     return [
         Alert(
             "warning",
             f"{s['by_checks']} half messages are stuck",
             f"They were checked {s['checks']} times or more without an answer "
-            "that resolves them: their producers are gone or say they do not know.",
+            "that resolves them: their producers are gone or say they do not "
+            f"know (counted by the transaction check at {at}).",
             "Open Transactions (sorted by checks) and commit or roll them back "
             "with a reason.",
         )

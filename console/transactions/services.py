@@ -4,6 +4,7 @@ pending-transaction index; commit (admin), roll back, resume and bulk roll back
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -372,6 +373,30 @@ def metric_series(hours: int = 24) -> dict[str, list[Any]]:
             round(max(0, b.checks_failed - a.checks_failed) * 60 / s, 1)
         )
     return out
+
+
+#: Redis key of the stuck counts the periodic check publishes for the banner.
+STUCK_KEY = "transactions:stuck"
+
+
+def publish_stuck_counts(client: Any) -> dict[str, Any]:
+    """Count stuck halves and keep the answer in Redis for every console process.
+
+    Called by the periodic check (``tasks.run_check``) after each run, so no
+    page request pays for a count over the whole index; the key expires after
+    three intervals, so a count is never shown long after the check stopped
+    (the banner then says the check is not running)."""
+    counts: dict[str, Any] = dict(stuck_counts())
+    counts["at"] = time.time()
+    ttl = max(30, int(3 * float(settings.TRANSACTION_CHECK_INTERVAL)))
+    client.set(STUCK_KEY, json.dumps(counts), ex=ttl)
+    return counts
+
+
+def published_stuck_counts(client: Any) -> dict[str, Any] | None:
+    """The last counts ``publish_stuck_counts`` kept, or None."""
+    raw = client.get(STUCK_KEY)
+    return None if raw is None else json.loads(raw)
 
 
 def stuck_counts() -> dict[str, int]:

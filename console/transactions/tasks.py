@@ -3,7 +3,8 @@
 Thin: a Redis lock keeps one run at a time across workers (the store's own
 check lock backs it up across hosts sharing nothing but the store), then
 ``TransactionService.run_check`` does the work within a budget shorter than the
-interval, so a run ends before the next is scheduled.
+interval, so a run ends before the next is scheduled. Each run then publishes
+the stuck-half counts the health banner shows.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from redis.exceptions import LockError
 
 from console.brokerlink import get_transaction_service
 from console.core.health import redis_client
+from console.transactions.services import publish_stuck_counts
 
 LOCK_KEY = "transactions:run_check"
 
@@ -40,6 +42,9 @@ def run_check() -> dict[str, Any]:
             if install is not None:
                 install(service, settings.REDIS_URL)
         result = service.run_check(time_budget_s=budget)
+        # The health banner shows these; counting here keeps it off page requests.
+        service.refresh_index(2.0)
+        publish_stuck_counts(redis_client())
     finally:
         try:
             lock.release()

@@ -36,16 +36,28 @@ def test_stuck_halves_are_announced(settings, broker) -> None:
 
     from broker_core import Message
     from broker_core.transaction import CheckAnswer
-    from console.transactions.services import get_transaction_service
+    from console.core.alerts import reset_cache
+    from console.core.health import redis_client
+    from console.transactions.services import STUCK_KEY, get_transaction_service
+    from console.transactions.tasks import run_check
 
+    redis_client().delete(STUCK_KEY)
     settings.TRANSACTION_STUCK_CHECKS = 3
     svc = get_transaction_service()
     h = svc.send_half("pg", Message("Orders", b"x"))
+    run_check()  # the periodic check publishes the counts the banner shows
     assert not any("stuck" in t for t in _titles())
     half = svc.locate(h.transaction_id)
     for _ in range(3):  # three checks nobody answered
         now = int(time.time() * 1000)
         svc.record_check(half, CheckAnswer.FAILED, "grpc", "-", now, 0, "no producer")
+    reset_cache()
+    # Pages never count: until the next periodic check, the banner says nothing.
+    assert not any("stuck" in t for t in _titles())
+    run_check()
+    reset_cache()
     (alert,) = [a for a in current_alerts() if "stuck" in a.title]
     assert alert.title == "1 half messages are stuck"
     assert "checked 3 times or more" in alert.meaning
+    assert "counted by the transaction check at" in alert.meaning
+    redis_client().delete(STUCK_KEY)
