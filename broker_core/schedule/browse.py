@@ -1,4 +1,7 @@
-"""Look-ups for the console: find, list and count pending scheduled messages."""
+"""Look-ups for the console: find, list and count pending scheduled messages.
+
+``ScheduleBrowser`` reads; it owns no state. ``DelayService`` holds one and
+passes it the schedule's current progress and timer wheel under its lock."""
 
 from __future__ import annotations
 
@@ -17,28 +20,28 @@ from broker_core.schedule.rewrite import PROPERTY_DELAY_SRC, PROPERTY_TIMER_OUT_
 from broker_core.validation import SCHEDULE_TOPIC, TIMER_TOPIC
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from broker_core.broker import Broker
     from broker_core.schedule.progress import Progress
     from broker_core.schedule.wheel import TimerWheel
     from broker_core.store import MessageStore
 
+    #: (level, queue offset, stored due ms, now ms) -> effective due ms
+    LevelDue = Callable[[int, int, int, int], int]
+
 _MINUTE, _HOUR, _DAY = 60_000, 3_600_000, 86_400_000
 
 
-class BrowseMixin:
-    """Read-only views of ``DelayService`` state (lock held by the caller)."""
+class ScheduleBrowser:
+    """Read-only views of the schedule (the caller holds the schedule lock)."""
 
-    broker: Broker
-    store: MessageStore
-    levels_ms: list[int]
-    progress: Progress
-    wheel: TimerWheel
-    last_error: str | None
+    def __init__(self, broker: Broker, levels_ms: list[int]) -> None:
+        self.broker = broker
+        self.store: MessageStore = broker.store
+        self.levels_ms = levels_ms
 
-    def _level_due(self, level: int, qoff: int, due: int, now: int) -> int:
-        raise NotImplementedError  # DelayService._level_due
-
-    def find_scheduled(self, msg_id: str) -> MessageExt:
+    def find(self, msg_id: str) -> MessageExt:
         """Return the parked record of a scheduled message; ``RecallError`` if none."""
         for topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
             try:
@@ -49,9 +52,9 @@ class BrowseMixin:
                 return m
         raise RecallError(f"no scheduled message with id {msg_id!r}")
 
-    def _level_head(self, level: int) -> tuple[int, int] | None:
+    def _level_head(self, p: Progress, level: int) -> tuple[int, int] | None:
         """Return (queue offset, due ms) of a level's first pending message."""
-        p, q = self.progress, level - 1
+        q = level - 1
         off = p.level_offset(level)
         cancelled = p.cancelled.get(level, ())
         while off < self.store.max_offset(SCHEDULE_TOPIC, q):
@@ -64,17 +67,22 @@ class BrowseMixin:
                 off += 1
         return None
 
-    def collect_stats(self, now: int) -> DelayStats:
-        p = self.progress
+    def stats(
+        self,
+        p: Progress,
+        wheel: TimerWheel,
+        now: int,
+        level_due: LevelDue,
+        last_error: str | None,
+    ) -> DelayStats:
+        """Per-level backlogs and due times, timers by horizon, deliveries."""
         levels: list[LevelStats] = []
         for level, delay in enumerate(self.levels_ms, start=1):
             q = level - 1
             off = p.level_offset(level)
             hi = self.store.max_offset(SCHEDULE_TOPIC, q)
-            head = self._level_head(level)
-            nxt = (
-                None if head is None else self._level_due(level, head[0], head[1], now)
-            )
+            head = self._level_head(p, level)
+            nxt = None if head is None else level_due(level, head[0], head[1], now)
             levels.append(
                 LevelStats(
                     level=level,
@@ -90,7 +98,7 @@ class BrowseMixin:
         counts = [0, 0, 0, 0]
         pending = 0
         first: int | None = None
-        for _start, bucket in self.wheel.iter_buckets():
+        for _start, bucket in wheel.iter_buckets():
             for due, qoff, _phys in bucket:
                 if p.timer_is_done(qoff):
                     continue
@@ -119,7 +127,7 @@ class BrowseMixin:
         )
         per_minute = {m * _MINUTE: n for m, n in sorted(p.delivered.items())}
         last = p.delivered.get(now // _MINUTE - 1, 0)
-        return DelayStats(now, levels, timers, per_minute, last, self.last_error)
+        return DelayStats(now, levels, timers, per_minute, last, last_error)
 
     def _describe(
         self, m: MessageExt, kind: ScheduleKind, level: int, due: int
@@ -139,15 +147,21 @@ class BrowseMixin:
             body_size=len(m.body),
         )
 
-    def collect_scheduled(
-        self, kind: ScheduleKind | str | None, level: int | None, limit: int, start: int
+    def scheduled(
+        self,
+        p: Progress,
+        wheel: TimerWheel,
+        kind: ScheduleKind | str | None,
+        level: int | None,
+        limit: int,
+        start: int,
     ) -> list[ScheduledMessage]:
+        """Pending scheduled messages, earliest due first, ``start``/``limit``."""
         want = None if kind is None else ScheduleKind(kind)
         need = max(0, start) + max(0, limit)
         found: list[
             tuple[int, ScheduleKind, int, int]
         ] = []  # due, kind, level, log offset
-        p = self.progress
         if want in (None, ScheduleKind.LEVEL):
             for lv in range(1, len(self.levels_ms) + 1):
                 if level is not None and lv != level:
@@ -159,7 +173,7 @@ class BrowseMixin:
                     if off + i not in cancelled:
                         found.append((due, ScheduleKind.LEVEL, lv, phys))
         if want in (None, ScheduleKind.TIMER) and level in (None, 0):
-            for due, qoff, phys in self.wheel.earliest(need * 2 + 16):
+            for due, qoff, phys in wheel.earliest(need * 2 + 16):
                 if not p.timer_is_done(qoff):
                     found.append((due, ScheduleKind.TIMER, 0, phys))
         found.sort(key=lambda t: (t[0], t[3]))

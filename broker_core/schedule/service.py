@@ -24,29 +24,41 @@ import time
 from collections.abc import Callable, Sequence
 
 from broker_core.broker import Broker
-from broker_core.errors import BrokerError, MessageNotFoundError, TopicExistsError
+from broker_core.errors import (
+    BrokerError,
+    MessageNotFoundError,
+    RecallError,
+    TopicExistsError,
+)
 from broker_core.message import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_UNIQ_KEY,
+    Message,
     MessageExt,
     MessageInner,
     PutResult,
+    SendResult,
 )
-from broker_core.schedule.browse import BrowseMixin
-from broker_core.schedule.operations import OperationsMixin
+from broker_core.schedule.browse import ScheduleBrowser
 from broker_core.schedule.progress import Progress, ProgressFile, RangeSet
 from broker_core.schedule.results import (
+    DelayStats,
     DeliveryResult,
+    RecallResult,
+    ScheduledMessage,
+    ScheduleKind,
 )
 from broker_core.schedule.rewrite import (
     DEFAULT_MAX_DELAY_MS,
     PROPERTY_DELAY_SRC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DEQUEUE_MS,
     PROPERTY_TIMER_OUT_MS,
     TIMER_PROPERTIES,
     install_send_hook,
+    schedule_properties,
 )
 from broker_core.schedule.wheel import TimerEntry, TimerWheel
 from broker_core.shared import FileLock
@@ -62,7 +74,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class DelayService(OperationsMixin, BrowseMixin):
+class DelayService:
     """Schedules and delivers delayed messages of one open ``Broker``.
 
     ``max_delay_ms`` bounds timer delays (default 30 days); ``bucket_ms`` is the
@@ -96,6 +108,8 @@ class DelayService(OperationsMixin, BrowseMixin):
         self._token = 0
         self.progress = Progress()
         self.wheel = TimerWheel(bucket_ms)
+        #: Read-only views for the console (browse.py), given the state above.
+        self.browser = ScheduleBrowser(broker, self.levels_ms)
         self._timer_cursor: int | None = None
         #: Effective due time of level messages stored before a clock jump back.
         self._jump_due: dict[tuple[int, int], int] = {}
@@ -488,6 +502,105 @@ class DelayService(OperationsMixin, BrowseMixin):
         return res
 
     # -- embedded use --------------------------------------------------------
+    # -- sending -------------------------------------------------------------
+    def send_delayed(
+        self,
+        message: Message,
+        *,
+        level: int | None = None,
+        deliver_at_ms: int | None = None,
+        delay_ms: int | None = None,
+    ) -> SendResult:
+        """Send ``message`` for later delivery: a level, an absolute time or a delay.
+
+        Exactly one of the three must be given. Raises ``InvalidDelayError``
+        (negative, beyond ``max_delay_ms``, none or several given) and the send
+        errors of ``Broker.send``.
+        """
+        props = dict(message.properties or {})
+        props.update(schedule_properties(level, deliver_at_ms, delay_ms))
+        msg = Message(
+            message.topic,
+            message.body,
+            message.tags,
+            message.keys,
+            props,
+            message.queue_id,
+            message.flag,
+        )
+        return self.broker.send(msg)
+
+    # -- recall --------------------------------------------------------------
+    def recall(self, msg_id: str) -> RecallResult:
+        """Cancel a scheduled message (level or timer) before it is delivered.
+
+        ``msg_id`` is its UNIQ_KEY or offset id. Raises ``RecallError`` if no
+        such scheduled message exists or it was already delivered or recalled.
+        """
+        with self._lock:
+            self._sync()
+            m = self.browser.find(msg_id)
+            p = self.progress
+            uniq = m.properties.get(PROPERTY_UNIQ_KEY, m.offset_msg_id)
+            real = m.properties.get(PROPERTY_REAL_TOPIC, "")
+            if m.topic == SCHEDULE_TOPIC:
+                level, qoff = m.queue_id + 1, m.queue_offset
+                if qoff in p.cancelled.get(level, ()):
+                    raise RecallError(f"message {msg_id!r} was already recalled")
+                if not p.level_pending(level, qoff):
+                    raise RecallError(f"message {msg_id!r} was already delivered")
+                src, kind = f"L{level}:{qoff}", ScheduleKind.LEVEL
+                due = m.store_timestamp + self.levels_ms[level - 1]
+            else:
+                level, qoff = 0, m.queue_offset
+                if p.timer_is_done(qoff):
+                    raise RecallError(
+                        f"message {msg_id!r} was already delivered or recalled"
+                    )
+                src, kind = f"T:{qoff}", ScheduleKind.TIMER
+                due = int(m.properties.get(PROPERTY_TIMER_OUT_MS, "0"))
+            marker = MessageInner(
+                topic=TIMER_TOPIC,
+                queue_id=0,
+                body=b"recall",
+                properties={
+                    PROPERTY_TIMER_DEL_UNIQKEY: f"{real}+{uniq}",
+                    PROPERTY_DELAY_SRC: src,
+                },
+            )
+            put = self.store.put_inner(marker)
+            p.mark_timer_done(put.queue_offset)
+            self._apply_src(src, cancel=True)
+            self._level_next.pop(level, None)
+            self._persist()
+        return RecallResult(msg_id, kind, level, due, real)
+
+    # -- console -------------------------------------------------------------
+    def stats(self, now_ms: int | None = None) -> DelayStats:
+        """Return per-level and timer statistics (see ``DelayStats``)."""
+        with self._lock:
+            self._sync(claim=False)
+            self._enqueue_timers()
+            now = wall_ms() if now_ms is None else now_ms
+            return self.browser.stats(
+                self.progress, self.wheel, now, self._level_due, self.last_error
+            )
+
+    def list_scheduled(
+        self,
+        kind: ScheduleKind | str | None = None,
+        level: int | None = None,
+        limit: int = 50,
+        start: int = 0,
+    ) -> list[ScheduledMessage]:
+        """Return pending scheduled messages, earliest due first (for browsing)."""
+        with self._lock:
+            self._sync(claim=False)
+            self._enqueue_timers()
+            return self.browser.scheduled(
+                self.progress, self.wheel, kind, level, limit, start
+            )
+
     def start(self) -> None:
         """Deliver in a background thread until ``stop()`` (embedded brokers)."""
         if self._thread is not None:

@@ -1,4 +1,7 @@
-"""Read side of the transaction service for the console: list, detail, metrics."""
+"""Read side of the transaction service for the console: list, detail, metrics.
+
+``HalfQueries`` reads the pending-transaction index (``index.py``) and the
+store; ``TransactionService`` holds one and exposes its methods."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from broker_core.transaction.types import (
 )
 
 if TYPE_CHECKING:
+    from broker_core.message import MessageExt
     from broker_core.store import MessageStore
     from broker_core.transaction.index import PendingIndex
 
@@ -32,11 +36,12 @@ _STATE_CODES = {
 _CODE_STATES = {v: k for k, v in _STATE_CODES.items()}
 
 
-class QueryMixin:
-    """Queries over the pending-transaction index (``TransactionService``)."""
+class HalfQueries:
+    """Queries over the pending-transaction index."""
 
-    index: PendingIndex
-    store: MessageStore
+    def __init__(self, store: MessageStore, index: PendingIndex) -> None:
+        self.store = store
+        self.index = index
 
     def refresh_index(self, time_budget_s: float | None = None) -> int:
         """Fold new log records into the index; return how many were read."""
@@ -144,12 +149,12 @@ class QueryMixin:
         )
         return HalfPage([self._info(r) for r in rows], page, page_size, total, capped)
 
-    def get_half(self, transaction_id: str) -> HalfDetail:
-        """Return a half with its properties, body and full history.
+    def get_half(self, half: MessageExt, transaction_id: str) -> HalfDetail:
+        """Return ``half`` (named ``transaction_id``) with its properties, body
+        and full history.
 
-        Raises ``UnknownTransactionError``.
+        Raises ``UnknownTransactionError`` if the index has not reached it.
         """
-        half = self.locate(transaction_id)  # type: ignore[attr-defined]
         self.refresh_index(5.0)
         row = self.index.get_row(half.commit_log_offset)
         if row is None:

@@ -42,20 +42,21 @@ from broker_core.transaction import statetable as S
 from broker_core.transaction.checker import CheckRunner
 from broker_core.transaction.index import PendingIndex
 from broker_core.transaction.ledger import SOURCE_NAMES, Ledger, event
-from broker_core.transaction.queries import QueryMixin
+from broker_core.transaction.queries import HalfQueries
 from broker_core.transaction.transports import CheckerRegistry
 from broker_core.transaction.types import (
     CheckRunResult,
     EndTransactionRequest,
     EndTransactionResult,
     EndTransactionStatus,
+    HalfDetail,
     ResolutionSource,
     TransactionConfig,
     TransactionResolution,
     TransactionSendResult,
     TransactionState,
 )
-from broker_core.transaction.writes import WriteMixin
+from broker_core.transaction.writes import StateWrites
 from broker_core.validation import (
     TRANS_HALF_TOPIC,
     validate_body,
@@ -74,7 +75,7 @@ STATE_NAMES = {
 }
 
 
-class TransactionService(QueryMixin, WriteMixin):
+class TransactionService:
     """Transactional messages over an open ``Broker``; one per process and store.
 
     ``TransactionService(broker, config=None, **settings)``: ``settings`` are
@@ -98,6 +99,18 @@ class TransactionService(QueryMixin, WriteMixin):
         self.checkers = CheckerRegistry(
             self.store.root / "transaction" / "checkers.json"
         )
+        # Collaborators: the read side over the index (queries.py) and the
+        # state writes besides outcomes (writes.py). Their methods are this
+        # service's API; those that name a half by id are defined below.
+        self.queries = HalfQueries(self.store, self.index)
+        self.writes = StateWrites(self.store, self.ledger, config)
+        self.refresh_index = self.queries.refresh_index
+        self.list_halves = self.queries.list_halves
+        self.counts_by_group = self.queries.counts_by_group
+        self.metrics = self.queries.metrics
+        self.record_check = self.writes.record_check
+        self.record_answer = self.writes.record_answer
+        self.discard = self.writes.discard
         self._rr: dict[str, itertools.count[int]] = {}
         self._ids = UniqKeyGenerator()
         #: Halves sent by this process and not yet ended (bounded): their content.
@@ -252,6 +265,22 @@ class TransactionService(QueryMixin, WriteMixin):
         return inner
 
     # -- looking up ----------------------------------------------------------
+    def get_half(self, transaction_id: str) -> HalfDetail:
+        """Return a half with its properties, body and full history.
+
+        Raises ``UnknownTransactionError``.
+        """
+        return self.queries.get_half(self.locate(transaction_id), transaction_id)
+
+    def resume(self, transaction_id: str, operator: str) -> TransactionState:
+        """Resume a discarded half: its check count is reset and it is checked again.
+
+        Returns the new state (PENDING; also for a half that was already pending).
+        Raises ``UnknownTransactionError``, ``TransactionConflictError`` for a
+        committed or rolled-back half.
+        """
+        return self.writes.resume(self.locate(transaction_id), operator)
+
     def locate(self, transaction_id: str) -> MessageExt:
         """Return the half named by ``transaction_id`` (its offset id or its UNIQ_KEY).
 

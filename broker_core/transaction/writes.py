@@ -1,5 +1,7 @@
 """State changes besides end-transaction: resume, check records, discards.
 
+``StateWrites`` writes through the ledger; ``TransactionService`` holds one.
+
 Each is decided and written inside ``exclusive_appends`` like an outcome (see
 ``ledger.py``), so it applies only to a half still in the expected state.
 """
@@ -29,27 +31,25 @@ if TYPE_CHECKING:
 _FINAL = {S.COMMITTED: "COMMITTED", S.ROLLED_BACK: "ROLLED_BACK"}
 
 
-class WriteMixin:
-    """Resume, check records and discards of ``TransactionService``."""
+class StateWrites:
+    """Resume, check records and discards, each decided under the append lock."""
 
-    store: MessageStore
-    ledger: Ledger
-    config: TransactionConfig
+    def __init__(
+        self, store: MessageStore, ledger: Ledger, config: TransactionConfig
+    ) -> None:
+        self.store = store
+        self.ledger = ledger
+        self.config = config
 
-    def locate(self, transaction_id: str) -> MessageExt:  # pragma: no cover
-        raise NotImplementedError
-
-    def resume(self, transaction_id: str, operator: str) -> TransactionState:
+    def resume(self, half: MessageExt, operator: str) -> TransactionState:
         """Resume a discarded half: its check count is reset and it is checked again.
 
         Returns the new state (PENDING; also for a half that was already pending).
-        Raises ``UnknownTransactionError``, ``TransactionConflictError`` for a
-        committed or rolled-back half.
+        Raises ``TransactionConflictError`` for a committed or rolled-back half.
         """
         operator = R.clean_value(operator, 128) if operator else ""
         if not operator:
             raise ValidationError("resume needs the operator's name")
-        half = self.locate(transaction_id)
         qoff = half.queue_offset
         with self.store.exclusive_appends():
             self.ledger.catch_up()
