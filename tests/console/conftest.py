@@ -3,6 +3,7 @@ and a real headless Chromium (Playwright) for the tests marked ``browser``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -140,20 +141,21 @@ def chromium() -> Iterator[Any]:
         browser.close()
 
 
-@pytest.fixture
-def page(chromium: Any, live_server: Any) -> Iterator[Any]:
-    """A fresh browser context (own cookies) whose page opens ``live_server``."""
+@contextlib.contextmanager
+def open_page(chromium: Any, base_url: str) -> Iterator[Any]:
+    """A fresh browser context (own cookies) on ``base_url``, guarded: a request
+    off that server or a Content-Security-Policy refusal fails the test."""
     context = chromium.new_context(
-        base_url=live_server.url, viewport={"width": 1400, "height": 900}
+        base_url=base_url, viewport={"width": 1400, "height": 900}
     )
     context.set_default_timeout(10_000)
     # The console must work offline: any request off the test server fails the test.
     outside: list[str] = []
 
     def guard(route: Any) -> None:
-        if route.request.url.startswith(
-            live_server.url
-        ) or route.request.url.startswith("data:"):
+        if route.request.url.startswith(base_url) or route.request.url.startswith(
+            "data:"
+        ):
             route.continue_()
         else:
             outside.append(route.request.url)
@@ -174,6 +176,13 @@ def page(chromium: Any, live_server: Any) -> Iterator[Any]:
     context.close()
     assert not outside, f"requests left the console: {outside}"
     assert not refused, f"the Content-Security-Policy refused: {refused}"
+
+
+@pytest.fixture
+def page(chromium: Any, live_server: Any) -> Iterator[Any]:
+    """A page of ``open_page`` on the test's ``live_server``."""
+    with open_page(chromium, live_server.url) as pg:
+        yield pg
 
 
 @pytest.fixture
