@@ -1,7 +1,8 @@
 """Pop consumption for the gRPC endpoint: invisibility, receipt handles,
 redelivery with attempts, FIFO message groups, dead letters, persisted state.
 
-All methods run on the endpoint's event loop thread (no locking).
+All methods run on the endpoint's one consumer thread (``Endpoint.consumer``),
+never two at once (no locking), and never on its event loop.
 
 State per (consumer group, topic, queue): a pop ``cursor`` (next offset not yet
 read) and ``pending`` (offset -> Entry) for messages read but not acknowledged.

@@ -17,6 +17,8 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,6 +192,11 @@ class ClientInfo:
         }
 
 
+#: How often a waiting long poll looks for appends by other processes.
+APPEND_WATCH_S = 0.002
+#: A long poll pops again at least this often, whatever woke it or not.
+REPOLL_S = 1.0
+
 #: How long a restarted endpoint remembers the clients its last run saw.
 CLIENT_MEMORY_S = 600
 
@@ -307,6 +314,13 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         self.checks_out: OrderedDict[str, tuple[float, str]] = OrderedDict()
         self._checker_groups: set[str] = set()
         self.wakeups: dict[str, asyncio.Event] = {}
+        # Nothing blocking runs on the event loop: sends and transactions go to
+        # one writer thread (appends are serialised by the store anyway), the
+        # pop state (not thread-safe) to one consumer thread. While another
+        # process holds the append lock, only sends wait; receives, acks,
+        # heartbeats and routes go on.
+        self.writer = ThreadPoolExecutor(1, thread_name_prefix="endpoint-writer")
+        self.consumer = ThreadPoolExecutor(1, thread_name_prefix="endpoint-pop")
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -392,6 +406,41 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         if ev is not None:
             ev.set()
 
+    def wake_all(self) -> None:
+        waiting, self.wakeups = self.wakeups, {}
+        for ev in waiting.values():
+            ev.set()
+
+    async def on_writer(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a store write on the writer thread."""
+        return await asyncio.get_running_loop().run_in_executor(self.writer, fn, *args)
+
+    async def on_consumer(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a pop-state operation on the consumer thread."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self.consumer, fn, *args
+        )
+
+    async def _watch_appends(self) -> None:
+        """Wake long polls when anything is appended, by any process.
+
+        Sends and commits through this endpoint wake their topic at once; this
+        catches the rest (delayed deliveries by the embedded timers or a Celery
+        worker, other processes' sends) by watching the store's dispatched
+        position in its shared state file, a mapped read, every
+        ``APPEND_WATCH_S`` while a long poll waits."""
+        state = self.store.state
+        last = state.dispatched_pos
+        while True:
+            await asyncio.sleep(APPEND_WATCH_S)
+            if not self.wakeups:
+                last = state.dispatched_pos
+                continue
+            pos = state.dispatched_pos
+            if pos != last:
+                last = pos
+                self.wake_all()
+
     def client(self, context: grpc.aio.ServicerContext) -> ClientInfo:
         cid = client_id_of(context) or context.peer()
         c = self.clients.get(cid)
@@ -415,7 +464,11 @@ class Endpoint(sgrpc.MessagingServiceServicer):
                 self, self.cfg.redis_url, self.cfg.redis_channel
             )
             self.relay.start()
-        asyncio.get_running_loop().create_task(self._persist_loop())
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._persist_loop()),
+            loop.create_task(self._watch_appends()),
+        ]
         if self.cfg.embedded_timers:
             self.delays.start()
             t = threading.Thread(target=self._check_loop, daemon=True, name="tx-check")
@@ -432,16 +485,21 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             except Exception:  # noqa: BLE001
                 log.exception("transaction check failed")
 
+    def _persist_pop(self, alive: set[str]) -> None:
+        self.pop.apply_resets()
+        if self.pop.renew:
+            self.pop.renew_due(alive)
+        self.pop.save()
+
     async def _persist_loop(self) -> None:
         while True:
             await asyncio.sleep(0.5)
             try:
-                self.pop.apply_resets()
-                if self.pop.renew:
-                    alive = {c.client_id for c in self.clients.values() if c.online}
-                    self.pop.renew_due(alive)
-                self.pop.save()
-                self.save_clients()
+                alive = {c.client_id for c in self.clients.values() if c.online}
+                await self.on_consumer(self._persist_pop, alive)
+                stats = await self.on_consumer(self.pop.stats)
+                snapshot = self.clients_snapshot(pop_stats=stats)
+                await asyncio.to_thread(self.write_clients, snapshot)
             except Exception:  # noqa: BLE001
                 log.exception("persisting endpoint state failed")
 
@@ -479,27 +537,39 @@ class Endpoint(sgrpc.MessagingServiceServicer):
                 continue
             self.clients[c.client_id] = c
 
-    def save_clients(self, force: bool = False) -> None:
+    def clients_snapshot(
+        self, force: bool = False, pop_stats: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """What ``clients.json`` should hold now, or None if nothing changed
+        (on the event loop: the client table is the loop's)."""
         now = time.time()
         for c in self.clients.values():
             if c.online and c.queue is None and now - c.last_heartbeat > 60:
                 c.online = False
                 self.clients_dirty = True
         if not (self.clients_dirty or force):
-            return
+            return None
         self.clients_dirty = False
-        path = self.store.root / "clients.json"
-        tmp = path.with_suffix(".json.tmp")
-        data = {
+        return {
             "updated_at": now,
             "endpoint": f"{self.cfg.host}:{self.cfg.port}",
             "clients": [c.as_json() for c in self.clients.values()],
-            "consumers": self.pop.stats(),
-            "counters": self.counters,
+            "consumers": self.pop.stats() if pop_stats is None else pop_stats,
+            "counters": dict(self.counters),
         }
+
+    def write_clients(self, data: dict[str, Any] | None) -> None:
+        """Write a ``clients_snapshot`` (any thread): the console reads it."""
+        if data is None:
+            return
+        path = self.store.root / "clients.json"
+        tmp = path.with_suffix(".json.tmp")
         with open(tmp, "w") as f:
             json.dump(data, f, indent=1)
         os.replace(tmp, path)
+
+    def save_clients(self, force: bool = False) -> None:
+        self.write_clients(self.clients_snapshot(force))
 
     def close(self) -> None:
         self.stop_event.set()
@@ -507,6 +577,11 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             self.relay.close()
         for t in self.threads:
             t.join(timeout=5)
+        for task in getattr(self, "_tasks", ()):
+            task.cancel()
+        # Calls in flight finish first: no half-done append or pop change.
+        self.writer.shutdown(wait=True)
+        self.consumer.shutdown(wait=True)
         try:
             self.delays.stop()
         except Exception:  # noqa: BLE001
@@ -541,7 +616,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
                 if not self.store.config.auto_create_topic:
                     return spb.QueryRouteResponse(status=status(C.TOPIC_NOT_FOUND))
                 try:
-                    self.broker.create_topic(topic)
+                    await self.on_writer(self.broker.create_topic, topic)
                 except Exception:  # noqa: BLE001 - created concurrently
                     pass
         except ValidationError as exc:
@@ -696,91 +771,28 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             return spb.SendMessageResponse(
                 status=status(C.BAD_REQUEST, "no message in the request")
             )
-        entries = []
-        first_err: pb.Status | None = None
         cid = client_id_of(context)
         sender = self.clients.get(cid) if cid else None
-        for m in request.messages:
-            if sender is not None and m.topic.name not in sender.topics:
-                # A producer of this topic from now on (check-back target) even
-                # if its settings named no topics or never reached this run.
-                if len(sender.topics) < 1024 and sender.client_type in (
-                    "PRODUCER",
-                    "CLIENT_TYPE_UNSPECIFIED",
-                ):
-                    sender.topics.append(m.topic.name)
-                    self.clients_dirty = True
-            try:
-                if len(m.body) > self.max_body:
-                    raise MessageTooLargeError(
-                        f"the message body size {len(m.body)} exceeds "
-                        f"the maximum {self.max_body}"
-                    )
-                msg, mtype = self._to_message(m)
-                group = m.system_properties.message_group
-                if group:
-                    self.store.refresh_topics()
-                    msg.queue_id = self._queue_for(msg.topic, group)
-                if mtype == pb.TRANSACTION:
-                    msg.msg_id = None  # the transaction id names the half
-                    self._ensure_checker(msg.topic)
-                    r = self.tx.send_half(msg.topic, msg)
-                    self.tx_client[r.transaction_id] = cid
-                    if len(self.tx_client) > 100_000:
-                        self.tx_client.pop(next(iter(self.tx_client)))
-                    entries.append(
-                        spb.SendResultEntry(
-                            status=status(C.OK),
-                            message_id=r.msg_id,
-                            transaction_id=r.transaction_id,
-                            offset=r.queue_offset,
-                        )
-                    )
-                else:
-                    delayed = msg.properties and "TIMER_DELIVER_MS" in msg.properties
-                    earlier = self.sends.find(msg.topic, msg.msg_id)
-                    if earlier is not None:
-                        # A retry of a send already stored: the first result,
-                        # nothing stored again (once it passes the same checks).
-                        self.broker.validate(msg)
-                        entries.append(
-                            spb.SendResultEntry(
-                                status=status(C.OK),
-                                message_id=msg.msg_id,
-                                offset=earlier,
-                                recall_handle=msg.msg_id if delayed else "",
-                            )
-                        )
-                        self.counters["retries_deduplicated"] += 1
-                        continue
-                    r = self.broker.send(msg)
-                    self.sends.remember(msg.topic, r.msg_id, r.queue_offset)
-                    st = status(C.OK)
-                    if r.status is SendStatus.FLUSH_DISK_TIMEOUT:
-                        # Stored, not yet on disk (sync flush): RocketMQ's proxy
-                        # answers MASTER_PERSISTENCE_TIMEOUT with the ids.
-                        st = status(
-                            C.MASTER_PERSISTENCE_TIMEOUT,
-                            "stored, but not flushed to disk within the "
-                            "sync flush timeout",
-                        )
-                    entries.append(
-                        spb.SendResultEntry(
-                            status=st,
-                            message_id=r.msg_id,
-                            offset=r.queue_offset,
-                            recall_handle=r.msg_id if delayed else "",
-                        )
-                    )
-                    self.wake(msg.topic)
-                self.counters["sent"] += 1
-            except Exception as exc:  # noqa: BLE001
-                code = error_code(exc)
-                if code == C.INTERNAL_ERROR:
-                    log.exception("send failed")
-                st = status(code, str(exc))
-                first_err = first_err or st
-                entries.append(spb.SendResultEntry(status=st))
+        if sender is not None:
+            for m in request.messages:
+                if m.topic.name not in sender.topics:
+                    # A producer of this topic from now on (check-back target)
+                    # even if its settings named no topics or never reached
+                    # this run.
+                    if len(sender.topics) < 1024 and sender.client_type in (
+                        "PRODUCER",
+                        "CLIENT_TYPE_UNSPECIFIED",
+                    ):
+                        sender.topics.append(m.topic.name)
+                        self.clients_dirty = True
+        entries, sent, deduplicated, woken = await self.on_writer(
+            self._send_all, request.messages, cid
+        )
+        self.counters["sent"] += sent
+        self.counters["retries_deduplicated"] += deduplicated
+        for topic in woken:
+            self.wake(topic)
+        first_err = next((e.status for e in entries if e.status.code != C.OK), None)
         if first_err is None:
             top = status(C.OK)
         elif len(entries) == 1:
@@ -788,6 +800,97 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         else:
             top = status(C.MULTIPLE_RESULTS)
         return spb.SendMessageResponse(status=top, entries=entries)
+
+    def _send_all(
+        self, messages: Any, cid: str
+    ) -> tuple[list[spb.SendResultEntry], int, int, set[str]]:
+        """Store each message of a SendMessage request (on the writer thread).
+
+        Returns the result entries, how many were stored, how many were
+        retries answered with the first send's result, and the topics to wake."""
+        entries = []
+        sent = deduplicated = 0
+        woken: set[str] = set()
+        for m in messages:
+            try:
+                entry, kind = self._send_one(m, cid)
+            except Exception as exc:  # noqa: BLE001
+                code = error_code(exc)
+                if code == C.INTERNAL_ERROR:
+                    log.exception("send failed")
+                entries.append(spb.SendResultEntry(status=status(code, str(exc))))
+                continue
+            entries.append(entry)
+            if kind == "retry":
+                deduplicated += 1
+                continue
+            sent += 1
+            if kind == "stored":
+                woken.add(m.topic.name)
+        return entries, sent, deduplicated, woken
+
+    def _send_one(self, m: pb.Message, cid: str) -> tuple[spb.SendResultEntry, str]:
+        """Store one message: ("half" | "stored" | "retry", its result entry)."""
+        if len(m.body) > self.max_body:
+            raise MessageTooLargeError(
+                f"the message body size {len(m.body)} exceeds "
+                f"the maximum {self.max_body}"
+            )
+        msg, mtype = self._to_message(m)
+        group = m.system_properties.message_group
+        if group:
+            self.store.refresh_topics()
+            msg.queue_id = self._queue_for(msg.topic, group)
+        if mtype == pb.TRANSACTION:
+            msg.msg_id = None  # the transaction id names the half
+            self._ensure_checker(msg.topic)
+            r = self.tx.send_half(msg.topic, msg)
+            self.tx_client[r.transaction_id] = cid
+            if len(self.tx_client) > 100_000:
+                self.tx_client.pop(next(iter(self.tx_client)))
+            return (
+                spb.SendResultEntry(
+                    status=status(C.OK),
+                    message_id=r.msg_id,
+                    transaction_id=r.transaction_id,
+                    offset=r.queue_offset,
+                ),
+                "half",
+            )
+        delayed = msg.properties and "TIMER_DELIVER_MS" in msg.properties
+        earlier = self.sends.find(msg.topic, msg.msg_id)
+        if earlier is not None:
+            # A retry of a send already stored: the first result, nothing
+            # stored again (once it passes the same checks).
+            self.broker.validate(msg)
+            return (
+                spb.SendResultEntry(
+                    status=status(C.OK),
+                    message_id=msg.msg_id,
+                    offset=earlier,
+                    recall_handle=msg.msg_id if delayed else "",
+                ),
+                "retry",
+            )
+        r = self.broker.send(msg)
+        self.sends.remember(msg.topic, r.msg_id, r.queue_offset)
+        st = status(C.OK)
+        if r.status is SendStatus.FLUSH_DISK_TIMEOUT:
+            # Stored, not yet on disk (sync flush): RocketMQ's proxy answers
+            # MASTER_PERSISTENCE_TIMEOUT with the ids.
+            st = status(
+                C.MASTER_PERSISTENCE_TIMEOUT,
+                "stored, but not flushed to disk within the sync flush timeout",
+            )
+        return (
+            spb.SendResultEntry(
+                status=st,
+                message_id=r.msg_id,
+                offset=r.queue_offset,
+                recall_handle=r.msg_id if delayed else "",
+            ),
+            "stored",
+        )
 
     def _ensure_checker(self, group: str) -> None:
         """Persist kind "grpc" for a producer group with no checker, so the
@@ -812,7 +915,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
                 status=status(C.BAD_REQUEST, "recall handle is empty")
             )
         try:
-            r = await asyncio.to_thread(self.delays.recall, handle)
+            r = await self.on_writer(self.delays.recall, handle)
         except RecallError as exc:
             return spb.RecallMessageResponse(status=status(C.NOT_FOUND, str(exc)))
         except Exception as exc:  # noqa: BLE001
@@ -838,7 +941,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             sent = self.checks_out.pop(tid, None)
             latency = None if sent is None else (time.monotonic() - sent[0]) * 1000
             try:
-                await asyncio.to_thread(
+                await self.on_writer(
                     self.tx.record_check_answer,
                     tid,
                     res.value,
@@ -848,7 +951,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             except Exception:  # noqa: BLE001 - the outcome below matters more
                 log.warning("could not record the check answer for %s", tid)
         try:
-            await asyncio.to_thread(
+            await self.on_writer(
                 self.tx.end_transaction, tid, request.topic.name, res, source
             )
         except Exception as exc:  # noqa: BLE001
@@ -944,8 +1047,14 @@ class Endpoint(sgrpc.MessagingServiceServicer):
             poll_ms = min(poll_ms, max(0, int((remaining - 1.0) * 1000)))
         deadline = time.monotonic() + poll_ms / 1000
         while True:
+            # Wait-list first, then pop: an append between the two still wakes us.
+            ev = self.wakeups.get(topic)
+            if ev is None:
+                ev = self.wakeups[topic] = asyncio.Event()
             try:
-                got = self.pop.pop(group, topic, batch, invisible, expr, expr_type)
+                got = await self.on_consumer(
+                    self.pop.pop, group, topic, batch, invisible, expr, expr_type
+                )
             except Exception as exc:  # noqa: BLE001
                 code = error_code(exc)
                 if code == C.INTERNAL_ERROR:
@@ -960,16 +1069,17 @@ class Endpoint(sgrpc.MessagingServiceServicer):
                     status=status(C.MESSAGE_NOT_FOUND, "no new message")
                 )
                 return
-            ev = self.wakeups.get(topic)
-            if ev is None:
-                ev = self.wakeups[topic] = asyncio.Event()
             try:
-                await asyncio.wait_for(ev.wait(), timeout=min(left, 0.1))
+                # Woken by a send or commit here, or by the append watcher;
+                # REPOLL_S also catches what is not an append (a message whose
+                # invisibility ran out, an offset reset).
+                await asyncio.wait_for(ev.wait(), timeout=min(left, REPOLL_S))
             except TimeoutError:
                 pass
         self.counters["received"] += len(got)
         if request.auto_renew:
-            self.pop.auto_renew(
+            await self.on_consumer(
+                self.pop.auto_renew,
                 group,
                 topic,
                 got,
@@ -990,7 +1100,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         first_err = None
         for e in request.entries:
             try:
-                self.pop.ack(group, topic, e.receipt_handle)
+                await self.on_consumer(self.pop.ack, group, topic, e.receipt_handle)
                 st = status(C.OK)
                 self.counters["acked"] += 1
             except InvalidHandle as exc:
@@ -1017,8 +1127,12 @@ class Endpoint(sgrpc.MessagingServiceServicer):
                 receipt_handle=request.receipt_handle,
             )
         try:
-            h = self.pop.change_invisible(
-                request.group.name, request.topic.name, request.receipt_handle, ms
+            h = await self.on_consumer(
+                self.pop.change_invisible,
+                request.group.name,
+                request.topic.name,
+                request.receipt_handle,
+                ms,
             )
         except InvalidHandle as exc:
             return spb.ChangeInvisibleDurationResponse(
@@ -1031,8 +1145,11 @@ class Endpoint(sgrpc.MessagingServiceServicer):
 
     async def ForwardMessageToDeadLetterQueue(self, request, context):  # noqa: N802
         try:
-            self.pop.forward_dlq(
-                request.group.name, request.topic.name, request.receipt_handle
+            await self.on_consumer(
+                self.pop.forward_dlq,
+                request.group.name,
+                request.topic.name,
+                request.receipt_handle,
             )
         except InvalidHandle as exc:
             return spb.ForwardMessageToDeadLetterQueueResponse(
