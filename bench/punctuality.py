@@ -54,7 +54,8 @@ def start_endpoint(store: Path) -> tuple[subprocess.Popen, str]:
             return proc, f"127.0.0.1:{port}"
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"endpoint did not start: {proc.stderr.read()!r}")
+                err = proc.stderr.read() if proc.stderr else b""
+                raise SystemExit(f"endpoint did not start: {err!r}") from None
             time.sleep(0.1)
 
 
@@ -166,7 +167,8 @@ def main() -> int:
         and res["p50_ms"] <= 30
         and res["p99_ms"] <= 100
     )
-    print("targets (p50 <= 30 ms, p99 <= 100 ms, none early):", "met" if ok else "NOT met")
+    verdict = "met" if ok else "NOT met"
+    print("targets (p50 <= 30 ms, p99 <= 100 ms, none early):", verdict)
     return 0 if ok else 1
 
 
