@@ -391,15 +391,37 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         )
 
     def queue(
-        self, topic: str, qid: int = 0, asked: pb.Endpoints | None = None
+        self,
+        topic: str,
+        qid: int = 0,
+        asked: pb.Endpoints | None = None,
+        permission: int = pb.READ_WRITE,
     ) -> pb.MessageQueue:
         return pb.MessageQueue(
             topic=pb.Resource(name=topic),
             id=qid,
-            permission=pb.READ_WRITE,
+            permission=permission,
             broker=pb.Broker(name="broker-a", id=0, endpoints=self.endpoints(asked)),
             accept_message_types=ALL_TYPES,
         )
+
+    def route(self, topic: str, asked: pb.Endpoints | None) -> list[pb.MessageQueue]:
+        """The topic's real queues, as RocketMQ's route has them: queue ids below
+        both counts are read-write, the rest read-only or write-only."""
+        cfg = self.store.topics.topics.get(topic)
+        reads = cfg.read_queue_nums if cfg else 1
+        writes = cfg.write_queue_nums if cfg else 1
+        out = []
+        for qid in range(max(reads, writes, 1)):
+            perm = (
+                pb.READ_WRITE
+                if qid < reads and qid < writes
+                else pb.READ
+                if qid < reads
+                else pb.WRITE
+            )
+            out.append(self.queue(topic, qid, asked, perm))
+        return out
 
     def wake(self, topic: str) -> None:
         ev = self.wakeups.pop(topic, None)
@@ -622,8 +644,7 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         except ValidationError as exc:
             return spb.QueryRouteResponse(status=status(C.ILLEGAL_TOPIC, str(exc)))
         return spb.QueryRouteResponse(
-            status=status(C.OK),
-            message_queues=[self.queue(topic, 0, request.endpoints)],
+            status=status(C.OK), message_queues=self.route(topic, request.endpoints)
         )
 
     async def Heartbeat(self, request, context):  # noqa: N802
@@ -1161,6 +1182,8 @@ class Endpoint(sgrpc.MessagingServiceServicer):
         topic = request.topic.name
         if not topic or not self._topic_exists(topic):
             return spb.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND))
+        # One assignment for this broker: a Receive pops from every queue of
+        # the topic (pop consumption), so consumers never need a rebalance.
         return spb.QueryAssignmentResponse(
             status=status(C.OK),
             assignments=[

@@ -122,3 +122,33 @@ def test_a_held_append_lock_stalls_only_sends(tmp_path) -> None:
     response = blocked["response"]
     assert response.status.code == pb.OK, response  # type: ignore[attr-defined]
     assert blocked["waited"] > 2.0, blocked["waited"]  # type: ignore[operator]
+
+
+def test_routes_advertise_the_topics_real_queues(tmp_path) -> None:
+    """Producers spread over every queue of a topic, with RocketMQ's
+    permissions: read-write below both counts, then read-only or write-only."""
+    from broker_core import Broker
+
+    port = free_port()
+    store = tmp_path / "store"
+    server = start_server(store, port, tmp_path / "server.log")
+    try:
+        with Broker.open(store) as b:  # another process, as an admin would
+            b.create_topic("Routed", read_queue_nums=4, write_queue_nums=2)
+        stub = sgrpc.MessagingServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        r = stub.QueryRoute(
+            spb.QueryRouteRequest(topic=pb.Resource(name="Routed")), metadata=MD
+        )
+        auto = stub.QueryRoute(
+            spb.QueryRouteRequest(topic=pb.Resource(name="AutoCreated")), metadata=MD
+        )
+    finally:
+        stop_server(server)
+    assert r.status.code == pb.OK
+    assert [(q.id, q.permission) for q in r.message_queues] == [
+        (0, pb.READ_WRITE),
+        (1, pb.READ_WRITE),
+        (2, pb.READ),
+        (3, pb.READ),
+    ]
+    assert auto.status.code == pb.OK and len(auto.message_queues) >= 1

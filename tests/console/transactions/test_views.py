@@ -40,6 +40,11 @@ def test_filters_sort_and_states(client_as, halves) -> None:
     body = c.get("/transactions/", {"sort": "-checks", "per_page": 25}).content.decode()
     assert body.index(halves["stuck1"]) < body.index(halves["fresh"])
     assert c.get("/transactions/discarded/").status_code == 200
+    # The filter form is on the page, each field keeping what was asked.
+    body = c.get("/transactions/", {"min_checks": 5}).content.decode()
+    for name in ("producer_group", "topic", "key", "min_age_minutes", "state"):
+        assert f'name="{name}"' in body, name
+    assert 'name="min_checks" value="5"' in body
 
 
 def test_no_role(client_as, halves) -> None:
