@@ -1,11 +1,13 @@
 """End-to-end punctuality of delayed messages through the official Python client.
 
     .venv/bin/python bench/punctuality.py [--messages 200] [--spread 3.0]
-        [--lead 3.0] [--endpoint HOST:PORT] [--json out.json]
+        [--lead 3.0] [--celery] [--endpoint HOST:PORT] [--json out.json]
 
-Starts ``python -m broker_core serve --embedded-timers`` on a temporary store
-(unless ``--endpoint`` names one already running, for example ``make run``'s,
-whose timers Celery beat delivers), then a SimpleConsumer long-polls a new
+Starts ``python -m broker_core serve --embedded-timers`` on a temporary store;
+with ``--celery`` the endpoint runs without timers and Celery delivers them as
+``make run`` deploys it (a ``timers`` worker and beat, ``delays.deliver_due``
+every second, Redis database 14, a temporary SQLite database); ``--endpoint``
+uses one already running instead. Then a SimpleConsumer long-polls a new
 topic while a Producer sends ``--messages`` messages with a delivery time
 spread evenly over ``--spread`` seconds, the first ``--lead`` seconds ahead.
 Lateness = the moment the consumer holds the message - its delivery time
@@ -40,11 +42,60 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_endpoint(store: Path) -> tuple[subprocess.Popen, str]:
+CELERY_REDIS = "redis://127.0.0.1:6379/14"
+
+
+def start_celery(store: Path, tmp: Path, procs: list[subprocess.Popen]) -> None:
+    """A timers worker and beat over ``store``, as the Procfile starts them;
+    appended to ``procs`` as they start (the caller stops them)."""
+    import redis
+
+    redis.Redis.from_url(CELERY_REDIS).flushdb()  # this benchmark's own database
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "VAR_DIR": str(tmp),
+        "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+        "REDIS_URL": CELERY_REDIS,
+        "BROKER_STORE_DIR": str(store),
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=ROOT, env=env, check=True,
+    )  # fmt: skip
+    celery = [sys.executable, "-m", "celery", "-A", "console"]
+    for name, args in (
+        ("worker", ["worker", "--loglevel", "INFO", "-Q", "timers,celery",
+                    "--concurrency", "2", "-n", "bench-timers@%h"]),
+        ("beat", ["beat", "-s", str(tmp / "beat-schedule")]),
+    ):  # fmt: skip
+        log = open(tmp / f"{name}.log", "w")  # noqa: SIM115 - the process owns it
+        procs.append(
+            subprocess.Popen(
+                [*celery, *args],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        )
+    deadline = time.monotonic() + 60
+    while "ready" not in (tmp / "worker.log").read_text():
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                "the Celery worker did not start: "
+                + (tmp / "worker.log").read_text()[-2000:]
+            )
+        time.sleep(0.2)
+    time.sleep(2)  # beat's first ticks
+
+
+def start_endpoint(store: Path, timers: bool = True) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "broker_core", "serve", "--store", str(store),
-         "--listen", f"127.0.0.1:{port}", "--embedded-timers", "--no-redis-relay"],
+         "--listen", f"127.0.0.1:{port}", "--no-redis-relay",
+         *(["--embedded-timers"] if timers else [])],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     deadline = time.monotonic() + 30
@@ -139,23 +190,42 @@ def main() -> int:
     ap.add_argument("--spread", type=float, default=3.0)
     ap.add_argument("--lead", type=float, default=3.0)
     ap.add_argument("--endpoint", default=None, help="an endpoint already running")
+    ap.add_argument(
+        "--celery", action="store_true", help="timers delivered by Celery beat"
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-punctual-"))
-    proc = None
+    procs: list[subprocess.Popen] = []
     load_before = os.getloadavg()
     try:
         if args.endpoint:
             endpoint = args.endpoint
         else:
-            proc, endpoint = start_endpoint(tmp / "store")
+            proc, endpoint = start_endpoint(tmp / "store", timers=not args.celery)
+            procs.append(proc)
+            if args.celery:
+                start_celery(tmp / "store", tmp, procs)
         res = run(endpoint, args.messages, args.spread, args.lead)
     finally:
-        if proc is not None:
+        for proc in procs:
             proc.terminate()
-            proc.wait(timeout=20)
-        shutil.rmtree(tmp, ignore_errors=True)
-    res["endpoint"] = args.endpoint or "embedded timers (serve --embedded-timers)"
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if args.celery:
+            import redis
+
+            redis.Redis.from_url(CELERY_REDIS).flushdb()
+        if not os.environ.get("BENCH_KEEP"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print("kept", tmp)
+    res["endpoint"] = args.endpoint or (
+        "Celery beat + timers worker" if args.celery else "serve --embedded-timers"
+    )
     res["load_before"] = [round(x, 2) for x in load_before]
     res["load_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(res, indent=1))
