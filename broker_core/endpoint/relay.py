@@ -181,7 +181,7 @@ class RelayListener:
             log.warning("malformed relayed check request")
             return
         try:
-            target = self.endpoint.deliver_check(req)
+            target = self.endpoint.transactions.deliver_check(req)
             answer = f"sent {target}"
         except CheckBackError as exc:
             # Another endpoint subscribed to the channel may have the producer:

@@ -1,0 +1,48 @@
+"""The endpoint's settings (``serve`` flags) and its timing constants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: How often a waiting long poll looks for appends by other processes.
+APPEND_WATCH_S = 0.002
+#: A long poll pops again at least this often, whatever woke it or not.
+REPOLL_S = 1.0
+
+#: How long a restarted endpoint remembers the clients its last run saw.
+CLIENT_MEMORY_S = 600
+
+
+@dataclass
+class EndpointConfig:
+    host: str = "127.0.0.1"
+    port: int = 8081
+    embedded_timers: bool = False
+    transaction_timeout_ms: int | None = None
+    check_interval_ms: int | None = None
+    max_attempts: int = 17
+    consumer_backoff_ms: list[int] = field(
+        default_factory=lambda: [1000, 5000, 10000, 30000, 60000, 120000]
+    )
+    fifo_groups: set[str] = field(default_factory=set)
+    default_invisible_ms: int = 30_000
+    long_polling_ms: int = 20_000
+    max_batch: int = 32
+    #: auto-renewed invisibility (push consumers) ends after this long
+    max_renew_ms: int = 30 * 60 * 1000
+    #: Redis URL for check-backs relayed from the Celery check task; None: off
+    redis_url: str | None = None
+    redis_channel: str = "broker_core:grpc:check"
+    #: access key -> secret key; empty: no authentication
+    credentials: dict[str, str] = field(default_factory=dict)
+    #: a retried send (same client message id and topic) within this window
+    #: gets the first send's result and stores nothing
+    dedupe_window_ms: int = 600_000
+    #: a signed request's ``x-mq-date-time`` must be this close to the clock
+    auth_window_s: int = 300
+    #: clients' clock offsets from UTC, in minutes, that dates may carry (the
+    #: clients sign *local* time with a literal Z, G12); default: UTC and this
+    #: host's own zone
+    auth_offsets_min: tuple[int, ...] = ()
+    #: TLS port beside the plaintext one: (host:port, cert file, key file)
+    tls: tuple[str, str, str] | None = None

@@ -1,0 +1,236 @@
+"""Pop consumption: ReceiveMessage (long polls), acks, invisibility, dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
+from broker_core.endpoint.config import REPOLL_S
+from broker_core.endpoint.pop import (
+    SHARDING_KEY,
+    InvalidHandle,
+    encode_handle,
+    now_ms,
+)
+from broker_core.endpoint.wire import (
+    SYSTEM_PROPS,
+    C,
+    body_digest,
+    client_id_of,
+    dur_ms,
+    error_code,
+    status,
+    ts_ms,
+)
+
+if TYPE_CHECKING:
+    from broker_core.endpoint.server import Endpoint
+
+log = logging.getLogger("broker_core.endpoint")
+
+
+class Consuming:
+    """Pop consumption: ReceiveMessage, acks, invisibility, dead letters."""
+
+    def __init__(self, ep: Endpoint) -> None:
+        self.ep = ep
+
+    # -- consuming -----------------------------------------------------------
+    def _to_pb(self, qid: int, e: Any, invisible_ms: int) -> pb.Message:
+        m = e.msg
+        props = m.properties
+        body = m.body
+        sp = pb.SystemProperties(
+            message_id=props.get("UNIQ_KEY") or m.offset_msg_id,
+            body_digest=body_digest(body),
+            body_encoding=pb.IDENTITY,
+            born_timestamp=ts_ms(m.born_timestamp),
+            born_host=m.born_host.rsplit(":", 1)[0],
+            store_timestamp=ts_ms(m.store_timestamp),
+            store_host=m.store_host,
+            receipt_handle=encode_handle(qid, e.offset, e.nonce, e.visible_at),
+            queue_id=qid,
+            queue_offset=e.offset,
+            delivery_attempt=e.attempts,
+        )
+        sp.invisible_duration.FromMilliseconds(invisible_ms)
+        tags = props.get("TAGS")
+        if tags:
+            sp.tag = tags
+        keys = props.get("KEYS")
+        if keys:
+            sp.keys.extend(keys.split(" "))
+        group = props.get(SHARDING_KEY)
+        if group:
+            sp.message_group = group
+            sp.message_type = pb.FIFO
+        elif "TIMER_OUT_MS" in props or "DELAY_SRC" in props:
+            sp.message_type = pb.DELAY
+            if "TIMER_OUT_MS" in props:
+                sp.delivery_timestamp.CopyFrom(ts_ms(int(props["TIMER_OUT_MS"])))
+        elif m.prepared_transaction_offset:
+            sp.message_type = pb.TRANSACTION
+        else:
+            sp.message_type = pb.NORMAL
+        user = {k: v for k, v in props.items() if k not in SYSTEM_PROPS}
+        return pb.Message(
+            topic=pb.Resource(name=m.topic),
+            user_properties=user,
+            system_properties=sp,
+            body=body,
+        )
+
+    async def ReceiveMessage(self, request, context):  # noqa: N802
+        group = request.group.name
+        topic = request.message_queue.topic.name
+        if not group:
+            yield spb.ReceiveMessageResponse(
+                status=status(C.ILLEGAL_CONSUMER_GROUP, "consumer group is empty")
+            )
+            return
+        if not topic or not self.ep.topic_exists(topic):
+            yield spb.ReceiveMessageResponse(
+                status=status(C.TOPIC_NOT_FOUND, f"topic {topic!r} not found")
+            )
+            return
+        fe = request.filter_expression
+        expr_type = "SQL92" if fe.type == pb.SQL else "TAG"
+        expr = fe.expression or "*"
+        if request.HasField("invisible_duration"):
+            invisible = dur_ms(request.invisible_duration)
+            if invisible < 1000 or invisible > 12 * 3600 * 1000:
+                yield spb.ReceiveMessageResponse(
+                    status=status(
+                        C.ILLEGAL_INVISIBLE_TIME, "invisible duration out of range"
+                    )
+                )
+                return
+        else:
+            invisible = self.ep.cfg.default_invisible_ms
+        batch = max(1, min(request.batch_size or 1, self.ep.cfg.max_batch))
+        poll_ms = (
+            dur_ms(request.long_polling_timeout)
+            if request.HasField("long_polling_timeout")
+            else self.ep.cfg.long_polling_ms
+        )
+        remaining = context.time_remaining()
+        if remaining is not None:
+            poll_ms = min(poll_ms, max(0, int((remaining - 1.0) * 1000)))
+        deadline = time.monotonic() + poll_ms / 1000
+        while True:
+            # Wait-list first, then pop: an append between the two still wakes us.
+            ev = self.ep.wakeups.get(topic)
+            if ev is None:
+                ev = self.ep.wakeups[topic] = asyncio.Event()
+            try:
+                got = await self.ep.on_consumer(
+                    self.ep.pop.pop, group, topic, batch, invisible, expr, expr_type
+                )
+            except Exception as exc:  # noqa: BLE001
+                code = error_code(exc)
+                if code == C.INTERNAL_ERROR:
+                    log.exception("receive failed")
+                yield spb.ReceiveMessageResponse(status=status(code, str(exc)))
+                return
+            if got:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                yield spb.ReceiveMessageResponse(
+                    status=status(C.MESSAGE_NOT_FOUND, "no new message")
+                )
+                return
+            try:
+                # Woken by a send or commit here, or by the append watcher;
+                # REPOLL_S also catches what is not an append (a message whose
+                # invisibility ran out, an offset reset).
+                await asyncio.wait_for(ev.wait(), timeout=min(left, REPOLL_S))
+            except TimeoutError:
+                pass
+        self.ep.counters["received"] += len(got)
+        if request.auto_renew:
+            await self.ep.on_consumer(
+                self.ep.pop.auto_renew,
+                group,
+                topic,
+                got,
+                client_id_of(context),
+                invisible,
+                self.ep.cfg.max_renew_ms,
+            )
+        yield spb.ReceiveMessageResponse(status=status(C.OK))
+        yield spb.ReceiveMessageResponse(delivery_timestamp=ts_ms(now_ms()))
+        for qid, e in got:
+            yield spb.ReceiveMessageResponse(message=self._to_pb(qid, e, invisible))
+
+    async def AckMessage(self, request, context):  # noqa: N802
+        group, topic = request.group.name, request.topic.name
+        if not request.entries:
+            return spb.AckMessageResponse(status=status(C.BAD_REQUEST, "no entry"))
+        out = []
+        first_err = None
+        for e in request.entries:
+            try:
+                await self.ep.on_consumer(
+                    self.ep.pop.ack, group, topic, e.receipt_handle
+                )
+                st = status(C.OK)
+                self.ep.counters["acked"] += 1
+            except InvalidHandle as exc:
+                st = status(C.INVALID_RECEIPT_HANDLE, str(exc))
+                first_err = first_err or st
+            out.append(
+                spb.AckMessageResultEntry(
+                    message_id=e.message_id, receipt_handle=e.receipt_handle, status=st
+                )
+            )
+        if first_err is None:
+            top = status(C.OK)
+        elif len(out) == 1:
+            top = first_err
+        else:
+            top = status(C.MULTIPLE_RESULTS)
+        return spb.AckMessageResponse(status=top, entries=out)
+
+    async def ChangeInvisibleDuration(self, request, context):  # noqa: N802
+        ms = dur_ms(request.invisible_duration)
+        if ms < 0 or ms > 12 * 3600 * 1000:
+            return spb.ChangeInvisibleDurationResponse(
+                status=status(C.ILLEGAL_INVISIBLE_TIME),
+                receipt_handle=request.receipt_handle,
+            )
+        try:
+            h = await self.ep.on_consumer(
+                self.ep.pop.change_invisible,
+                request.group.name,
+                request.topic.name,
+                request.receipt_handle,
+                ms,
+            )
+        except InvalidHandle as exc:
+            return spb.ChangeInvisibleDurationResponse(
+                status=status(C.INVALID_RECEIPT_HANDLE, str(exc)),
+                receipt_handle=request.receipt_handle,
+            )
+        return spb.ChangeInvisibleDurationResponse(
+            status=status(C.OK), receipt_handle=h
+        )
+
+    async def ForwardMessageToDeadLetterQueue(self, request, context):  # noqa: N802
+        try:
+            await self.ep.on_consumer(
+                self.ep.pop.forward_dlq,
+                request.group.name,
+                request.topic.name,
+                request.receipt_handle,
+            )
+        except InvalidHandle as exc:
+            return spb.ForwardMessageToDeadLetterQueueResponse(
+                status=status(C.INVALID_RECEIPT_HANDLE, str(exc))
+            )
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=status(C.OK))

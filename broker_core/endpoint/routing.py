@@ -1,0 +1,197 @@
+"""Routes, assignments, heartbeats and the Telemetry stream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
+from broker_core.endpoint.clients import ClientInfo
+from broker_core.endpoint.wire import (
+    ALL_TYPES,
+    C,
+    client_id_of,
+    status,
+)
+from broker_core.errors import (
+    ValidationError,
+)
+from broker_core.validation import (
+    validate_topic,
+)
+
+if TYPE_CHECKING:
+    from broker_core.endpoint.server import Endpoint
+
+
+class Routing:
+    """Routes, assignments, heartbeats and the Telemetry stream."""
+
+    def __init__(self, ep: Endpoint) -> None:
+        self.ep = ep
+
+    def endpoints(self, asked: pb.Endpoints | None = None) -> pb.Endpoints:
+        """The broker address for routes: the access point the client used when
+        it is one of ours (plaintext or TLS port), else the listen address."""
+        if asked is not None and asked.addresses:
+            a = asked.addresses[0]
+            if a.port in self.ep.ports:
+                out = pb.Endpoints()
+                out.CopyFrom(asked)
+                return out
+        return pb.Endpoints(
+            scheme=pb.IPv4,
+            addresses=[pb.Address(host=self.ep.cfg.host, port=self.ep.cfg.port)],
+        )
+
+    def queue(
+        self,
+        topic: str,
+        qid: int = 0,
+        asked: pb.Endpoints | None = None,
+        permission: int = pb.READ_WRITE,
+    ) -> pb.MessageQueue:
+        return pb.MessageQueue(
+            topic=pb.Resource(name=topic),
+            id=qid,
+            permission=permission,
+            broker=pb.Broker(name="broker-a", id=0, endpoints=self.endpoints(asked)),
+            accept_message_types=ALL_TYPES,
+        )
+
+    def route(self, topic: str, asked: pb.Endpoints | None) -> list[pb.MessageQueue]:
+        """The topic's real queues, as RocketMQ's route has them: queue ids below
+        both counts are read-write, the rest read-only or write-only."""
+        cfg = self.ep.store.topics.topics.get(topic)
+        reads = cfg.read_queue_nums if cfg else 1
+        writes = cfg.write_queue_nums if cfg else 1
+        out = []
+        for qid in range(max(reads, writes, 1)):
+            perm = (
+                pb.READ_WRITE
+                if qid < reads and qid < writes
+                else pb.READ
+                if qid < reads
+                else pb.WRITE
+            )
+            out.append(self.queue(topic, qid, asked, perm))
+        return out
+
+    async def QueryRoute(self, request, context):  # noqa: N802
+        topic = request.topic.name
+        try:
+            if not self.ep.topic_exists(topic):
+                validate_topic(topic)
+                if not self.ep.store.config.auto_create_topic:
+                    return spb.QueryRouteResponse(status=status(C.TOPIC_NOT_FOUND))
+                try:
+                    await self.ep.on_writer(self.ep.broker.create_topic, topic)
+                except Exception:  # noqa: BLE001 - created concurrently
+                    pass
+        except ValidationError as exc:
+            return spb.QueryRouteResponse(status=status(C.ILLEGAL_TOPIC, str(exc)))
+        return spb.QueryRouteResponse(
+            status=status(C.OK), message_queues=self.route(topic, request.endpoints)
+        )
+
+    async def QueryAssignment(self, request, context):  # noqa: N802
+        topic = request.topic.name
+        if not topic or not self.ep.topic_exists(topic):
+            return spb.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND))
+        # One assignment for this broker: a Receive pops from every queue of
+        # the topic (pop consumption), so consumers never need a rebalance.
+        return spb.QueryAssignmentResponse(
+            status=status(C.OK),
+            assignments=[
+                pb.Assignment(message_queue=self.queue(topic, 0, request.endpoints))
+            ],
+        )
+
+    async def Heartbeat(self, request, context):  # noqa: N802
+        c = self.ep.client(context)
+        if request.client_type:
+            c.client_type = pb.ClientType.Name(request.client_type)
+        if request.group.name:
+            c.group = request.group.name
+        self.ep.clients_dirty = True
+        return spb.HeartbeatResponse(status=status(C.OK))
+
+    async def NotifyClientTermination(self, request, context):  # noqa: N802
+        cid = client_id_of(context)
+        c = self.ep.clients.get(cid)
+        if c is not None:
+            c.online = False
+            c.queue = None
+            self.ep.clients_dirty = True
+        return spb.NotifyClientTerminationResponse(status=status(C.OK))
+
+    def settings_reply(self, c: ClientInfo, s: pb.Settings) -> spb.TelemetryCommand:
+        out = pb.Settings()
+        out.CopyFrom(s)
+        out.metric.Clear()
+        out.metric.on = False
+        c.client_type = pb.ClientType.Name(s.client_type)
+        c.language = pb.Language.Name(s.user_agent.language) if s.user_agent else ""
+        c.version = s.user_agent.version
+        if s.client_type == pb.PRODUCER:
+            c.topics = [t.name for t in s.publishing.topics]
+            out.publishing.max_body_size = self.ep.max_body
+            out.publishing.validate_message_type = True
+            bp = out.backoff_policy
+            bp.Clear()
+            bp.max_attempts = 3
+            bp.exponential_backoff.initial.FromMilliseconds(10)
+            bp.exponential_backoff.max.FromMilliseconds(1000)
+            bp.exponential_backoff.multiplier = 2.0
+        elif s.client_type in (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER):
+            sub = out.subscription
+            c.group = s.subscription.group.name
+            c.topics = [e.topic.name for e in s.subscription.subscriptions]
+            sub.fifo = c.group in self.ep.cfg.fifo_groups
+            sub.receive_batch_size = self.ep.cfg.max_batch
+            if s.client_type == pb.PUSH_CONSUMER or not sub.HasField(
+                "long_polling_timeout"
+            ):
+                sub.long_polling_timeout.FromMilliseconds(self.ep.cfg.long_polling_ms)
+            bp = out.backoff_policy
+            bp.Clear()
+            bp.max_attempts = self.ep.cfg.max_attempts
+            for ms in self.ep.cfg.consumer_backoff_ms:
+                d = bp.customized_backoff.next.add()
+                d.FromMilliseconds(ms)
+        self.ep.clients_dirty = True
+        return spb.TelemetryCommand(status=status(C.OK), settings=out)
+
+    async def Telemetry(self, request_iterator, context):  # noqa: N802
+        c = self.ep.client(context)
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        c.queue = q
+        self.ep.clients_dirty = True
+
+        async def reader() -> None:
+            try:
+                async for cmd in request_iterator:
+                    if cmd.HasField("settings"):
+                        q.put_nowait(self.settings_reply(c, cmd.settings))
+                    c.last_heartbeat = time.time()
+            except Exception:  # noqa: BLE001 - stream cancelled
+                pass
+            finally:
+                q.put_nowait(None)
+
+        task = asyncio.get_running_loop().create_task(reader())
+        try:
+            while True:
+                item = await q.get()
+                if item is None:
+                    break
+                yield item
+        finally:
+            task.cancel()
+            if c.queue is q:
+                c.queue = None
+                c.online = False
+            self.ep.clients_dirty = True
