@@ -127,10 +127,26 @@ class Consuming:
             ev = self.ep.wakeups.get(topic)
             if ev is None:
                 ev = self.ep.wakeups[topic] = asyncio.Event()
+            renew = (client_id_of(context), self.ep.cfg.max_renew_ms)
+            popping = asyncio.get_running_loop().run_in_executor(
+                self.ep.consumer,
+                self._pop,
+                group,
+                topic,
+                batch,
+                invisible,
+                expr,
+                expr_type,
+                renew if request.auto_renew else None,
+            )
             try:
-                got = await self.ep.on_consumer(
-                    self.ep.pop.pop, group, topic, batch, invisible, expr, expr_type
-                )
+                got, messages = await asyncio.shield(popping)
+            except asyncio.CancelledError:
+                # The call ended (client gone, deadline) while popping: what
+                # was popped never reaches it. Visible again at once, not after
+                # its invisible duration.
+                popping.add_done_callback(self._release_later(group, topic))
+                raise
             except Exception as exc:  # noqa: BLE001
                 code = error_code(exc)
                 if code == C.INTERNAL_ERROR:
@@ -153,20 +169,46 @@ class Consuming:
             except TimeoutError:
                 pass
         self.ep.counters["received"] += len(got)
-        if request.auto_renew:
-            await self.ep.on_consumer(
-                self.ep.pop.auto_renew,
-                group,
-                topic,
-                got,
-                client_id_of(context),
-                invisible,
-                self.ep.cfg.max_renew_ms,
-            )
-        yield spb.ReceiveMessageResponse(status=status(C.OK))
-        yield spb.ReceiveMessageResponse(delivery_timestamp=ts_ms(now_ms()))
-        for qid, e in got:
-            yield spb.ReceiveMessageResponse(message=self._to_pb(qid, e, invisible))
+        sent = 0
+        try:
+            yield spb.ReceiveMessageResponse(status=status(C.OK))
+            yield spb.ReceiveMessageResponse(delivery_timestamp=ts_ms(now_ms()))
+            for message in messages:
+                yield spb.ReceiveMessageResponse(message=message)
+                sent += 1
+        except (asyncio.CancelledError, GeneratorExit):
+            # The stream broke: the messages not yet handed to it are released.
+            rest = got[sent:]
+            if rest:
+                self.ep.consumer.submit(self.ep.pop.release, group, topic, rest)
+            raise
+
+    def _pop(
+        self,
+        group: str,
+        topic: str,
+        batch: int,
+        invisible: int,
+        expr: str,
+        expr_type: str,
+        renew: tuple[str, int] | None,
+    ) -> tuple[list[tuple[int, Any]], list[pb.Message]]:
+        """Pop a batch and encode it (on the consumer thread, where the pop
+        state lives): the entries and their messages with receipt handles."""
+        got = self.ep.pop.pop(group, topic, batch, invisible, expr, expr_type)
+        if got and renew is not None:
+            self.ep.pop.auto_renew(group, topic, got, renew[0], invisible, renew[1])
+        return got, [self._to_pb(qid, e, invisible) for qid, e in got]
+
+    def _release_later(self, group: str, topic: str) -> Any:
+        def done(fut: Any) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                return
+            got = fut.result()[0]
+            if got:
+                self.ep.consumer.submit(self.ep.pop.release, group, topic, got)
+
+        return done
 
     async def AckMessage(self, request, context):  # noqa: N802
         group, topic = request.group.name, request.topic.name

@@ -344,6 +344,20 @@ class PopManager:
             raise InvalidHandle("the receipt handle is stale or unknown")
         return qid, st, e
 
+    def release(self, group: str, topic: str, got: list[tuple[int, Entry]]) -> None:
+        """Make popped entries that never reached the client visible again now:
+        their handles become stale and the attempt is not counted."""
+        qs = self.states.get((group, topic), {})
+        for qid, e in got:
+            st = qs.get(qid)
+            if st is None or st.pending.get(e.offset) is not e:
+                continue  # acknowledged or reset meanwhile
+            self.renew.pop((group, topic, qid, e.offset), None)
+            e.attempts = max(0, e.attempts - 1)
+            e.nonce = random.getrandbits(48)
+            e.visible_at = 0
+            self.dirty = True
+
     def ack(self, group: str, topic: str, handle: str) -> None:
         qid, st, e = self._entry(group, topic, handle)
         del st.pending[e.offset]

@@ -1,0 +1,93 @@
+"""A Receive cancelled while the endpoint pops (client gone, deadline passed)
+must not hide what it popped for the whole invisible duration: the popped
+messages become visible again at once, their attempt not counted.
+
+The pop is slowed down (the one injected fault) so that the cancellation lands
+while it runs on the consumer thread; everything else is the real endpoint over
+a real store, driven through its RPC handler."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
+from broker_core import Broker, Message
+from broker_core.endpoint.config import EndpointConfig
+from broker_core.endpoint.server import Endpoint
+
+
+class Context:
+    """What the handler asks of a grpc.aio ServicerContext."""
+
+    def time_remaining(self):
+        return None
+
+    def invocation_metadata(self):
+        return (("x-mq-client-id", "cancel-test"),)
+
+    def peer(self):
+        return "ipv4:127.0.0.1:1"
+
+
+def _request(topic: str) -> spb.ReceiveMessageRequest:
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="GID_cancel"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=4,
+    )
+    req.invisible_duration.FromSeconds(60)
+    req.long_polling_timeout.FromSeconds(5)
+    return req
+
+
+async def _collect(ep: Endpoint, topic: str) -> list[pb.Message]:
+    out = []
+    async for r in ep.consuming.ReceiveMessage(_request(topic), Context()):
+        if r.HasField("message"):
+            out.append(r.message)
+    return out
+
+
+def test_a_receive_cancelled_mid_pop_releases_what_it_popped(tmp_path) -> None:
+    with Broker.open(tmp_path / "store") as broker:
+        broker.create_topic("Cancelled", read_queue_nums=1)
+        broker.send(Message("Cancelled", b"m1"))
+        ep = Endpoint(broker, EndpointConfig(port=0))
+        real_pop = ep.pop.pop
+        popped = []
+
+        def slow_pop(*args):
+            got = real_pop(*args)
+            popped.extend(got)
+            time.sleep(0.5)  # the client goes away meanwhile
+            return got
+
+        async def scenario() -> list[pb.Message]:
+            ep.pop.pop = slow_pop
+            task = asyncio.create_task(_collect(ep, "Cancelled"))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            await asyncio.sleep(0.6)  # the pop finishes; the release follows
+            ep.pop.pop = real_pop
+            return await asyncio.wait_for(_collect(ep, "Cancelled"), 3)
+
+        try:
+            # A loop of its own in a thread of its own (a browser test may
+            # have left one running in this thread).
+            with ThreadPoolExecutor(1) as pool:
+                again = pool.submit(lambda: asyncio.run(scenario())).result()
+        finally:
+            ep.close()
+    assert len(popped) == 1, "the cancellation did not land during the pop"
+    assert [m.body for m in again] == [b"m1"]
+    # Delivered once for real: the cancelled pop's attempt is not counted.
+    assert again[0].system_properties.delivery_attempt == 1
