@@ -1,15 +1,40 @@
-"""Throughput of the gRPC endpoint through the official RocketMQ Python client.
+"""The gRPC endpoint beside a bare grpcio echo server, RabbitMQ and NATS JetStream.
 
-    .venv/bin/python bench/grpc.py [--clients 4] [--messages 20000] [--body 1024]
-        [--window 256] [--endpoint HOST:PORT] [--json out.json]
+    .venv/bin/python bench/grpc.py [--clients 1,4] [--messages 20000]
+        [--body 1024] [--window 256] [--peers rabbitmq,nats]
+        [--endpoint HOST:PORT --server-pid PID] [--json out.json]
 
-Starts ``python -m broker_core serve`` on a temporary store (unless --endpoint
-is given), then N client processes send ``--messages`` in total with
-``send_async`` (at most ``--window`` in flight per process), then N processes
-receive and acknowledge them with SimpleConsumer (batches of 32,
-``ack_async``). Beside it, in the same run, the broker_core facade's
-single-message ``Broker.send`` rate on its own temporary store. Prints a table
-and writes JSON.
+Peers need ``pip install -r requirements-bench.txt`` (pika, nats-py).
+
+For each client count N, in one run and measured the same way:
+
+* endpoint: ``python -m broker_core serve`` on a temporary store (or
+  ``--endpoint`` with ``--server-pid`` to measure its CPU; without a pid the
+  server CPU is "not measured"); N processes of the official RocketMQ Python
+  client send ``--messages`` in total with ``send_async`` (at most ``--window``
+  in flight each), then N SimpleConsumers receive (batches of 32) and
+  acknowledge each message.
+* echo: a bare ``grpc.aio`` server with one generic unary handler that returns
+  its request, called ``--messages`` times with a ``--body`` payload by N
+  processes with the same window: the floor for any Python gRPC server here.
+* rabbitmq (127.0.0.1:5672, guest/guest, pika): a durable queue of its own;
+  N publishers send persistent messages and commit a transaction every
+  ``--window`` messages (durable on the broker when the commit returns, as a
+  window of confirms would be); N consumers with prefetch ``--window``
+  acknowledge each message.
+* nats (127.0.0.1:4222, nats-py): a JetStream file stream of its own; N
+  publishers keep ``--window`` acknowledged publishes in flight; N pull
+  consumers fetch batches of 32 and acknowledge each message.
+
+Server CPU is the server process's utime+stime from /proc (the endpoint or
+echo process this script started; RabbitMQ's ``beam.smp`` and ``nats-server``
+found by name) over each phase, divided by the messages; client CPU is each
+client process's own CPU over its send or receive loop only (start-up
+excluded). What this script creates on the peers (queue, stream) is deleted at
+the end; their server-wide settings are never touched. The temporary store is
+removed. Prints a table and the ratios the issue asks for (endpoint server CPU
+per message sent and received+acked over the echo server's per call) and
+writes JSON.
 """
 
 from __future__ import annotations
@@ -18,25 +43,31 @@ import os
 import sys
 
 # This file is named grpc.py: keep its directory off sys.path so that
-# ``import grpc`` (done by the RocketMQ client) finds the real package.
+# ``import grpc`` finds the real package.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
+ECHO_METHOD = "/bench.Echo/Echo"
+RABBIT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+NATS_URL = "nats://127.0.0.1:4222"
 
 
-def worker_send(ep: str, topic: str, n: int, body: int, window: int) -> dict:
+# -- client workers (each in its own process) ------------------------------------
+def rmq_send(ep: str, topic: str, n: int, body: int, window: int) -> dict:
     from concurrent.futures import wait
 
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
@@ -46,7 +77,7 @@ def worker_send(ep: str, topic: str, n: int, body: int, window: int) -> dict:
     payload = b"x" * body
     inflight: set = set()
     errors = 0
-    t0 = time.time()
+    cpu0, t0 = time.process_time(), time.time()
     for _ in range(n):
         m = Message()
         m.topic = topic
@@ -57,21 +88,19 @@ def worker_send(ep: str, topic: str, n: int, body: int, window: int) -> dict:
             errors += sum(1 for f in done if f.exception() is not None)
     done, _ = wait(inflight)
     errors += sum(1 for f in done if f.exception() is not None)
-    dt = time.time() - t0
-    cpu = time.process_time()
+    t1, cpu1 = time.time(), time.process_time()
     p.shutdown()
     return {
-        "sent": n - errors,
+        "done": n - errors,
         "errors": errors,
-        "seconds": dt,
         "t0": t0,
-        "t1": t0 + dt,
-        "cpu_s": cpu,
+        "t1": t1,
+        "cpu_s": cpu1 - cpu0,
     }
 
 
-def worker_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) -> dict:
-    from concurrent.futures import wait
+def rmq_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) -> dict:
+    from concurrent.futures import ThreadPoolExecutor, wait
 
     from rocketmq import (
         ClientConfiguration,
@@ -87,72 +116,225 @@ def worker_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) 
         await_duration=1,
     )
     c.startup()
-    from concurrent.futures import ThreadPoolExecutor
-
     pool = ThreadPoolExecutor(16)
-    got = 0
+    got = empty = errors = 0
     acks = []
-    t0 = time.time()
-    t_last = t0
-    empty = 0
-    errors = 0
+    cpu0, t0 = time.process_time(), time.time()
     while time.time() - t0 < deadline_s and got < total:
         try:
             msgs = c.receive(32, 30)
-        except Exception as exc:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - "no new message" after a long poll
             errors += 1
-            print(f"receive error: {exc}", file=sys.stderr, flush=True)
-            time.sleep(0.1)
-            continue
+            msgs = []
         if not msgs:
             empty += 1
             if empty >= 2 and got:
                 break
             continue
         empty = 0
-        for m in msgs:
-            # SimpleConsumer.ack_async (5.1.2) returns None (missing return),
-            # so acks are pipelined on a thread pool with the blocking ack.
-            acks.append(pool.submit(c.ack, m))
+        # SimpleConsumer.ack_async (5.1.2) returns None: acks are pipelined on
+        # a thread pool with the blocking ack instead.
+        acks += [pool.submit(c.ack, m) for m in msgs]
         got += len(msgs)
-        t_last = time.time()
     wait(acks)
-    ack_err = sum(1 for f in acks if f.exception() is not None)
-    t_last = max(t_last, time.time()) if acks else t_last
-    cpu = time.process_time()
+    t1, cpu1 = time.time(), time.process_time()
+    ack_errors = sum(1 for f in acks if f.exception() is not None)
     c.shutdown()
-    return {
-        "cpu_s": cpu,
-        "received": got,
-        "ack_errors": ack_err,
-        "receive_errors": errors,
-        "t0": t0,
-        "t1": t_last,
-    }
+    return {"done": got, "errors": ack_errors, "t0": t0, "t1": t1, "cpu_s": cpu1 - cpu0}
 
 
-def facade_rate(seconds: float, body: int) -> float:
-    from broker_core import Broker, Message
+def echo_server(port: int) -> None:
+    import asyncio
 
-    with tempfile.TemporaryDirectory() as d, Broker.open(d) as b:
+    import grpc
+
+    async def main() -> None:
+        def echo(request: bytes, context) -> bytes:
+            return request
+
+        handler = grpc.method_handlers_generic_handler(
+            "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+        )
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((handler,))
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        print("READY", flush=True)
+        await server.wait_for_termination()
+
+    asyncio.run(main())
+
+
+def echo_client(ep: str, n: int, body: int, window: int) -> dict:
+    import asyncio
+
+    import grpc
+
+    async def main() -> dict:
+        async with grpc.aio.insecure_channel(ep) as ch:
+            call = ch.unary_unary(ECHO_METHOD)
+            await call(b"warm-up")
+            payload = b"x" * body
+            sem = asyncio.Semaphore(window)
+            errors = 0
+
+            async def one() -> None:
+                nonlocal errors
+                async with sem:
+                    try:
+                        await call(payload)
+                    except grpc.RpcError:
+                        errors += 1
+
+            cpu0, t0 = time.process_time(), time.time()
+            await asyncio.gather(*(one() for _ in range(n)))
+            t1, cpu1 = time.time(), time.process_time()
+            return {"done": n - errors, "errors": errors, "t0": t0, "t1": t1,
+                    "cpu_s": cpu1 - cpu0}  # fmt: skip
+
+    return asyncio.run(main())
+
+
+def rabbit_send(queue: str, n: int, body: int, window: int) -> dict:
+    import pika
+
+    conn = pika.BlockingConnection(pika.URLParameters(RABBIT_URL))
+    ch = conn.channel()
+    ch.tx_select()
+    props = pika.BasicProperties(delivery_mode=2)
+    payload = b"x" * body
+    cpu0, t0 = time.process_time(), time.time()
+    for i in range(n):
+        ch.basic_publish("", queue, payload, props)
+        if (i + 1) % window == 0:
+            ch.tx_commit()
+    ch.tx_commit()
+    t1, cpu1 = time.time(), time.process_time()
+    conn.close()
+    return {"done": n, "errors": 0, "t0": t0, "t1": t1, "cpu_s": cpu1 - cpu0}
+
+
+def rabbit_recv(queue: str, total: int, window: int, deadline_s: float) -> dict:
+    import pika
+
+    conn = pika.BlockingConnection(pika.URLParameters(RABBIT_URL))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=window)
+    got = 0
+    cpu0, t0 = time.process_time(), time.time()
+    t1 = t0
+    for method, _props, _body in ch.consume(queue, inactivity_timeout=1.0):
+        if method is None:
+            if got or time.time() - t0 > deadline_s:
+                break
+            continue
+        ch.basic_ack(method.delivery_tag)
+        got += 1
+        t1 = time.time()
+        if got >= total:
+            break
+    cpu1 = time.process_time()
+    ch.cancel()
+    conn.close()
+    return {"done": got, "errors": 0, "t0": t0, "t1": t1, "cpu_s": cpu1 - cpu0}
+
+
+def nats_send(subject: str, n: int, body: int, window: int) -> dict:
+    import asyncio
+
+    import nats
+
+    async def main() -> dict:
+        nc = await nats.connect(NATS_URL)
+        js = nc.jetstream()
         payload = b"x" * body
-        n = 0
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            for _ in range(200):
-                b.send(Message("BenchFacade", payload))
-            n += 200
-        return n / (time.perf_counter() - t0)
+        sem = asyncio.Semaphore(window)
+        errors = 0
+
+        async def one() -> None:
+            nonlocal errors
+            async with sem:
+                try:
+                    await js.publish(subject, payload)
+                except Exception:  # noqa: BLE001
+                    errors += 1
+
+        cpu0, t0 = time.process_time(), time.time()
+        await asyncio.gather(*(one() for _ in range(n)))
+        t1, cpu1 = time.time(), time.process_time()
+        await nc.close()
+        return {"done": n - errors, "errors": errors, "t0": t0, "t1": t1,
+                "cpu_s": cpu1 - cpu0}  # fmt: skip
+
+    return asyncio.run(main())
 
 
-def proc_cpu(pid: int | None) -> float:
+def nats_recv(subject: str, durable: str, total: int, deadline_s: float) -> dict:
+    import asyncio
+
+    import nats
+    from nats.errors import TimeoutError as NatsTimeout
+
+    async def main() -> dict:
+        nc = await nats.connect(NATS_URL)
+        js = nc.jetstream()
+        sub = await js.pull_subscribe(subject, durable)
+        got = empty = 0
+        cpu0, t0 = time.process_time(), time.time()
+        t1 = t0
+        while got < total and time.time() - t0 < deadline_s:
+            try:
+                msgs = await sub.fetch(32, timeout=1)
+            except NatsTimeout:
+                empty += 1
+                if empty >= 2 and got:
+                    break
+                continue
+            empty = 0
+            for m in msgs:
+                await m.ack()
+            got += len(msgs)
+            t1 = time.time()
+        cpu1 = time.process_time()
+        await nc.close()
+        return {"done": got, "errors": 0, "t0": t0, "t1": t1, "cpu_s": cpu1 - cpu0}
+
+    return asyncio.run(main())
+
+
+WORKERS = {
+    "rmq_send": (rmq_send, (str, str, int, int, int)),
+    "rmq_recv": (rmq_recv, (str, str, str, int, float)),
+    "echo_client": (echo_client, (str, int, int, int)),
+    "rabbit_send": (rabbit_send, (str, int, int, int)),
+    "rabbit_recv": (rabbit_recv, (str, int, int, float)),
+    "nats_send": (nats_send, (str, int, int, int)),
+    "nats_recv": (nats_recv, (str, str, int, float)),
+}
+
+
+# -- orchestration ---------------------------------------------------------------
+def proc_cpu(pid: int | None) -> float | None:
+    """utime + stime of a process, in seconds; None if it cannot be read."""
     if pid is None:
-        return 0.0
+        return None
     try:
         f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return 0.0
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def pid_of(command: str) -> int | None:
+    """The pid of the (first) process named ``command``, from /proc."""
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (d / "comm").read_text().strip() == command:
+                    return int(d.name)
+            except OSError:
+                continue
+    return None
 
 
 def free_port() -> int:
@@ -161,163 +343,260 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_workers(args: list[list[str]], home: str) -> list[dict]:
+def wait_port(port: int, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if (proc is not None and proc.poll() is not None) or (
+                time.monotonic() > deadline
+            ):
+                raise RuntimeError(f"nothing listens on port {port}") from None
+            time.sleep(0.1)
+
+
+def run_workers(name: str, args: list[list[object]], home: str) -> list[dict]:
     env = dict(os.environ, HOME=home)
     procs = [
         subprocess.Popen(
-            [PY, os.path.abspath(__file__), *a],
+            [PY, os.path.abspath(__file__), "_worker", name, *map(str, a)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
             cwd=home,
-        )
+        )  # fmt: skip
         for a in args
     ]
     out = []
     for p in procs:
-        stdout, _ = p.communicate(timeout=300)
+        stdout, _ = p.communicate(timeout=600)
         line = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
         if not line:
-            raise RuntimeError(f"worker failed: {stdout[-2000:]}")
+            raise RuntimeError(f"{name} worker failed: {stdout[-2000:]}")
         out.append(json.loads(line[-1][7:]))
     return out
 
 
+def phase(
+    name: str, args: list[list[object]], home: str, server_pid: int | None
+) -> dict:
+    """Run one phase's workers; the rate, and server and client CPU per message."""
+    c0 = proc_cpu(server_pid)
+    rs = run_workers(name, args, home)
+    c1 = proc_cpu(server_pid)
+    done = sum(r["done"] for r in rs)
+    span = max(r["t1"] for r in rs) - min(r["t0"] for r in rs)
+    server = None if c0 is None or c1 is None else (c1 - c0) / max(1, done) * 1e6
+    return {
+        "messages": done,
+        "errors": sum(r["errors"] for r in rs),
+        "msg_per_s": round(done / span, 1) if span > 0 else None,
+        "server_cpu_us_per_msg": None if server is None else round(server, 1),
+        "client_cpu_us_per_msg": round(
+            sum(r["cpu_s"] for r in rs) / max(1, done) * 1e6, 1
+        ),
+    }
+
+
+def bench_endpoint(a, n: int, ep: str, spid: int | None, home: str) -> dict:
+    topic = f"Bench{uuid.uuid4().hex[:8]}"
+    per = a.messages // n
+    send = phase("rmq_send", [[ep, topic, per, a.body, a.window]] * n, home, spid)
+    recv = phase(
+        "rmq_recv", [[ep, topic, f"G{topic}", send["messages"], 120]] * n, home, spid
+    )
+    return {"send": send, "receive_ack": recv}
+
+
+def bench_echo(a, n: int, ep: str, spid: int, home: str) -> dict:
+    per = a.messages // n
+    return {"call": phase("echo_client", [[ep, per, a.body, a.window]] * n, home, spid)}
+
+
+def bench_rabbit(a, n: int, home: str) -> dict:
+    import pika
+
+    pid = pid_of("beam.smp")
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    conn = pika.BlockingConnection(pika.URLParameters(RABBIT_URL))
+    try:
+        conn.channel().queue_declare(queue, durable=True)
+        per = a.messages // n
+        send = phase("rabbit_send", [[queue, per, a.body, a.window]] * n, home, pid)
+        recv = phase(
+            "rabbit_recv", [[queue, send["messages"], a.window, 120]] * n, home, pid
+        )
+    finally:
+        conn.channel().queue_delete(queue)
+        conn.close()
+    return {"send": send, "receive_ack": recv}
+
+
+def bench_nats(a, n: int, home: str) -> dict:
+    import asyncio
+
+    import nats
+
+    pid = pid_of("nats-server")
+    stream = f"BENCH_{uuid.uuid4().hex[:8]}"
+    subject = f"bench.{stream.lower()}"
+
+    async def admin(create: bool) -> None:
+        nc = await nats.connect(NATS_URL)
+        js = nc.jetstream()
+        if create:
+            await js.add_stream(name=stream, subjects=[subject], storage="file")
+        else:
+            await js.delete_stream(stream)
+        await nc.close()
+
+    asyncio.run(admin(True))
+    try:
+        per = a.messages // n
+        send = phase("nats_send", [[subject, per, a.body, a.window]] * n, home, pid)
+        recv = phase(
+            "nats_recv", [[subject, "bench", send["messages"], 120]] * n, home, pid
+        )
+    finally:
+        asyncio.run(admin(False))
+    return {"send": send, "receive_ack": recv}
+
+
+def available(peer: str) -> str | None:
+    """None if ``peer`` can be measured here, else why not."""
+    module, port = {"rabbitmq": ("pika", 5672), "nats": ("nats", 4222)}[peer]
+    try:
+        __import__(module)
+    except ImportError:
+        return f"{module} is not installed (pip install -r requirements-bench.txt)"
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError as exc:
+        return f"nothing answers on 127.0.0.1:{port} ({exc})"
+    return None
+
+
 def main(argv: list[str]) -> int:
-    if argv and argv[0] == "_send":
-        r = worker_send(argv[1], argv[2], int(argv[3]), int(argv[4]), int(argv[5]))
+    if argv and argv[0] == "_worker":
+        fn, types = WORKERS[argv[1]]
+        r = fn(*(t(v) for t, v in zip(types, argv[2:], strict=True)))
         print("RESULT " + json.dumps(r), flush=True)
         os._exit(0)
-    if argv and argv[0] == "_recv":
-        r = worker_recv(argv[1], argv[2], argv[3], int(argv[4]), float(argv[5]))
-        print("RESULT " + json.dumps(r), flush=True)
-        os._exit(0)
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--clients", type=int, default=4)
-    ap.add_argument("--messages", type=int, default=20000, help="total messages")
+    if argv and argv[0] == "_echo_server":
+        echo_server(int(argv[1]))
+        return 0
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--clients", default="1,4", help="client process counts")
+    ap.add_argument("--messages", type=int, default=20000, help="per phase")
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--window", type=int, default=256)
-    ap.add_argument("--endpoint", default=None)
-    ap.add_argument("--facade-seconds", type=float, default=3.0)
+    ap.add_argument("--peers", default="rabbitmq,nats")
+    ap.add_argument("--endpoint", default=None, help="an endpoint already running")
+    ap.add_argument("--server-pid", type=int, default=None)
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
+    counts = [int(x) for x in a.clients.split(",") if x]
+    peers = [p for p in a.peers.split(",") if p]
     tmp = tempfile.mkdtemp(prefix="grpc-bench-")
-    server = None
-    ep = a.endpoint
-    if ep is None:
-        port = free_port()
-        ep = f"127.0.0.1:{port}"
-        server = subprocess.Popen(
-            [
-                PY,
-                "-m",
-                "broker_core",
-                "serve",
-                "--store",
-                f"{tmp}/store",
-                "--listen",
-                ep,
-            ],
-            cwd=ROOT,
-            stdout=open(f"{tmp}/server.log", "w"),
-            stderr=subprocess.STDOUT,
-        )
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-    try:
-        topic = f"Bench{int(time.time())}"
-        per = a.messages // a.clients
-        spid = server.pid if server is not None else None
-        c0 = proc_cpu(spid)
-        sends = run_workers(
-            [
-                ["_send", ep, topic, str(per), str(a.body), str(a.window)]
-                for _ in range(a.clients)
-            ],
-            tmp,
-        )
-        sent = sum(r["sent"] for r in sends)
-        send_span = max(r["t1"] for r in sends) - min(r["t0"] for r in sends)
-        c1 = proc_cpu(spid)
-        recvs = run_workers(
-            [
-                ["_recv", ep, topic, f"G{topic}", str(sent), "90"]
-                for _ in range(a.clients)
-            ],
-            tmp,
-        )
-        received = sum(r["received"] for r in recvs)
-        recv_span = max(r["t1"] for r in recvs) - min(r["t0"] for r in recvs)
-        c2 = proc_cpu(spid)
-        facade = facade_rate(a.facade_seconds, a.body)
-    finally:
-        if server is not None:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
-    res = {
-        "clients": a.clients,
+    started: list[subprocess.Popen] = []
+    res: dict = {
         "body_bytes": a.body,
-        "messages": sent,
-        "send_errors": sum(r["errors"] for r in sends),
-        "send_msg_per_s": sent / send_span if send_span else 0,
-        "received": received,
-        "ack_errors": sum(r["ack_errors"] for r in recvs),
-        "receive_ack_msg_per_s": received / recv_span if recv_span else 0,
-        "facade_single_send_msg_per_s": facade,
-        "server_cpu_us_per_msg_send": (c1 - c0) / max(1, sent) * 1e6 if spid else None,
-        "server_cpu_us_per_msg_receive_ack": (c2 - c1) / max(1, received) * 1e6
-        if spid
-        else None,
-        "client_cpu_us_per_msg_send": sum(r["cpu_s"] for r in sends)
-        / max(1, sent)
-        * 1e6,
-        "client_cpu_us_per_msg_receive_ack": sum(r["cpu_s"] for r in recvs)
-        / max(1, received)
-        * 1e6,
-        "load_average": os.getloadavg(),
+        "messages_per_phase": a.messages,
+        "window": a.window,
         "cpus": os.cpu_count(),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "runs": {},
+        "skipped": {},
     }
-    print(f"{'measure':<40}{'msg/s':>12}")
-    label = f"gRPC send ({a.clients} client processes)"
-    print(f"{label:<40}{res['send_msg_per_s']:>12,.0f}")
-    label = f"gRPC receive+ack ({a.clients} processes)"
-    print(f"{label:<40}{res['receive_ack_msg_per_s']:>12,.0f}")
-    print(f"{'facade Broker.send, one process':<40}{facade:>12,.0f}")
-    ss = res["server_cpu_us_per_msg_send"] or 0
-    sr = res["server_cpu_us_per_msg_receive_ack"] or 0
-    cs = res["client_cpu_us_per_msg_send"]
-    cr = res["client_cpu_us_per_msg_receive_ack"]
-    print(
-        f"CPU per message, server/clients: send {ss:,.0f}/{cs:,.0f} us, "
-        f"receive+ack {sr:,.0f}/{cr:,.0f} us"
-    )
-    cpus = res["cpus"] or 1
-    # Upper bounds from the measured CPU: all cores doing only client work (a
-    # server costing nothing), and all cores shared by clients and server.
-    res["ceiling_send_clients_only"] = cpus / (cs / 1e6) if cs else None
-    res["ceiling_send_with_server"] = cpus / ((cs + ss) / 1e6) if cs + ss else None
-    res["ceiling_receive_ack_clients_only"] = cpus / (cr / 1e6) if cr else None
-    c_send = res["ceiling_send_clients_only"] or 0
-    c_both = res["ceiling_send_with_server"] or 0
-    c_recv = res["ceiling_receive_ack_clients_only"] or 0
-    print(
-        f"CPU ceiling on {cpus} cores: send {c_send:,.0f} msg/s if the server cost "
-        f"nothing, {c_both:,.0f} with it; receive+ack {c_recv:,.0f} if the server "
-        "cost nothing"
-    )
-    print(
-        f"messages {sent} sent ({res['send_errors']} errors), {received} received "
-        f"({res['ack_errors']} ack errors); load {res['load_average']}"
-    )
-    out = a.json or f"{tmp}/grpc-bench.json"
-    Path(out).write_text(json.dumps(res, indent=2))
-    print(f"JSON: {out}")
+    try:
+        ep, spid = a.endpoint, a.server_pid
+        if ep is None:
+            port = free_port()
+            ep = f"127.0.0.1:{port}"
+            server = subprocess.Popen(
+                [PY, "-m", "broker_core", "serve", "--store", f"{tmp}/store",
+                 "--listen", ep, "--no-redis-relay"],
+                cwd=ROOT, stdout=open(f"{tmp}/server.log", "w"),  # noqa: SIM115
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            started.append(server)
+            wait_port(port, server)
+            spid = server.pid
+        echo_port = free_port()
+        echo = subprocess.Popen(
+            [PY, os.path.abspath(__file__), "_echo_server", str(echo_port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        started.append(echo)
+        wait_port(echo_port, echo)
+        for peer in peers:
+            why = available(peer)
+            if why:
+                res["skipped"][peer] = why
+                print(f"{peer}: skipped, {why}", flush=True)
+        for n in counts:
+            run: dict = {}
+            print(f"-- {n} client process(es)", flush=True)
+            run["endpoint"] = bench_endpoint(a, n, ep, spid, tmp)
+            run["echo"] = bench_echo(a, n, f"127.0.0.1:{echo_port}", echo.pid, tmp)
+            if "rabbitmq" in peers and "rabbitmq" not in res["skipped"]:
+                run["rabbitmq"] = bench_rabbit(a, n, tmp)
+            if "nats" in peers and "nats" not in res["skipped"]:
+                run["nats"] = bench_nats(a, n, tmp)
+            echo_us = run["echo"]["call"]["server_cpu_us_per_msg"]
+            for kind, target in (("send", 1.3), ("receive_ack", 1.5)):
+                us = run["endpoint"][kind]["server_cpu_us_per_msg"]
+                run[f"ratio_{kind}_vs_echo"] = (
+                    round(us / echo_us, 2) if us is not None and echo_us else None
+                )
+                run[f"target_{kind}"] = target
+            res["runs"][str(n)] = run
+            print_run(n, run)
+    finally:
+        for p in started:
+            p.send_signal(signal.SIGTERM)
+        for p in started:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    res["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    print(f"load average before {res['load_before']}, after {res['load_after']}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=2))
+        print(f"JSON: {a.json}")
+    else:
+        print(json.dumps(res))
     return 0
+
+
+def print_run(n: int, run: dict) -> None:
+    def fmt(v, spec=",.0f"):
+        return "not measured" if v is None else format(v, spec)
+
+    print(
+        f"{'':<10}{'phase':<13}{'msg/s':>10}{'server us/msg':>15}{'client us/msg':>15}"
+    )
+    for system in ("endpoint", "echo", "rabbitmq", "nats"):
+        for kind, r in run.get(system, {}).items():
+            print(
+                f"{system:<10}{kind:<13}{fmt(r['msg_per_s']):>10}"
+                f"{fmt(r['server_cpu_us_per_msg']):>15}"
+                f"{fmt(r['client_cpu_us_per_msg']):>15}"
+                + (f"  ({r['errors']} errors)" if r["errors"] else "")
+            )
+    for kind in ("send", "receive_ack"):
+        ratio = run[f"ratio_{kind}_vs_echo"]
+        print(
+            f"endpoint server CPU per message {kind} / echo per call: "
+            f"{fmt(ratio, '.2f')} (target <= {run[f'target_{kind}']})"
+        )
 
 
 if __name__ == "__main__":
