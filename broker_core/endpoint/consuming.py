@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from broker_core.endpoint.coalesce import Coalescer
 from broker_core.endpoint.config import REPOLL_S
 from broker_core.endpoint.pop import (
     SHARDING_KEY,
@@ -39,6 +40,7 @@ class Consuming:
 
     def __init__(self, ep: Endpoint) -> None:
         self.ep = ep
+        self.acks = Coalescer(ep.consumer, self._ack_all)
 
     # -- consuming -----------------------------------------------------------
     def _to_pb(self, qid: int, e: Any, invisible_ms: int) -> pb.Message:
@@ -214,17 +216,17 @@ class Consuming:
         group, topic = request.group.name, request.topic.name
         if not request.entries:
             return spb.AckMessageResponse(status=status(C.BAD_REQUEST, "no entry"))
+        handles = [e.receipt_handle for e in request.entries]
+        # Acks arriving together are applied in one job on the consumer thread.
+        errors = await self.acks.submit((group, topic, handles))
         out = []
         first_err = None
-        for e in request.entries:
-            try:
-                await self.ep.on_consumer(
-                    self.ep.pop.ack, group, topic, e.receipt_handle
-                )
+        for e, err in zip(request.entries, errors, strict=True):
+            if err is None:
                 st = status(C.OK)
                 self.ep.counters["acked"] += 1
-            except InvalidHandle as exc:
-                st = status(C.INVALID_RECEIPT_HANDLE, str(exc))
+            else:
+                st = status(C.INVALID_RECEIPT_HANDLE, err)
                 first_err = first_err or st
             out.append(
                 spb.AckMessageResultEntry(
@@ -238,6 +240,23 @@ class Consuming:
         else:
             top = status(C.MULTIPLE_RESULTS)
         return spb.AckMessageResponse(status=top, entries=out)
+
+    def _ack_all(
+        self, calls: list[tuple[str, str, list[str]]]
+    ) -> list[list[str | None]]:
+        """Apply the acks of many AckMessage calls (on the consumer thread):
+        per call, per handle, None or why the handle was refused."""
+        out = []
+        for group, topic, handles in calls:
+            results: list[str | None] = []
+            for handle in handles:
+                try:
+                    self.ep.pop.ack(group, topic, handle)
+                    results.append(None)
+                except InvalidHandle as exc:
+                    results.append(str(exc))
+            out.append(results)
+        return out
 
     async def ChangeInvisibleDuration(self, request, context):  # noqa: N802
         ms = dur_ms(request.invisible_duration)

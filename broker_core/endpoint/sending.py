@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import zlib
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.broker import Broker
+from broker_core.endpoint.coalesce import Coalescer
 from broker_core.endpoint.pop import (
     SHARDING_KEY,
     now_ms,
@@ -29,7 +31,7 @@ from broker_core.errors import (
     RecallError,
     ValidationError,
 )
-from broker_core.message import Message, SendStatus
+from broker_core.message import Message, SendResult, SendStatus
 from broker_core.validation import (
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
@@ -39,6 +41,21 @@ from broker_core.validation import (
 
 if TYPE_CHECKING:
     from broker_core.endpoint.server import Endpoint
+
+#: What one SendMessage call gets back from the writer: its result entries,
+#: how many messages were stored, how many were retries, the topics to wake.
+SendOutcome = tuple[list[Any], int, int, set[str]]
+
+
+@dataclass(slots=True)
+class _Call:
+    """One SendMessage call's results while its batch is stored."""
+
+    entries: list[Any] = field(default_factory=list)
+    stored: int = 0
+    retries: int = 0
+    woken: set[str] = field(default_factory=set)
+
 
 log = logging.getLogger("broker_core.endpoint")
 
@@ -57,6 +74,9 @@ class RecentSends:
         self.window_ms = window_ms
         self.limit = limit
         self.started_ms = now_ms()
+        #: Whether the log held anything when this run started: if not, no
+        #: earlier run can have stored a send this run gets a retry of.
+        self.prior_log = broker.store.state.commit_pos > 0
         self._ids: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()
 
     def remember(self, topic: str, msg_id: str, queue_offset: int) -> None:
@@ -76,7 +96,7 @@ class RecentSends:
         hit = self._ids.get((topic, msg_id))
         if hit is not None:
             return hit[0] if hit[1] >= now - self.window_ms else None
-        if now - self.started_ms > self.window_ms:
+        if now - self.started_ms > self.window_ms or not self.prior_log:
             return None  # everything within the window was sent in this run
         for where in (topic, TIMER_TOPIC, SCHEDULE_TOPIC):
             try:
@@ -94,6 +114,8 @@ class Sending:
 
     def __init__(self, ep: Endpoint) -> None:
         self.ep = ep
+        #: Concurrent SendMessage calls become one job on the writer thread.
+        self.group = Coalescer(ep.writer, self._send_requests)
         #: Recent sends by client message id: a retry gets the first result.
         self.sends = RecentSends(ep.broker, ep.cfg.dedupe_window_ms)
 
@@ -170,8 +192,8 @@ class Sending:
                     ):
                         sender.topics.append(m.topic.name)
                         self.ep.clients_dirty = True
-        entries, sent, deduplicated, woken = await self.ep.on_writer(
-            self._send_all, request.messages, cid
+        entries, sent, deduplicated, woken = await self.group.submit(
+            (request.messages, cid)
         )
         self.ep.counters["sent"] += sent
         self.ep.counters["retries_deduplicated"] += deduplicated
@@ -186,36 +208,87 @@ class Sending:
             top = status(C.MULTIPLE_RESULTS)
         return spb.SendMessageResponse(status=top, entries=entries)
 
-    def _send_all(
-        self, messages: Any, cid: str
-    ) -> tuple[list[spb.SendResultEntry], int, int, set[str]]:
-        """Store each message of a SendMessage request (on the writer thread).
+    def _send_requests(self, requests: list[tuple[Any, str]]) -> list[SendOutcome]:
+        """Store the messages of many SendMessage calls (on the writer thread):
+        halves and retries one by one, every other message in one batched
+        append (group commit). One outcome per call, in order."""
+        calls: list[_Call] = []
+        batch: list[tuple[Message, _Call, int, bool]] = []
+        for messages, cid in requests:
+            call = _Call()
+            calls.append(call)
+            for m in messages:
+                try:
+                    done = self._send_apart(m, cid)
+                except Exception as exc:  # noqa: BLE001
+                    call.entries.append(self._error_entry(exc))
+                    continue
+                if isinstance(done, tuple):  # a half or a retry, answered now
+                    entry, kind = done
+                    call.entries.append(entry)
+                    if kind == "retry":
+                        call.retries += 1
+                    else:
+                        call.stored += 1
+                    continue
+                call.entries.append(None)  # filled once the batch is stored
+                delayed = bool(
+                    done.properties and "TIMER_DELIVER_MS" in done.properties
+                )
+                batch.append((done, call, len(call.entries) - 1, delayed))
+        if batch:
+            self._store_batch(batch)
+        return [(c.entries, c.stored, c.retries, c.woken) for c in calls]
 
-        Returns the result entries, how many were stored, how many were
-        retries answered with the first send's result, and the topics to wake."""
-        entries = []
-        sent = deduplicated = 0
-        woken: set[str] = set()
-        for m in messages:
-            try:
-                entry, kind = self._send_one(m, cid)
-            except Exception as exc:  # noqa: BLE001
-                code = error_code(exc)
-                if code == C.INTERNAL_ERROR:
-                    log.exception("send failed")
-                entries.append(spb.SendResultEntry(status=status(code, str(exc))))
+    def _store_batch(self, batch: list[tuple[Message, _Call, int, bool]]) -> None:
+        """One append for the whole batch; if it is refused (a message fails a
+        check, the disk is full), each message alone, for its own answer."""
+        msgs = [b[0] for b in batch]
+        results: list[SendResult | Exception]
+        try:
+            results = list(self.ep.broker.send_batch(msgs))
+        except Exception:  # noqa: BLE001 - nothing was stored: answer one by one
+            results = []
+            for msg in msgs:
+                try:
+                    results.append(self.ep.broker.send(msg))
+                except Exception as exc:  # noqa: BLE001
+                    results.append(exc)
+        for (msg, call, i, delayed), r in zip(batch, results, strict=True):
+            if isinstance(r, Exception):
+                call.entries[i] = self._error_entry(r)
                 continue
-            entries.append(entry)
-            if kind == "retry":
-                deduplicated += 1
-                continue
-            sent += 1
-            if kind == "stored":
-                woken.add(m.topic.name)
-        return entries, sent, deduplicated, woken
+            call.stored += 1
+            call.woken.add(msg.topic)
+            self.sends.remember(msg.topic, r.msg_id, r.queue_offset)
+            st = status(C.OK)
+            if r.status is SendStatus.FLUSH_DISK_TIMEOUT:
+                # Stored, not yet on disk (sync flush): RocketMQ's proxy
+                # answers MASTER_PERSISTENCE_TIMEOUT with the ids.
+                st = status(
+                    C.MASTER_PERSISTENCE_TIMEOUT,
+                    "stored, but not flushed to disk within the sync flush timeout",
+                )
+            call.entries[i] = spb.SendResultEntry(
+                status=st,
+                message_id=r.msg_id,
+                offset=r.queue_offset,
+                recall_handle=r.msg_id if delayed else "",
+            )
 
-    def _send_one(self, m: pb.Message, cid: str) -> tuple[spb.SendResultEntry, str]:
-        """Store one message: ("half" | "stored" | "retry", its result entry)."""
+    @staticmethod
+    def _error_entry(exc: Exception) -> spb.SendResultEntry:
+        code = error_code(exc)
+        if code == C.INTERNAL_ERROR:
+            log.error("send failed", exc_info=exc)
+        return spb.SendResultEntry(status=status(code, str(exc)))
+
+    def _send_apart(
+        self, m: pb.Message, cid: str
+    ) -> tuple[spb.SendResultEntry, str] | Message:
+        """A half (stored now) or a retry (answered with the first result) as
+        (entry, "half" | "retry"); any other message, checked and converted,
+        for the batch."""
         if len(m.body) > self.ep.max_body:
             raise MessageTooLargeError(
                 f"the message body size {len(m.body)} exceeds "
@@ -240,12 +313,12 @@ class Sending:
                 ),
                 "half",
             )
-        delayed = msg.properties and "TIMER_DELIVER_MS" in msg.properties
         earlier = self.sends.find(msg.topic, msg.msg_id)
         if earlier is not None:
             # A retry of a send already stored: the first result, nothing
             # stored again (once it passes the same checks).
             self.ep.broker.validate(msg)
+            delayed = bool(msg.properties and "TIMER_DELIVER_MS" in msg.properties)
             return (
                 spb.SendResultEntry(
                     status=status(C.OK),
@@ -255,25 +328,7 @@ class Sending:
                 ),
                 "retry",
             )
-        r = self.ep.broker.send(msg)
-        self.sends.remember(msg.topic, r.msg_id, r.queue_offset)
-        st = status(C.OK)
-        if r.status is SendStatus.FLUSH_DISK_TIMEOUT:
-            # Stored, not yet on disk (sync flush): RocketMQ's proxy answers
-            # MASTER_PERSISTENCE_TIMEOUT with the ids.
-            st = status(
-                C.MASTER_PERSISTENCE_TIMEOUT,
-                "stored, but not flushed to disk within the sync flush timeout",
-            )
-        return (
-            spb.SendResultEntry(
-                status=st,
-                message_id=r.msg_id,
-                offset=r.queue_offset,
-                recall_handle=r.msg_id if delayed else "",
-            ),
-            "stored",
-        )
+        return msg
 
     async def RecallMessage(self, request, context):  # noqa: N802
         handle = request.recall_handle
