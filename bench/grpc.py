@@ -285,7 +285,7 @@ def nats_recv(subject: str, durable: str, total: int, deadline_s: float) -> dict
         while got < total and time.time() - t0 < deadline_s:
             try:
                 msgs = await sub.fetch(32, timeout=1)
-            except NatsTimeout:
+            except (TimeoutError, NatsTimeout):
                 empty += 1
                 if empty >= 2 and got:
                     break

@@ -189,10 +189,14 @@ class Broker:
         """
         return self.send_batch((message,))[0]
 
-    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+    def send_batch(
+        self, messages: Sequence[Message], blocking: bool = True
+    ) -> list[SendResult]:
         """Store messages atomically in order under one lock and one write.
 
-        Every message is validated before anything is written.
+        Every message is validated before anything is written. With
+        ``blocking=False``, ``AppendBusyError`` (nothing stored) instead of
+        waiting for another appender or a sync flush.
         """
         self.store.refresh_topics()  # queue counts changed by another process
         now = int(time.time() * 1000)
@@ -205,7 +209,7 @@ class Broker:
         if self._hooks:
             items = self._apply_hooks(items)
         offsets, _sizes, qoffs, _now, status = self.store.append_items(
-            items, auto_create=self.config.auto_create_topic
+            items, auto_create=self.config.auto_create_topic, blocking=blocking
         )
         prefix = self._id_prefix
         return [

@@ -125,6 +125,15 @@ class StorageIOError(StoreError):
     code = "storage_io"
 
 
+class AppendBusyError(StoreError):
+    """A non-blocking append found the append lock held: nothing was appended.
+
+    Only raised to a caller that asked not to wait (``blocking=False``); it
+    then hands the append to a thread that may wait."""
+
+    code = "append_busy"
+
+
 class ConfigFileError(StoreError):
     """A configuration file is unreadable and has no usable backup."""
 

@@ -80,16 +80,28 @@ class FileLock:
         self.forked = False
         _LOCKS.add(self)
 
-    def acquire(self) -> None:
+    def acquire(self, blocking: bool = True) -> bool:
+        """Take the lock; with ``blocking=False`` return False at once if this
+        or another process holds it (nothing is held then)."""
         if self.forked:
             raise StoreError(
                 f"{self.path} was opened by the parent of this forked process; "
                 "open the store again in this process"
             )
-        self._thread_lock.acquire()
+        if not self._thread_lock.acquire(blocking):
+            return False
         if self._depth == 0:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                mode = fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB
+                fcntl.flock(self._fd, mode)
+            except BlockingIOError:
+                self._thread_lock.release()
+                return False
+            except BaseException:
+                self._thread_lock.release()
+                raise
         self._depth += 1
+        return True
 
     def release(self) -> None:
         self._depth -= 1

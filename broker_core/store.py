@@ -27,6 +27,7 @@ from broker_core.diskio import DiskGuard
 from broker_core.dispatch import Dispatcher, DispatchRequest
 from broker_core.dispatcher import DispatchService
 from broker_core.errors import (
+    AppendBusyError,
     InvalidOffsetError,
     InvalidQueueError,
     MessageTooLargeError,
@@ -401,7 +402,11 @@ class MessageStore:
         ]
 
     def append_items(
-        self, items: Sequence[PutItem], auto_create: bool, inner: bool = False
+        self,
+        items: Sequence[PutItem],
+        auto_create: bool,
+        inner: bool = False,
+        blocking: bool = True,
     ) -> tuple[list[int], list[int], list[int], int, SendStatus]:
         """Append prepared items under the append lock: the hot path.
 
@@ -410,22 +415,26 @@ class MessageStore:
         ``record.encode_record``: per-message call overhead dominates in Python.
         Nothing becomes visible unless every item is valid: bytes written before
         a validation error lie past the commit position and are overwritten.
+        With ``blocking=False`` it raises ``AppendBusyError`` (nothing appended)
+        rather than wait for the append lock or, in sync flush mode, the disk.
         """
         if self.closed:
             raise StoreClosedError("the store is closed")
         sync = self.config.flush == "sync"
+        if sync and not blocking:
+            raise AppendBusyError("a sync-flush append waits for the disk")
         if sync:
             self.flusher.begin_put()
             try:
                 pos, offsets, sizes, qoffs, now = self._append_locked(
-                    items, auto_create, inner
+                    items, auto_create, inner, True
                 )
             except BaseException:
                 self.flusher.abort_put()
                 raise
         else:
             pos, offsets, sizes, qoffs, now = self._append_locked(
-                items, auto_create, inner
+                items, auto_create, inner, blocking
             )
         status = SendStatus.SEND_OK
         if sync:
@@ -469,7 +478,7 @@ class MessageStore:
         return out, nbytes
 
     def _append_locked(
-        self, items: Sequence[PutItem], auto_create: bool, inner: bool
+        self, items: Sequence[PutItem], auto_create: bool, inner: bool, blocking: bool
     ) -> tuple[int, list[int], list[int], list[int], int]:
         encoded, nbytes = self._encode(items)
         # Before the lock: refuse while the disk is above its usage limit.
@@ -491,7 +500,8 @@ class MessageStore:
         sizes: list[int] = []
         qoffs: list[int] = []
         lock = state.append_lock
-        lock.acquire()
+        if not lock.acquire(blocking):
+            raise AppendBusyError("the append lock is held")
         try:
             pos = qunpack(mm, COMMIT_AT)[0]
             if qunpack(mm, DISPATCHED_AT)[0] != pos:

@@ -40,7 +40,7 @@ class Consuming:
 
     def __init__(self, ep: Endpoint) -> None:
         self.ep = ep
-        self.acks = Coalescer(ep.consumer, self._ack_all)
+        self.acks = Coalescer(ep.consumer, self._ack_all_locked)
 
     # -- consuming -----------------------------------------------------------
     def _to_pb(self, qid: int, e: Any, invisible_ms: int) -> pb.Message:
@@ -132,6 +132,7 @@ class Consuming:
             renew = (client_id_of(context), self.ep.cfg.max_renew_ms)
             popping = asyncio.get_running_loop().run_in_executor(
                 self.ep.consumer,
+                self.ep.pop_locked,
                 self._pop,
                 group,
                 topic,
@@ -182,7 +183,9 @@ class Consuming:
             # The stream broke: the messages not yet handed to it are released.
             rest = got[sent:]
             if rest:
-                self.ep.consumer.submit(self.ep.pop.release, group, topic, rest)
+                self.ep.consumer.submit(
+                    self.ep.pop_locked, self.ep.pop.release, group, topic, rest
+                )
             raise
 
     def _pop(
@@ -208,7 +211,9 @@ class Consuming:
                 return
             got = fut.result()[0]
             if got:
-                self.ep.consumer.submit(self.ep.pop.release, group, topic, got)
+                self.ep.consumer.submit(
+                    self.ep.pop_locked, self.ep.pop.release, group, topic, got
+                )
 
         return done
 
@@ -217,8 +222,17 @@ class Consuming:
         if not request.entries:
             return spb.AckMessageResponse(status=status(C.BAD_REQUEST, "no entry"))
         handles = [e.receipt_handle for e in request.entries]
-        # Acks arriving together are applied in one job on the consumer thread.
-        errors = await self.acks.submit((group, topic, handles))
+        call = (group, topic, handles)
+        # An ack is a few dictionary operations: done here when the pop state
+        # is free, else with the acks arriving meanwhile in one job on the
+        # consumer thread (never waiting here for a pop in progress).
+        if self.ep.pop_lock.acquire(blocking=False):
+            try:
+                errors = self._ack_all([call])[0]
+            finally:
+                self.ep.pop_lock.release()
+        else:
+            errors = await self.acks.submit(call)
         out = []
         first_err = None
         for e, err in zip(request.entries, errors, strict=True):
@@ -240,6 +254,11 @@ class Consuming:
         else:
             top = status(C.MULTIPLE_RESULTS)
         return spb.AckMessageResponse(status=top, entries=out)
+
+    def _ack_all_locked(
+        self, calls: list[tuple[str, str, list[str]]]
+    ) -> list[list[str | None]]:
+        return self.ep.pop_locked(self._ack_all, calls)
 
     def _ack_all(
         self, calls: list[tuple[str, str, list[str]]]

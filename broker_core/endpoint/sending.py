@@ -24,6 +24,7 @@ from broker_core.endpoint.wire import (
     status,
 )
 from broker_core.errors import (
+    AppendBusyError,
     InvalidDelayError,
     InvalidTopicError,
     MessageNotFoundError,
@@ -88,8 +89,13 @@ class RecentSends:
         ):
             ids.popitem(last=False)
 
-    def find(self, topic: str, msg_id: str | None) -> int | None:
-        """Return the queue offset of an earlier send of ``msg_id``, or None."""
+    def find(
+        self, topic: str, msg_id: str | None, may_block: bool = True
+    ) -> int | None:
+        """Return the queue offset of an earlier send of ``msg_id``, or None.
+
+        A look-up in the store's index may wait on files: with
+        ``may_block=False`` it raises ``AppendBusyError`` instead."""
         if not msg_id or self.window_ms <= 0:
             return None
         now = now_ms()
@@ -98,6 +104,8 @@ class RecentSends:
             return hit[0] if hit[1] >= now - self.window_ms else None
         if now - self.started_ms > self.window_ms or not self.prior_log:
             return None  # everything within the window was sent in this run
+        if not may_block:
+            raise AppendBusyError("a retry check needs the store's index")
         for where in (topic, TIMER_TOPIC, SCHEDULE_TOPIC):
             try:
                 m = self.broker.get_message(msg_id, where)
@@ -192,9 +200,24 @@ class Sending:
                     ):
                         sender.topics.append(m.topic.name)
                         self.ep.clients_dirty = True
-        entries, sent, deduplicated, woken = await self.group.submit(
-            (request.messages, cid)
-        )
+        outcome = None
+        if (
+            not self.group.busy
+            and not self.group.waiting
+            and not any(
+                m.system_properties.message_type == pb.TRANSACTION
+                for m in request.messages
+            )
+        ):
+            # Nothing queued for the writer: store here if the append lock is
+            # free (a memory copy), else hand the call to the writer thread.
+            try:
+                outcome = self._send_requests([(request.messages, cid)], False)[0]
+            except AppendBusyError:
+                outcome = None
+        if outcome is None:
+            outcome = await self.group.submit((request.messages, cid))
+        entries, sent, deduplicated, woken = outcome
         self.ep.counters["sent"] += sent
         self.ep.counters["retries_deduplicated"] += deduplicated
         for topic in woken:
@@ -208,10 +231,15 @@ class Sending:
             top = status(C.MULTIPLE_RESULTS)
         return spb.SendMessageResponse(status=top, entries=entries)
 
-    def _send_requests(self, requests: list[tuple[Any, str]]) -> list[SendOutcome]:
+    def _send_requests(
+        self, requests: list[tuple[Any, str]], blocking: bool = True
+    ) -> list[SendOutcome]:
         """Store the messages of many SendMessage calls (on the writer thread):
         halves and retries one by one, every other message in one batched
-        append (group commit). One outcome per call, in order."""
+        append (group commit). One outcome per call, in order.
+
+        ``blocking=False`` (on the event loop, no halves): ``AppendBusyError``
+        with nothing stored unless the batch is appended at once."""
         calls: list[_Call] = []
         batch: list[tuple[Message, _Call, int, bool]] = []
         for messages, cid in requests:
@@ -219,7 +247,9 @@ class Sending:
             calls.append(call)
             for m in messages:
                 try:
-                    done = self._send_apart(m, cid)
+                    done = self._send_apart(m, cid, blocking)
+                except AppendBusyError:
+                    raise
                 except Exception as exc:  # noqa: BLE001
                     call.entries.append(self._error_entry(exc))
                     continue
@@ -237,17 +267,22 @@ class Sending:
                 )
                 batch.append((done, call, len(call.entries) - 1, delayed))
         if batch:
-            self._store_batch(batch)
+            self._store_batch(batch, blocking)
         return [(c.entries, c.stored, c.retries, c.woken) for c in calls]
 
-    def _store_batch(self, batch: list[tuple[Message, _Call, int, bool]]) -> None:
+    def _store_batch(
+        self, batch: list[tuple[Message, _Call, int, bool]], blocking: bool
+    ) -> None:
         """One append for the whole batch; if it is refused (a message fails a
         check, the disk is full), each message alone, for its own answer."""
         msgs = [b[0] for b in batch]
         results: list[SendResult | Exception]
         try:
-            results = list(self.ep.broker.send_batch(msgs))
-        except Exception:  # noqa: BLE001 - nothing was stored: answer one by one
+            results = list(self.ep.broker.send_batch(msgs, blocking=blocking))
+        except Exception as exc:  # noqa: BLE001 - nothing was stored
+            if not blocking:
+                # Answering one by one may wait: the writer thread does it.
+                raise AppendBusyError(str(exc)) from exc
             results = []
             for msg in msgs:
                 try:
@@ -284,7 +319,7 @@ class Sending:
         return spb.SendResultEntry(status=status(code, str(exc)))
 
     def _send_apart(
-        self, m: pb.Message, cid: str
+        self, m: pb.Message, cid: str, blocking: bool = True
     ) -> tuple[spb.SendResultEntry, str] | Message:
         """A half (stored now) or a retry (answered with the first result) as
         (entry, "half" | "retry"); any other message, checked and converted,
@@ -313,7 +348,7 @@ class Sending:
                 ),
                 "half",
             )
-        earlier = self.sends.find(msg.topic, msg.msg_id)
+        earlier = self.sends.find(msg.topic, msg.msg_id, blocking)
         if earlier is not None:
             # A retry of a send already stored: the first result, nothing
             # stored again (once it passes the same checks).

@@ -74,6 +74,9 @@ class Endpoint:
         # heartbeats and routes go on.
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="endpoint-writer")
         self.consumer = ThreadPoolExecutor(1, thread_name_prefix="endpoint-pop")
+        #: Held by whoever touches the pop state: the consumer thread, or the
+        #: event loop for an ack when it is free (never waited for there).
+        self.pop_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -159,8 +162,13 @@ class Endpoint:
     async def on_consumer(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a pop-state operation on the consumer thread."""
         return await asyncio.get_running_loop().run_in_executor(
-            self.consumer, fn, *args
+            self.consumer, self.pop_locked, fn, *args
         )
+
+    def pop_locked(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call ``fn`` holding the pop-state lock (on the consumer thread)."""
+        with self.pop_lock:
+            return fn(*args)
 
     async def _watch_appends(self) -> None:
         """Wake long polls when anything is appended, by any process.
@@ -296,7 +304,14 @@ class Endpoint:
             "endpoint": f"{self.cfg.host}:{self.cfg.port}",
             "clients": [c.as_json() for c in self.clients.values()],
             "consumers": self.pop.stats() if pop_stats is None else pop_stats,
-            "counters": dict(self.counters),
+            "counters": dict(self.counters)
+            | {
+                # Group commit: SendMessage calls and acks per job on the threads.
+                "send_jobs": self.sending.group.jobs,
+                "send_calls": self.sending.group.items,
+                "ack_jobs": self.consuming.acks.jobs,
+                "ack_calls": self.consuming.acks.items,
+            },
         }
 
     def write_clients(self, data: dict[str, Any] | None) -> None:
