@@ -149,7 +149,7 @@ def echo_server(port: int) -> None:
     import grpc
 
     async def main() -> None:
-        def echo(request: bytes, context) -> bytes:
+        async def echo(request: bytes, context) -> bytes:
             return request
 
         handler = grpc.method_handlers_generic_handler(
@@ -177,20 +177,23 @@ def echo_client(ep: str, n: int, body: int, window: int) -> dict:
             payload = b"x" * body
             sem = asyncio.Semaphore(window)
             errors = 0
+            first: list[str] = []
 
             async def one() -> None:
                 nonlocal errors
                 async with sem:
                     try:
                         await call(payload)
-                    except grpc.RpcError:
+                    except grpc.RpcError as exc:
                         errors += 1
+                        if not first:
+                            first.append(f"{exc.code()}: {exc.details()}")
 
             cpu0, t0 = time.process_time(), time.time()
             await asyncio.gather(*(one() for _ in range(n)))
             t1, cpu1 = time.time(), time.process_time()
             return {"done": n - errors, "errors": errors, "t0": t0, "t1": t1,
-                    "cpu_s": cpu1 - cpu0}  # fmt: skip
+                    "cpu_s": cpu1 - cpu0, "first_error": first[:1]}  # fmt: skip
 
     return asyncio.run(main())
 
