@@ -4,6 +4,7 @@ that are not shown as user properties."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 
@@ -69,7 +70,15 @@ ALL_TYPES = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION, pb.PRIORITY]
 
 
 def status(code: int, message: str = "") -> pb.Status:
-    return pb.Status(code=code, message=message or pb.Code.Name(code))
+    """A status to put in a response (the field copies it: never mutate it)."""
+    if not message:
+        return _plain_status(code)
+    return pb.Status(code=code, message=message)
+
+
+@functools.cache
+def _plain_status(code: int) -> pb.Status:
+    return pb.Status(code=code, message=pb.Code.Name(code))
 
 
 def local_utc_offset_min() -> int:
