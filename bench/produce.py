@@ -1,6 +1,8 @@
 """Produce/consume benchmark: this store beside Redis Streams and SQLite (WAL).
 
 Usage: python bench/produce.py [--seconds 3] [--redis URL] [--json out.json]
+(Redis: a private redis-server started for the run by default; --redis URL
+measures that server as configured, changing nothing on it; --redis "" skips.)
 Prints a table (with our ratio to each peer) and the JSON result.
 """
 

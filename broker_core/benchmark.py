@@ -4,23 +4,27 @@
 bodies: per-message send, batched send, a 4-process aggregate (batched), sync
 flush with group commit from 8 concurrent producer threads, and consume (pull
 and decode); then the same workloads on Redis Streams (XADD; pipelined for
-batches; ``appendonly yes`` / ``everysec`` for the run, restored afterwards) and
-SQLite in WAL mode. Figures are messages per second; nothing here is a test.
+batches) on a private ``redis-server`` started for the run with AOF
+``everysec`` (``always`` for the sync row), never a shared server's settings;
+and SQLite in WAL mode. Figures are messages per second; nothing here is a test.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
 import shutil
+import socket
 import sqlite3
+import subprocess
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,54 +150,101 @@ def _redis_proc(url: str, key: str, seconds: float, start: Any, out: Any) -> Non
     out.put(_timed(seconds, step))
 
 
-def bench_redis(seconds: float, url: str) -> dict[str, Any]:
+@contextlib.contextmanager
+def private_redis(fsync: str, workdir: Path) -> Iterator[str]:
+    """A redis-server of this run only (AOF with ``fsync``), on a free port in
+    a temporary directory: its settings are ours to choose, never a shared
+    server's. Yields its URL; stopped and deleted afterwards."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError(
+            "redis-server is not installed (apt-get install redis-server)"
+        )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    d = Path(tempfile.mkdtemp(prefix="bench-redis-", dir=workdir))
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "yes", "--appendfsync", fsync, "--dir", str(d),
+         "--logfile", str(d / "redis.log")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "the private redis-server did not start"
+                    ) from None
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def bench_redis(seconds: float, url: str | None, workdir: Path) -> dict[str, Any]:
+    """Redis Streams: on a private redis-server (AOF everysec, and ``always`` for
+    the sync row) unless ``url`` names a server to measure as it is configured
+    (then nothing is changed on it and the sync row is left out)."""
     import redis
 
-    r = redis.Redis.from_url(url)
-    key = f"bench:{uuid.uuid4().hex}"
     res: dict[str, Any] = {}
-    old_aof: str = r.config_get("appendonly").get("appendonly") or "no"
-    old_fsync: str = r.config_get("appendfsync").get("appendfsync") or "everysec"
-    try:
-        r.config_set("appendonly", "yes")
-        r.config_set("appendfsync", "everysec")
-        res["send_single"] = _timed(seconds, lambda: (r.xadd(key, {"b": BODY}), 1)[1])
+    with contextlib.ExitStack() as stack:
+        if url is None:
+            url = stack.enter_context(private_redis("everysec", workdir))
+            res["note"] = "a private redis-server: AOF everysec; 'always' for sync"
+        else:
+            res["note"] = f"{url} as configured (nothing changed on it); no sync row"
+        r = redis.Redis.from_url(url)
+        key = f"bench:{uuid.uuid4().hex}"
+        try:
+            res["send_single"] = _timed(
+                seconds, lambda: (r.xadd(key, {"b": BODY}), 1)[1]
+            )
 
-        def batch() -> int:
-            p = r.pipeline(transaction=False)
-            for _ in range(BATCH):
-                p.xadd(key, {"b": BODY})
-            p.execute()
-            return BATCH
+            def batch() -> int:
+                p = r.pipeline(transaction=False)
+                for _ in range(BATCH):
+                    p.xadd(key, {"b": BODY})
+                p.execute()
+                return BATCH
 
-        res["send_batch"] = _timed(seconds, batch)
-        n = 0
-        t0 = time.perf_counter()
-        last = "-"
-        while True:
-            rows: Any = r.xrange(key, min=last, max="+", count=1000)
-            if last != "-":
-                rows = rows[1:]
-            if not rows:
-                break
-            n += sum(len(f[b"b"]) > 0 for _, f in rows)
-            last = rows[-1][0].decode()
-        res["consume"] = n / (time.perf_counter() - t0)
-        res["send_4proc"] = _processes(_redis_proc, (url, key, seconds))
-        # Redis has no per-write fsync short of appendfsync=always; measure that.
-        r.config_set("appendfsync", "always")
-        pool = redis.ConnectionPool.from_url(url, max_connections=16)
-        rc = redis.Redis(connection_pool=pool)
-        res["sync_group_commit_8"] = _threads(
-            8, seconds, lambda: rc.xadd(key, {"b": BODY})
-        )
-    finally:
-        r.config_set("appendfsync", old_fsync)
-        r.config_set("appendonly", old_aof)
-        r.delete(key)
-    res["note"] = (
-        "AOF on for the run (everysec; 'always' for the sync row), then restored"
-    )
+            res["send_batch"] = _timed(seconds, batch)
+            n = 0
+            t0 = time.perf_counter()
+            last = "-"
+            while True:
+                rows: Any = r.xrange(key, min=last, max="+", count=1000)
+                if last != "-":
+                    rows = rows[1:]
+                if not rows:
+                    break
+                n += sum(len(f[b"b"]) > 0 for _, f in rows)
+                last = rows[-1][0].decode()
+            res["consume"] = n / (time.perf_counter() - t0)
+            res["send_4proc"] = _processes(_redis_proc, (url, key, seconds))
+        finally:
+            r.delete(key)
+    if "private" in res["note"]:
+        # Redis has no per-write fsync short of appendfsync=always: its own
+        # private server with that setting for the sync row.
+        with private_redis("always", workdir) as sync_url:
+            pool = redis.ConnectionPool.from_url(sync_url, max_connections=16)
+            rc = redis.Redis(connection_pool=pool)
+            key = f"bench:{uuid.uuid4().hex}"
+            res["sync_group_commit_8"] = _threads(
+                8, seconds, lambda: rc.xadd(key, {"b": BODY})
+            )
     return res
 
 
@@ -275,7 +326,10 @@ def bench_sqlite(seconds: float, workdir: Path) -> dict[str, Any]:
 def run(
     seconds: float, redis_url: str | None, workdir: Path | None = None
 ) -> dict[str, Any]:
-    """Run every workload; return ``{"ours": ..., "redis": ..., "sqlite": ...}``."""
+    """Run every workload; return ``{"ours": ..., "redis": ..., "sqlite": ...}``.
+
+    ``redis_url``: None for a private redis-server, a URL to measure that
+    server as it is, "" to skip Redis."""
     tmp = Path(tempfile.mkdtemp(prefix="broker-bench-", dir=workdir))
     try:
         out: dict[str, Any] = {
@@ -296,7 +350,9 @@ def run(
         }
         out["ours"] = bench_ours(seconds, tmp)
         try:
-            out["redis"] = bench_redis(seconds, redis_url) if redis_url else {}
+            out["redis"] = (
+                {} if redis_url == "" else bench_redis(seconds, redis_url or None, tmp)
+            )
         except Exception as exc:  # Redis absent: report, do not fail the run
             out["redis"] = {"error": str(exc)}
         out["sqlite"] = bench_sqlite(seconds, tmp)
@@ -389,7 +445,11 @@ def main(argv: list[str] | None = None) -> int:
         "--seconds", type=float, default=3.0, help="duration of each workload"
     )
     ap.add_argument(
-        "--redis", default="redis://127.0.0.1:6379/15", help="Redis URL ('' to skip)"
+        "--redis",
+        default=None,
+        help="default: a private redis-server started for the run (its "
+        "settings are the run's); a URL: that server as configured, nothing "
+        "changed on it; '': skip Redis",
     )
     ap.add_argument("--workdir", default=None, help="where to put temporary stores")
     ap.add_argument(
@@ -407,9 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         res = open_test(args.open_test, Path(args.workdir) if args.workdir else None)
         print(json.dumps(res, indent=2))
         return 0
-    result = run(
-        args.seconds, args.redis or None, Path(args.workdir) if args.workdir else None
-    )
+    result = run(args.seconds, args.redis, Path(args.workdir) if args.workdir else None)
     print(table(result))
     text = json.dumps(result, indent=2, default=str)
     print(text)
