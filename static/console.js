@@ -81,6 +81,21 @@
     }
     var h = data("history-data");
     if (h && h.t.length) line("history", clock(h.t, 19), [{label: "messages", data: h.n}], false);
+    // A report's charts: every bucket is in the data (empty ones 0, or null for
+    // a gap where a statistic has no value), so nothing is drawn across gaps.
+    var reports = data("chart-data");
+    if (reports) {
+      reports.forEach(function (c, i) {
+        var canvas = document.getElementById("chart-" + (i + 1));
+        if (!canvas) return;
+        new window.Chart(canvas, {type: c.type,
+          data: {labels: c.labels, datasets: c.datasets.map(function (d) {
+            return {label: d.label, data: d.data, borderWidth: 1.5, pointRadius: 1};
+          })},
+          options: {animation: false, maintainAspectRatio: false, spanGaps: false,
+            scales: {y: {beginAtZero: true}}}});
+      });
+    }
   }
 
   // Live lists: an element data-live="N" (with an id) is fetched again every

@@ -18,6 +18,9 @@ class Chart:
     kind: str = "bar"
     title: str = ""
     series: str | None = None  # a column whose values become separate series
+    #: How rows sharing an x value (and series) combine: "sum" for counts,
+    #: "max" for percentiles (the worst row: a sum of percentiles means nothing).
+    agg: str = "sum"
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ REPORTS: dict[str, ReportInfo] = {
                     "hour",
                     ("outcome_ms_p50", "outcome_ms_p95", "outcome_ms_p99"),
                     "line",
-                    "Half to outcome (ms)",
+                    "Half to outcome (ms), slowest group and topic of each hour",
+                    agg="max",
                 ),
                 Chart("check_counts", "checks", ("halves",), "bar", "Check counts"),
             ),
@@ -73,6 +77,7 @@ REPORTS: dict[str, ReportInfo] = {
                     ("lag_ms_p50", "lag_ms_p95", "lag_ms_p99"),
                     "bar",
                     "Delivery lag (ms)",
+                    agg="max",
                 ),
                 Chart(
                     "lag_histogram",

@@ -283,6 +283,13 @@ def _cell(value: Any) -> Any:
     return value
 
 
+def read_arrow(run: ReportRun, table: str) -> Any:
+    """The whole result table as a ``pyarrow.Table`` (charts aggregate it)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(_table_path(run, table))
+
+
 def read_table(
     run: ReportRun, table: str, limit: int = 200, offset: int = 0
 ) -> tuple[list[str], list[list[Any]]]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -19,7 +20,9 @@ from console.ui.permissions import operator_required, viewer_required
 
 ROWS = 100  # rows of a table shown on the page (the CSV has all)
 DETAIL_ROWS = 20
-CHART_ROWS = 500
+#: The most x values and series a chart draws (the latest; the largest).
+CHART_POINTS = 2000
+CHART_SERIES = 12
 
 
 def _info(name: str):
@@ -58,35 +61,72 @@ def report_list(request: HttpRequest) -> HttpResponse:
 
 def _chart_data(run: ReportRun, chart: Chart) -> dict[str, Any] | None:
     try:
-        columns, rows = services.read_table(run, chart.table, CHART_ROWS)
+        table = services.read_arrow(run, chart.table)
     except (FileNotFoundError, OSError):
         return None
-    if chart.x not in columns or not rows:
+    return chart_series(table, chart)
+
+
+def chart_series(table: Any, chart: Chart) -> dict[str, Any] | None:
+    """A chart's labels and datasets from its whole result table.
+
+    Rows that share an x value (and series) are combined with ``chart.agg``
+    (the sum of counts across groups, topics, tags...; the maximum of
+    percentiles); an hourly x axis has every hour between the first and the
+    last, empty ones 0 for counts (None, a gap, for percentiles); at most
+    ``CHART_POINTS`` x values (the latest) and ``CHART_SERIES`` series (the
+    largest) are drawn, with a note saying so."""
+    import pyarrow as pa
+
+    columns = table.column_names
+    ys = [y for y in chart.y if y in columns]
+    if chart.x not in columns or table.num_rows == 0 or not ys:
         return None
-    xi = columns.index(chart.x)
-    labels: list[Any] = []
-    for r in rows:
-        if r[xi] not in labels:
-            labels.append(r[xi])
+    series = chart.series if chart.series in columns else None
+    keys = [chart.x] + ([series] if series else [])
+    grouped = (
+        table.select(keys + ys).group_by(keys).aggregate([(y, chart.agg) for y in ys])
+    )
+    rows = grouped.to_pylist()
+    ycol = {y: f"{y}_{chart.agg}" for y in ys}
+    xs = sorted({r[chart.x] for r in rows if r[chart.x] is not None})
+    hourly = pa.types.is_timestamp(table.schema.field(chart.x).type)
+    if hourly and xs:
+        hours, t = [], xs[0]
+        while t <= xs[-1] and len(hours) <= 24 * 366:
+            hours.append(t)
+            t += timedelta(hours=1)
+        xs = hours
+    notes = []
+    if len(xs) > CHART_POINTS:
+        notes.append(f"the latest {CHART_POINTS:,} of {len(xs):,} points")
+        xs = xs[-CHART_POINTS:]
+    empty = 0 if chart.agg == "sum" else None
     datasets = []
-    if chart.series and chart.series in columns:
-        si, yi = columns.index(chart.series), columns.index(chart.y[0])
-        series: dict[str, dict[Any, Any]] = {}
+    if series:
+        by: dict[str, dict[Any, Any]] = {}
         for r in rows:
-            series.setdefault(str(r[si]), {})[r[xi]] = r[yi]
-        for label, points in list(series.items())[:12]:
-            datasets.append({"label": label, "data": [points.get(x) for x in labels]})
+            by.setdefault(str(r[series]), {})[r[chart.x]] = r[ycol[ys[0]]]
+        ranked = sorted(by, key=lambda k: -sum(v or 0 for v in by[k].values()))
+        if len(ranked) > CHART_SERIES:
+            notes.append(f"the {CHART_SERIES} largest of {len(ranked)} {series}s")
+        for name in ranked[:CHART_SERIES]:
+            points = by[name]
+            datasets.append({"label": name, "data": [points.get(x, empty) for x in xs]})
     else:
-        for y in chart.y:
-            if y in columns:
-                yi = columns.index(y)
-                by_x = {r[xi]: r[yi] for r in rows}
-                datasets.append({"label": y, "data": [by_x.get(x) for x in labels]})
+        for y in ys:
+            points = {r[chart.x]: r[ycol[y]] for r in rows}
+            datasets.append({"label": y, "data": [points.get(x, empty) for x in xs]})
     return {
         "title": chart.title,
         "type": chart.kind,
-        "labels": [str(x) for x in labels],
+        "labels": [
+            x.strftime("%Y-%m-%d %H:%M") if isinstance(x, datetime) else str(x)
+            for x in xs
+        ],
         "datasets": datasets,
+        "note": ("Showing " + "; ".join(notes) + ".") if notes else "",
+        "time_axis": hourly,
     }
 
 

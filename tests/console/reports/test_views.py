@@ -54,6 +54,12 @@ def test_run_now_then_page_csv_and_api(spark, store, client_as, api_as, eager):
     assert page.status_code == 200
     assert 'data-testid="table-hourly"' in text and "chart-data" in text
     assert "&quot;messages&quot;: 50" in text
+    # The hourly chart (a series per topic) adds up to every message sent.
+    charts = json.loads(text.split('id="chart-data" type="application/json">')[1]
+                        .split("</script>")[0])  # fmt: skip
+    (traffic,) = [c for c in charts if c["title"] == "Messages per hour"]
+    assert sum(v for d in traffic["datasets"] for v in d["data"]) == 50
+    assert sorted(d["label"] for d in traffic["datasets"]) == ["a", "b"]
 
     listing = viewer.get("/reports/").content.decode()
     assert f"?run={run.pk}" in listing  # the overview of reports links the latest
