@@ -4,6 +4,12 @@ from django import forms
 class RunForm(forms.Form):
     since = forms.DateTimeField(required=False, help_text="UTC; empty: from the start")
     until = forms.DateTimeField(required=False, help_text="UTC; empty: to the end")
+    skip_damaged = forms.BooleanField(
+        required=False,
+        label="Skip damaged records",
+        help_text="By default a run over a log with damaged records fails; "
+        "with this it reports on the rest and says how much it skipped.",
+    )
 
     def clean(self):
         data = super().clean()

@@ -34,6 +34,8 @@ class ReportRun(models.Model):
     # Input range: the time window asked for and the log bytes read.
     since = models.DateTimeField(null=True, blank=True)
     until = models.DateTimeField(null=True, blank=True)
+    #: Report on the rest when the log has damaged records (else the run fails).
+    skip_damaged = models.BooleanField(default=False)
     log_end = models.BigIntegerField(null=True, blank=True)
     input_records = models.BigIntegerField(null=True, blank=True)
     rows = models.JSONField(default=dict, blank=True)  # table -> rows

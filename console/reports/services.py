@@ -28,6 +28,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from console.audit.services import record_audit
 from console.reports.catalog import REPORTS
+from console.reports.jobs.errors import ReportInputError
 from console.reports.models import ReportRun
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ def request_run(
     trigger: str = ReportRun.Trigger.MANUAL,
     since: datetime | None = None,
     until: datetime | None = None,
+    skip_damaged: bool = False,
     request: Any = None,
 ) -> ReportRun:
     """Queue a run of report ``name`` on the Celery worker ("run now")."""
@@ -92,7 +94,12 @@ def request_run(
     check_name(name)
     user = actor.get_username() if getattr(actor, "is_authenticated", False) else ""
     run = ReportRun.objects.create(
-        report=name, trigger=trigger, requested_by=user, since=since, until=until
+        report=name,
+        trigger=trigger,
+        requested_by=user,
+        since=since,
+        until=until,
+        skip_damaged=skip_damaged,
     )
     if trigger == ReportRun.Trigger.MANUAL:
         record_audit(
@@ -100,7 +107,12 @@ def request_run(
             action="report.run",
             object_type="report",
             object_id=name,
-            after={"run": run.pk, "since": since, "until": until},
+            after={
+                "run": run.pk,
+                "since": since,
+                "until": until,
+                "skip_damaged": skip_damaged,
+            },
             request=request,
         )
     try:
@@ -116,11 +128,16 @@ def run_now(
     since: datetime | None = None,
     until: datetime | None = None,
     trigger: str = ReportRun.Trigger.COMMAND,
+    skip_damaged: bool = False,
 ) -> ReportRun:
     """Run report ``name`` in this process and return the finished run."""
     check_name(name)
     run = ReportRun.objects.create(
-        report=name, trigger=trigger, since=since, until=until
+        report=name,
+        trigger=trigger,
+        since=since,
+        until=until,
+        skip_damaged=skip_damaged,
     )
     return execute_run(run.pk)
 
@@ -144,6 +161,7 @@ def execute_run(run_id: int) -> ReportRun:
             export_dir=export_dir(),
             since_ms=_ms(run.since),
             until_ms=_ms(run.until),
+            skip_damaged=run.skip_damaged,
         )
         params = runner.default_params(settings.BROKER_STORE_DIR)
         params.update(_store_params())
@@ -156,6 +174,11 @@ def execute_run(run_id: int) -> ReportRun:
             f"stopped after REPORTS_TIME_LIMIT ({settings.REPORTS_TIME_LIMIT} s); "
             "run it over a shorter window or raise the limit",
         )
+    except ReportInputError as exc:
+        # The input, not the code: the reason alone, no traceback.
+        log.warning("report %s run %s failed: %s", run.report, run.pk, exc)
+        run.duration_s = time.monotonic() - started
+        return _fail(run, str(exc))
     except Exception as exc:
         log.exception("report %s run %s failed", run.report, run.pk)
         run.duration_s = time.monotonic() - started
@@ -167,6 +190,15 @@ def execute_run(run_id: int) -> ReportRun:
     run.input_records = _export_rows()
     run.rows = output.tables
     run.summary = output.summary
+    if info.get("skipped"):
+        run.summary = dict(run.summary) | {
+            "skipped_damaged": {
+                "stretches": info["skipped"],
+                "bytes": info["skipped_bytes"],
+                "note": "damaged or quarantined log stretches stepped over: "
+                "their records are missing from this run",
+            }
+        }
     run.result_dir = output.directory
     run.save()
     _prune(run.report)

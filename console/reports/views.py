@@ -192,6 +192,7 @@ def run_now(request: HttpRequest, name: str) -> HttpResponse:
         actor=request.user,
         since=form.cleaned_data.get("since"),
         until=form.cleaned_data.get("until"),
+        skip_damaged=form.cleaned_data.get("skip_damaged", False),
         request=request,
     )
     if run.status == ReportRun.Status.FAILED:

@@ -17,6 +17,7 @@ class ReportRunSerializer(serializers.ModelSerializer):
             "finished_at",
             "duration_s",
             "since",
+            "skip_damaged",
             "until",
             "log_end",
             "input_records",
@@ -29,3 +30,9 @@ class ReportRunSerializer(serializers.ModelSerializer):
 class RunRequestSerializer(serializers.Serializer):
     since = serializers.DateTimeField(required=False, allow_null=True)
     until = serializers.DateTimeField(required=False, allow_null=True)
+    skip_damaged = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="report on the rest of a log with damaged records (else the "
+        "run fails); the summary says how much was skipped",
+    )

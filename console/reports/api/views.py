@@ -67,6 +67,7 @@ class RunNowView(APIView):
             actor=request.user,
             since=body.validated_data.get("since"),
             until=body.validated_data.get("until"),
+            skip_damaged=body.validated_data.get("skip_damaged", False),
             request=request,
         )
         return Response(ReportRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)

@@ -24,7 +24,7 @@ import os
 import struct
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,29 +58,46 @@ _take_indices: dict[tuple[str, int], pa.Array] = {}
 
 
 def decode_range(
-    rng: scan.LogRange | tuple[str, int, int, int], batch_rows: int = scan.BATCH_ROWS
+    rng: scan.LogRange | tuple[str, int, int, int],
+    batch_rows: int = scan.BATCH_ROWS,
+    skipped: list[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches (``scan.ARROW_SCHEMA``) of the records starting in
-    ``rng``: the rows ``scan.decode_range`` yields, decoded column-wise."""
+    ``rng``: the rows ``scan.decode_range`` yields, decoded column-wise.
+
+    Each damaged or quarantined stretch stepped over appends its length in
+    bytes to ``skipped``: records were lost there."""
     with scan.open_range(rng) as found:
         if found is None:
             return
         buf, base, pos, end, size = found
         data = pa.py_buffer(buf)
         try:
-            yield from _decode(buf, data, base, pos, end, size, batch_rows)
+            yield from _decode(buf, data, base, pos, end, size, batch_rows, skipped)
         finally:
             # The mapping cannot close while Arrow still exports it.
             del data
 
 
-def write_range_parquet(item: tuple[int, str, int, int, int], out_dir: str) -> int:
+class RangeWritten(NamedTuple):
+    """What ``write_range_parquet`` wrote: records, and the damaged or
+    quarantined stretches stepped over (count, bytes)."""
+
+    rows: int
+    skipped: int = 0
+    skipped_bytes: int = 0
+
+
+def write_range_parquet(
+    item: tuple[int, str, int, int, int], out_dir: str
+) -> RangeWritten:
     """Decode range ``item = (index, path, base, start, end)`` into
-    ``out_dir/part-<index>.parquet``; return the number of records written."""
+    ``out_dir/part-<index>.parquet``."""
     import pyarrow.parquet as pq
 
     index, *rng = item
     rows = 0
+    skipped: list[int] = []
     writer = None
     # A batch's positions list and the rare row-decoded batch's 65,536 tuples
     # hold no cycles: the cyclic collector would only traverse them again and
@@ -88,7 +105,7 @@ def write_range_parquet(item: tuple[int, str, int, int, int], out_dir: str) -> i
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for batch in decode_range(tuple(rng)):  # type: ignore[arg-type]
+        for batch in decode_range(tuple(rng), skipped=skipped):  # type: ignore[arg-type]
             if writer is None:
                 os.makedirs(out_dir, exist_ok=True)
                 writer = pq.ParquetWriter(
@@ -102,11 +119,18 @@ def write_range_parquet(item: tuple[int, str, int, int, int], out_dir: str) -> i
             gc.enable()
         if writer is not None:
             writer.close()
-    return rows
+    return RangeWritten(rows, len(skipped), sum(skipped))
 
 
 def _decode(
-    buf: Any, data: pa.Buffer, base: int, pos: int, end: int, size: int, limit: int
+    buf: Any,
+    data: pa.Buffer,
+    base: int,
+    pos: int,
+    end: int,
+    size: int,
+    limit: int,
+    skipped: list[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     while pos < end:
         positions, wide, stop = _hop(buf, base, pos, end, size, limit)
@@ -123,6 +147,8 @@ def _decode(
             nxt = scan.next_record(buf, base, after, end, size) if after < end else None
             if nxt is None:
                 return
+            if skipped is not None:
+                skipped.append(nxt - after)
             after = nxt
         pos = after
 

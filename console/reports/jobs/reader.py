@@ -24,11 +24,22 @@ from pyspark.sql import DataFrame, SparkSession
 
 from console.reports.jobs import columnar, scan
 from console.reports.jobs.common import RECORD_SCHEMA
+from console.reports.jobs.errors import ReportInputError
 
 cloudpickle.register_pickle_by_value(scan)
 cloudpickle.register_pickle_by_value(columnar)
 
 MANIFEST = "manifest.json"
+
+
+@dataclass
+class Decoded:
+    """What ``decode_to_parquet`` wrote: records, and the damaged or
+    quarantined stretches of the log stepped over (their records are lost)."""
+
+    rows: int = 0
+    skipped: int = 0
+    skipped_bytes: int = 0
 
 
 def decode_to_parquet(
@@ -38,20 +49,42 @@ def decode_to_parquet(
     range_bytes: int = scan.RANGE_BYTES,
     start_offset: int = 0,
     end_offset: int | None = None,
-) -> int:
+) -> Decoded:
     """Decode the log's ``[start_offset, end_offset)`` into Parquet files in
-    ``out_dir``, one Spark task (and file) per byte range; return the rows.
+    ``out_dir``, one Spark task (and file) per byte range.
 
     ``end_offset`` defaults to the store's commit position. Executors write
-    the files with pyarrow, so ``out_dir`` must be reachable from them.
+    the files with pyarrow, so ``out_dir`` must be reachable from them; the
+    rows the driver then finds there are checked against what they wrote.
     """
     ranges = scan.split_ranges(store_dir, range_bytes, start_offset, end_offset)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     if not ranges:
-        return 0
+        return Decoded()
     items = [(i, *r) for i, r in enumerate(ranges)]
     write = functools.partial(columnar.write_range_parquet, out_dir=str(out_dir))
-    return sum(spark.sparkContext.parallelize(items, len(items)).map(write).collect())
+    parts = spark.sparkContext.parallelize(items, len(items)).map(write).collect()
+    done = Decoded(
+        sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts)
+    )
+    visible = visible_rows(out_dir)
+    if visible != done.rows:
+        raise ReportInputError(
+            f"the executors wrote {done.rows:,} records under {out_dir} but this "
+            f"process finds {visible:,} there: the export directory must be on "
+            "storage the driver and every executor see at the same path"
+        )
+    return done
+
+
+def visible_rows(directory: str | Path) -> int:
+    """The records in a directory's Parquet parts, from their footers."""
+    import pyarrow.parquet as pq
+
+    return sum(
+        pq.ParquetFile(f).metadata.num_rows
+        for f in Path(directory).glob("part-*.parquet")
+    )
 
 
 def read_parquet(spark: SparkSession, *paths: str | Path) -> DataFrame:
@@ -67,11 +100,12 @@ def read_log(
     store_dir: str | Path,
     scratch_dir: str | Path,
     range_bytes: int = scan.RANGE_BYTES,
-) -> DataFrame:
-    """Decode the whole log afresh into ``scratch_dir`` and return its records."""
+) -> tuple[DataFrame, Decoded]:
+    """Decode the whole log afresh into ``scratch_dir``; return its records
+    and what was decoded."""
     shutil.rmtree(scratch_dir, ignore_errors=True)
-    decode_to_parquet(spark, store_dir, scratch_dir, range_bytes)
-    return read_parquet(spark, scratch_dir)
+    done = decode_to_parquet(spark, store_dir, scratch_dir, range_bytes)
+    return read_parquet(spark, scratch_dir), done
 
 
 @dataclass
@@ -84,6 +118,9 @@ class ExportResult:
     seconds: float
     rebuilt: bool
     chunks: int
+    #: Damaged or quarantined stretches of the log in the whole export.
+    skipped: int = 0
+    skipped_bytes: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -127,7 +164,14 @@ def export_log(
         if end is None:
             # No readable state: decode to the first zeros, every time.
             end = -1
-        if manifest.get("store") != store or end < manifest["log_end"] or end == -1:
+        if (
+            manifest.get("store") != store
+            or end < manifest["log_end"]
+            or end == -1
+            or not _chunks_intact(export_dir, manifest)
+        ):
+            # Another store's export, a log cut shorter, or chunks missing or
+            # not what the manifest says (deleted, half written): start afresh.
             shutil.rmtree(export_dir / "chunks", ignore_errors=True)
             manifest = {"store": store, "log_end": 0, "chunks": []}
             rebuilt = True
@@ -137,12 +181,23 @@ def export_log(
             name = f"{start:020d}-{max(end, 0):020d}"
             path = export_dir / "chunks" / name
             shutil.rmtree(path, ignore_errors=True)
-            rows = decode_to_parquet(
-                spark, store_dir, path, range_bytes, start, None if end == -1 else end
-            )
+            try:
+                done = decode_to_parquet(
+                    spark,
+                    store_dir,
+                    path,
+                    range_bytes,
+                    start,
+                    None if end == -1 else end,
+                )
+            except BaseException:
+                shutil.rmtree(path, ignore_errors=True)  # never half recorded
+                raise
+            rows = done.rows
             manifest["chunks"].append(
-                {"name": name, "start": start, "end": end, "rows": rows}
-            )
+                {"name": name, "start": start, "end": end, "rows": rows,
+                 "skipped": done.skipped, "skipped_bytes": done.skipped_bytes}
+            )  # fmt: skip
             manifest["log_end"] = max(end, 0)
             _save_manifest(export_dir, manifest)
         return ExportResult(
@@ -152,7 +207,18 @@ def export_log(
             time.monotonic() - started,
             rebuilt,
             len(manifest["chunks"]),
+            sum(c.get("skipped", 0) for c in manifest["chunks"]),
+            sum(c.get("skipped_bytes", 0) for c in manifest["chunks"]),
         )
+
+
+def _chunks_intact(export_dir: Path, manifest: dict) -> bool:
+    """Whether every chunk the manifest lists holds the rows it says."""
+    for c in manifest.get("chunks", []):
+        path = export_dir / "chunks" / c["name"]
+        if c.get("rows", 0) and (not path.is_dir() or visible_rows(path) != c["rows"]):
+            return False
+    return True
 
 
 def read_export(spark: SparkSession, export_dir: str | Path) -> DataFrame:

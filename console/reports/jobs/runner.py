@@ -57,24 +57,44 @@ def load_records(
     scratch_dir: str | Path | None = None,
     since_ms: int | None = None,
     until_ms: int | None = None,
+    skip_damaged: bool = False,
 ) -> tuple[DataFrame, dict]:
     """Return the records in range and what was read.
 
     With ``export_dir`` the Parquet export is brought up to date first and read
     (only new log bytes are decoded); without it the whole log is decoded afresh
-    into ``scratch_dir``.
+    into ``scratch_dir``. Raises ``ReportInputError`` when there is no store
+    at ``store_dir``, and when damaged or quarantined stretches of the log were
+    stepped over unless ``skip_damaged`` (then ``info`` says how many).
     """
     from console.reports.jobs.common import transform_time_range
+    from console.reports.jobs.errors import ReportInputError
 
+    if not (Path(store_dir) / "commitlog").is_dir():
+        raise ReportInputError(
+            f"there is no store at {store_dir} (no commitlog directory): "
+            "check BROKER_STORE_DIR"
+        )
     if export_dir is not None:
         export = reader.export_log(spark, store_dir, export_dir)
         records = reader.read_export(spark, export_dir)
         info = {"source": "export", "export": export.as_dict(), "log_end": export.end}
+        skipped, skipped_bytes = export.skipped, export.skipped_bytes
     else:
         if scratch_dir is None:
             raise ValueError("reading the log directly needs a scratch_dir")
-        records = reader.read_log(spark, store_dir, scratch_dir)
+        records, done = reader.read_log(spark, store_dir, scratch_dir)
         info = {"source": "log"}
+        skipped, skipped_bytes = done.skipped, done.skipped_bytes
+    info["skipped"], info["skipped_bytes"] = skipped, skipped_bytes
+    if skipped and not skip_damaged:
+        raise ReportInputError(
+            f"{skipped} damaged or quarantined stretch(es) of the log "
+            f"({skipped_bytes:,} bytes) could not be read: the records there are "
+            f"missing. See `python -m broker_core verify {store_dir}` (and "
+            "docs/store.md on repair), or run again skipping damaged records to "
+            "report on the rest."
+        )
     return transform_time_range(records, since_ms, until_ms), info
 
 

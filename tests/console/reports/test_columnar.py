@@ -114,7 +114,7 @@ def test_write_range_parquet_counts_rows(store, tmp_path):
 
     ranges = scan.split_ranges(store)
     rows = sum(
-        columnar.write_range_parquet((i, *r), str(tmp_path))
+        columnar.write_range_parquet((i, *r), str(tmp_path)).rows
         for i, r in enumerate(ranges)
     )
     table = pq.read_table(tmp_path)
