@@ -54,4 +54,10 @@ class ReportRun(models.Model):
 
     @property
     def total_rows(self) -> int:
-        return sum(int(v) for v in (self.rows or {}).values())
+        """Rows of the result tables, per-message detail tables left out (a
+        sum of summary rows and one row per message means nothing)."""
+        from console.reports.catalog import REPORTS
+
+        info = REPORTS.get(self.report)
+        detail = set(info.detail_tables) if info else set()
+        return sum(int(v) for k, v in (self.rows or {}).items() if k not in detail)

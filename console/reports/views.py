@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -130,6 +130,51 @@ def chart_series(table: Any, chart: Chart) -> dict[str, Any] | None:
     }
 
 
+def _times(columns: list[str], rows: list[list[Any]]) -> list[list[Any]]:
+    """Epoch-millisecond columns (``*_ts``) as aware times, shown with their
+    zone and age; ISO strings from timestamp columns likewise."""
+    at = [i for i, c in enumerate(columns) if c.endswith("_ts") or c == "hour"]
+    if not at:
+        return rows
+    out = []
+    for row in rows:
+        row = list(row)
+        for i in at:
+            v = row[i]
+            if isinstance(v, int) and v > 0:
+                row[i] = datetime.fromtimestamp(v / 1000, UTC)
+            elif isinstance(v, str) and "T" in v:
+                try:
+                    row[i] = datetime.fromisoformat(v)
+                except ValueError:
+                    pass
+        out.append(row)
+    return out
+
+
+def figures(summary: dict[str, Any], depth: int = 0) -> list[dict[str, Any]]:
+    """A summary as labelled figures: [{label, value, depth}] (nested dicts
+    indented under their label; lists of rows kept as short text)."""
+    out: list[dict[str, Any]] = []
+    for key, value in (summary or {}).items():
+        label = str(key).replace("_", " ").capitalize()
+        if isinstance(value, dict):
+            out.append({"label": label, "value": None, "depth": depth})
+            out += figures(value, depth + 1)
+        elif isinstance(value, list):
+            text = "; ".join(
+                ", ".join(f"{k} {v}" for k, v in x.items())
+                if isinstance(x, dict)
+                else str(x)
+                for x in value[:10]
+            )
+            more = f" (and {len(value) - 10} more)" if len(value) > 10 else ""
+            out.append({"label": label, "value": text + more, "depth": depth})
+        else:
+            out.append({"label": label, "value": value, "depth": depth})
+    return out
+
+
 @viewer_required
 def report_detail(request: HttpRequest, name: str) -> HttpResponse:
     info = _info(name)
@@ -150,7 +195,7 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
                 {
                     "name": table,
                     "columns": columns,
-                    "rows": rows,
+                    "rows": _times(columns, rows),
                     "total": (run.rows or {}).get(table, 0),
                 }
             )
@@ -175,6 +220,7 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
             ),
             "run_form": RunForm(),
             "summary_json": json.dumps(run.summary, indent=1) if run else "",
+            "figures": figures(run.summary) if run else [],
         },
     )
 

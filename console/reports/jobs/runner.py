@@ -141,7 +141,8 @@ def default_params(store_dir: str | Path, now_ms: int | None = None) -> dict:
         "store_dir": str(store_dir),
         "now_ms": now_ms if now_ms is not None else int(time.time() * 1000),
         "delay_levels_ms": parse_delay_levels(DEFAULT_DELAY_LEVELS),
-        "top_n": 10,
+        # No "top_n" here: each report has its own default (50 longest-pending
+        # halves, 10 top tags and keys) unless a run asks for another.
     }
 
 

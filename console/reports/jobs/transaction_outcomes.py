@@ -145,9 +145,10 @@ def transform_check_counts(half_states: DataFrame) -> DataFrame:
 def transform_longest_pending(
     half_states: DataFrame, now_ms: int, limit: int = LONGEST_N
 ) -> DataFrame:
-    """The ``limit`` oldest halves still pending or discarded, oldest first."""
+    """The ``limit`` oldest halves still pending, oldest first (a discarded
+    half is no longer pending: it is in the hourly ``discarded`` counts)."""
     return (
-        half_states.where(F.col("state").isin("PENDING", "DISCARDED"))
+        half_states.where(F.col("state") == "PENDING")
         .orderBy("half_ts", "half_offset")
         .limit(limit)
         .select(

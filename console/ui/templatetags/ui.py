@@ -106,6 +106,17 @@ def _ago(seconds: float) -> str:
 
 
 @register.filter
+def cell(value: Any) -> Any:
+    """A result-table cell: times with their zone and age (``when``), numbers
+    grouped, the rest as they are."""
+    if isinstance(value, dt.datetime):
+        return when(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return value
+
+
+@register.filter
 def when(value: Any, precise: str = "") -> Any:
     """A time with its zone and its age: ``2026-11-23 21:04:05 UTC · 5 min ago``.
 

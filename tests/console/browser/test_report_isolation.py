@@ -159,6 +159,15 @@ def test_reports_started_in_the_console_do_not_delay_timers(
                 if len(statuses) == 4 and not {"QUEUED", "RUNNING"} & set(statuses):
                     break
                 time.sleep(2)
+            # A finished report draws its charts (console.js, under the CSP)
+            # and shows its summary as labelled figures.
+            page.goto("/reports/topic_traffic/")
+            page.wait_for_selector("#chart-1")
+            drawn = page.evaluate(
+                "() => !!(window.Chart && window.Chart.getChart("
+                "document.getElementById('chart-1')))"
+            )
+            figures = page.locator("[data-testid=summary] dt").all_inner_texts()
         runs = [
             line.split("\t")
             for line in _manage(
@@ -192,6 +201,8 @@ def test_reports_started_in_the_console_do_not_delay_timers(
     ]  # fmt: skip
     assert busy, (runs, celery_services.log("reports")[-3000:])
     assert statuses == ["SUCCEEDED"] * 4, (statuses, runs)
+    assert drawn, "the report's chart was not drawn"
+    assert "Messages" in figures
     # Delivery runs every second (DELAY_TICK_INTERVAL): late by under a tick
     # plus scheduling noise, never by a report's duration.
     assert late_ms[0] >= 0 and late_ms[-1] < 2500, late_ms

@@ -54,6 +54,8 @@ def test_run_now_then_page_csv_and_api(spark, store, client_as, api_as, eager):
     assert page.status_code == 200
     assert 'data-testid="table-hourly"' in text and "chart-data" in text
     assert "&quot;messages&quot;: 50" in text
+    # The summary as labelled figures (the JSON stays, folded away).
+    assert '<dt class="depth-0">Messages</dt><dd>50</dd>' in text
     # The hourly chart (a series per topic) adds up to every message sent.
     charts = json.loads(text.split('id="chart-data" type="application/json">')[1]
                         .split("</script>")[0])  # fmt: skip
