@@ -6,6 +6,7 @@ Kept apart from the Spark jobs so pages render without importing PySpark.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 
 @dataclass(frozen=True)
@@ -116,3 +117,32 @@ REPORTS: dict[str, ReportInfo] = {
         ),
     )
 }
+
+
+#: Rolling windows a schedule can cover: key -> label. "all" is the whole log.
+WINDOWS: dict[str, str] = {
+    "all": "the whole log",
+    "1h": "the last hour",
+    "24h": "the last 24 hours",
+    "7d": "the last 7 days",
+    "prev_hour": "the previous full hour (UTC)",
+    "yesterday": "yesterday (UTC)",
+}
+
+
+def window_bounds(key: str, now: datetime) -> tuple[datetime | None, datetime | None]:
+    """(since, until) of window ``key`` at ``now`` (aware, UTC); (None, None)
+    for the whole log. Raises KeyError for an unknown window."""
+    if key not in WINDOWS:
+        raise KeyError(key)
+    now = now.astimezone(UTC)
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    day = hour.replace(hour=0)
+    return {
+        "all": (None, None),
+        "1h": (now - timedelta(hours=1), now),
+        "24h": (now - timedelta(hours=24), now),
+        "7d": (now - timedelta(days=7), now),
+        "prev_hour": (hour - timedelta(hours=1), hour),
+        "yesterday": (day - timedelta(days=1), day),
+    }[key]

@@ -1,5 +1,7 @@
 from django import forms
 
+from console.reports.catalog import WINDOWS
+
 
 class RunForm(forms.Form):
     since = forms.DateTimeField(required=False, help_text="UTC; empty: from the start")
@@ -22,3 +24,11 @@ class RunForm(forms.Form):
 class ScheduleForm(forms.Form):
     enabled = forms.BooleanField(required=False)
     every_minutes = forms.IntegerField(min_value=1, max_value=7 * 24 * 60)
+    window = forms.ChoiceField(
+        choices=list(WINDOWS.items()),
+        initial="all",
+        required=False,
+        label="Each run covers",
+        help_text="A rolling window, computed when the run starts; each run "
+        "is compared with the previous run over the same window.",
+    )

@@ -36,6 +36,8 @@ class ReportRun(models.Model):
     until = models.DateTimeField(null=True, blank=True)
     #: Report on the rest when the log has damaged records (else the run fails).
     skip_damaged = models.BooleanField(default=False)
+    #: A scheduled run's rolling window (``catalog.WINDOWS``); "" for others.
+    window = models.CharField(max_length=16, blank=True)
     log_end = models.BigIntegerField(null=True, blank=True)
     input_records = models.BigIntegerField(null=True, blank=True)
     rows = models.JSONField(default=dict, blank=True)  # table -> rows
@@ -51,6 +53,12 @@ class ReportRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.report} #{self.pk} {self.status}"
+
+    @property
+    def window_label(self) -> str:
+        from console.reports.catalog import WINDOWS
+
+        return WINDOWS.get(self.window, self.window)
 
     @property
     def total_rows(self) -> int:

@@ -27,7 +27,7 @@ from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from console.audit.services import record_audit
-from console.reports.catalog import REPORTS
+from console.reports.catalog import REPORTS, WINDOWS, window_bounds
 from console.reports.jobs.errors import ReportInputError
 from console.reports.models import ReportRun
 
@@ -142,6 +142,46 @@ def run_now(
     return execute_run(run.pk)
 
 
+def scheduled_run(name: str, window: str = "all") -> ReportRun:
+    """A run for beat: its rolling window's bounds fixed now."""
+    check_name(name)
+    since, until = window_bounds(window if window in WINDOWS else "all", timezone.now())
+    return ReportRun.objects.create(
+        report=name,
+        trigger=ReportRun.Trigger.SCHEDULE,
+        since=since,
+        until=until,
+        window=window if window != "all" else "",
+    )
+
+
+def compare_with_previous(run: ReportRun) -> dict[str, Any] | None:
+    """The change of each top-level figure since the previous successful run of
+    the same report over the same window (scheduled runs), or None."""
+    if not run.window:
+        return None
+    prev = (
+        ReportRun.objects.filter(
+            report=run.report,
+            window=run.window,
+            status=ReportRun.Status.SUCCEEDED,
+            created_at__lt=run.created_at,
+        )
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+    if prev is None:
+        return None
+    changes = {
+        key: value - prev.summary[key]
+        for key, value in (run.summary or {}).items()
+        if isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and isinstance(prev.summary.get(key), int | float)
+    }
+    return {"run": prev.pk, "window": WINDOWS[run.window], "changes": changes}
+
+
 def execute_run(run_id: int) -> ReportRun:
     """Execute a queued run: bring the export current, compute, store results."""
     run = ReportRun.objects.get(pk=run_id)
@@ -200,6 +240,9 @@ def execute_run(run_id: int) -> ReportRun:
             }
         }
     run.result_dir = output.directory
+    compared = compare_with_previous(run)
+    if compared is not None:
+        run.summary = dict(run.summary) | {"change_vs_previous_run": compared}
     run.save()
     _prune(run.report)
     return run
@@ -386,19 +429,42 @@ def schedule_minutes(task: PeriodicTask) -> int | None:
     return int(task.interval.every * factor.get(task.interval.period, 1))
 
 
+def schedule_window(task: PeriodicTask) -> str:
+    """The rolling window a schedule's runs cover ("all": the whole log)."""
+    try:
+        window = json.loads(task.kwargs or "{}").get("window", "all")
+    except ValueError:
+        return "all"
+    return window if window in WINDOWS else "all"
+
+
 def update_schedule(
-    name: str, *, enabled: bool, every_minutes: int, actor: Any, request: Any = None
+    name: str,
+    *,
+    enabled: bool,
+    every_minutes: int,
+    actor: Any,
+    window: str = "all",
+    request: Any = None,
 ) -> PeriodicTask:
-    """Enable/disable report ``name``'s scheduled runs and set their interval."""
+    """Enable/disable report ``name``'s scheduled runs, set their interval and
+    the rolling window each covers."""
     check_name(name)
+    if window not in WINDOWS:
+        raise ValueError(f"unknown window {window!r}")
     task = ensure_schedules()[name]
-    before = {"enabled": task.enabled, "every_minutes": schedule_minutes(task)}
+    before = {
+        "enabled": task.enabled,
+        "every_minutes": schedule_minutes(task),
+        "window": schedule_window(task),
+    }
     every, _ = IntervalSchedule.objects.get_or_create(
         every=every_minutes, period=IntervalSchedule.MINUTES
     )
     task.interval = every
     task.crontab = None
     task.enabled = enabled
+    task.kwargs = json.dumps({"name": name, "window": window})
     # A run that waited longer than its interval is dropped, not run late.
     task.expires_seconds = every_minutes * 60
     task.save()
@@ -408,7 +474,7 @@ def update_schedule(
         object_type="report",
         object_id=name,
         before=before,
-        after={"enabled": enabled, "every_minutes": every_minutes},
+        after={"enabled": enabled, "every_minutes": every_minutes, "window": window},
         request=request,
     )
     return task

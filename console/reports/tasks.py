@@ -8,7 +8,6 @@ from celery import shared_task
 from django.conf import settings
 
 from console.reports import services
-from console.reports.models import ReportRun
 
 
 @shared_task(
@@ -17,14 +16,12 @@ from console.reports.models import ReportRun
     time_limit=settings.REPORTS_TIME_LIMIT + 60,
 )
 def run_report_task(
-    run_id: int | None = None, name: str | None = None
+    run_id: int | None = None, name: str | None = None, window: str = "all"
 ) -> dict[str, Any]:
-    """Execute a queued run, or (from beat, by ``name``) a new scheduled run."""
+    """Execute a queued run, or (from beat, by ``name``) a new scheduled run
+    over its rolling ``window``."""
     if run_id is None:
-        services.check_name(name or "")
-        run_id = ReportRun.objects.create(
-            report=name, trigger=ReportRun.Trigger.SCHEDULE
-        ).pk
+        run_id = services.scheduled_run(name or "", window).pk
     run = services.execute_run(run_id)
     return {"run": run.pk, "status": run.status, "rows": run.rows}
 

@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from console.reports import services
-from console.reports.catalog import REPORTS, Chart
+from console.reports.catalog import REPORTS, WINDOWS, Chart
 from console.reports.forms import RunForm, ScheduleForm
 from console.reports.models import ReportRun
 from console.ui.permissions import operator_required, viewer_required
@@ -212,10 +212,12 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
             "charts": charts,
             "history": history,
             "schedule": task,
+            "schedule_window_label": WINDOWS[services.schedule_window(task)],
             "schedule_form": ScheduleForm(
                 initial={
                     "enabled": task.enabled,
                     "every_minutes": services.schedule_minutes(task) or 60,
+                    "window": services.schedule_window(task),
                 }
             ),
             "run_form": RunForm(),
@@ -262,6 +264,7 @@ def schedule(request: HttpRequest, name: str) -> HttpResponse:
             name,
             enabled=form.cleaned_data["enabled"],
             every_minutes=form.cleaned_data["every_minutes"],
+            window=form.cleaned_data["window"] or "all",
             actor=request.user,
             request=request,
         )

@@ -121,3 +121,13 @@ def test_schedule_edit(db, client_as):
     task.refresh_from_db()
     assert task.enabled and task.interval.every == 15
     assert task.interval.period == "minutes"
+    assert json.loads(task.kwargs) == {"name": "delay_punctuality", "window": "all"}
+    # A rolling window: beat passes it to the task, each run computes its bounds.
+    client_as("operator").post(
+        "/reports/delay_punctuality/schedule/",
+        {"enabled": "on", "every_minutes": 60, "window": "24h"},
+    )
+    task.refresh_from_db()
+    assert json.loads(task.kwargs)["window"] == "24h"
+    page = client_as("viewer").get("/reports/delay_punctuality/").content.decode()
+    assert "each run over the last 24 hours" in page

@@ -1,0 +1,69 @@
+"""Scheduled runs over rolling windows, each compared with the previous run
+over the same window (real Spark, the Celery task called as beat calls it)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from broker_core import Broker, Message
+from console.reports.catalog import WINDOWS, window_bounds
+
+NOW = datetime(2026, 11, 24, 15, 42, 7, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("key", "since", "until"),
+    [
+        ("all", None, None),
+        ("1h", datetime(2026, 11, 24, 14, 42, 7, tzinfo=UTC), NOW),
+        ("24h", datetime(2026, 11, 23, 15, 42, 7, tzinfo=UTC), NOW),
+        ("7d", datetime(2026, 11, 17, 15, 42, 7, tzinfo=UTC), NOW),
+        ("prev_hour", datetime(2026, 11, 24, 14, tzinfo=UTC),
+         datetime(2026, 11, 24, 15, tzinfo=UTC)),
+        ("yesterday", datetime(2026, 11, 23, tzinfo=UTC),
+         datetime(2026, 11, 24, tzinfo=UTC)),
+    ],
+)  # fmt: skip
+def test_window_bounds(key, since, until) -> None:
+    assert key in WINDOWS
+    assert window_bounds(key, NOW) == (since, until)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_scheduled_runs_cover_their_window_and_compare(spark, settings, tmp_path):
+    from console.reports.tasks import run_report_task
+
+    store = tmp_path / "store"
+    with Broker.open(str(store)) as broker:
+        for _ in range(40):
+            broker.send(Message("w", b"x"))
+    settings.BROKER_STORE_DIR = store
+    settings.BROKER_STORE_OPTIONS = {}
+    settings.REPORTS_DIR = tmp_path / "reports"
+
+    from console.reports.models import ReportRun
+
+    yesterday = ReportRun.objects.get(
+        pk=run_report_task(name="topic_traffic", window="yesterday")["run"]
+    )
+    assert yesterday.status == "SUCCEEDED", yesterday.error
+    assert yesterday.summary["messages"] == 0  # nothing was stored yesterday
+    assert yesterday.window == "yesterday" and yesterday.until is not None
+
+    day = ReportRun.objects.get(
+        pk=run_report_task(name="topic_traffic", window="24h")["run"]
+    )
+    assert day.summary["messages"] == 40
+    assert "change_vs_previous_run" not in day.summary  # the first over 24 h
+    with Broker.open(str(store)) as broker:
+        for _ in range(5):
+            broker.send(Message("w", b"x"))
+    again = ReportRun.objects.get(
+        pk=run_report_task(name="topic_traffic", window="24h")["run"]
+    )
+    change = again.summary["change_vs_previous_run"]
+    assert change["run"] == day.pk and change["changes"]["messages"] == 5
