@@ -233,6 +233,14 @@ REPORTS_EXPORT_INTERVAL = env.float("REPORTS_EXPORT_INTERVAL", default=600.0)
 # (every REPORTS_REAP_INTERVAL s) fails runs whose worker process died.
 REPORTS_TIME_LIMIT = env.int("REPORTS_TIME_LIMIT", default=3600)
 REPORTS_REAP_INTERVAL = env.float("REPORTS_REAP_INTERVAL", default=60.0)
+# A failed report run (an error, bad input, the time limit, a killed worker) is
+# announced: an e-mail to REPORTS_ALERT_EMAILS (through Django's e-mail
+# settings: EMAIL_URL, default the console backend that logs it) and a JSON
+# POST to REPORTS_ALERT_WEBHOOK. Empty: no alert of that kind.
+REPORTS_ALERT_EMAILS = env.list("REPORTS_ALERT_EMAILS", default=[])
+REPORTS_ALERT_WEBHOOK = env.str("REPORTS_ALERT_WEBHOOK", default="")
+vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="broker-console@localhost")
 # TransactionConfig fields for the check. A half is checked at most once per
 # check_interval_ms; keep it a little under beat's interval so a half due at
 # one run is not missed by milliseconds and left for the next.

@@ -311,7 +311,61 @@ def _fail(run: ReportRun, error: str) -> ReportRun:
     run.finished_at = timezone.now()
     run.error = error[:10000]
     run.save()
+    alert_failure(run)
     return run
+
+
+def alert_failure(run: ReportRun) -> dict[str, str]:
+    """Announce a failed run: e-mail ``REPORTS_ALERT_EMAILS`` and POST JSON to
+    ``REPORTS_ALERT_WEBHOOK``. Returns what each did; an alert that cannot be
+    sent is logged, never raised (the run is already recorded as failed)."""
+    import urllib.error
+    import urllib.request
+
+    from django.core.mail import send_mail
+
+    first_line = (run.error or "").strip().splitlines()[:1]
+    reason = first_line[0] if first_line else "unknown"
+    subject = f"[broker console] report {run.report} run #{run.pk} failed"
+    body = (
+        f"Report {run.report}, run #{run.pk} ({run.trigger}"
+        f"{', ' + run.requested_by if run.requested_by else ''}) failed at "
+        f"{run.finished_at:%Y-%m-%d %H:%M:%S %Z}.\n\n{run.error}\n"
+    )
+    done: dict[str, str] = {}
+    emails = list(getattr(settings, "REPORTS_ALERT_EMAILS", []) or [])
+    if emails:
+        try:
+            send_mail(subject, body, None, emails)
+            done["email"] = "sent"
+        except Exception as exc:  # noqa: BLE001 - the mail server is down
+            log.warning("report failure e-mail not sent: %s", exc)
+            done["email"] = f"failed: {exc}"
+    hook = getattr(settings, "REPORTS_ALERT_WEBHOOK", "")
+    if hook:
+        payload = {
+            "event": "report.failed",
+            "report": run.report,
+            "run": run.pk,
+            "trigger": run.trigger,
+            "reason": reason,
+            "error": run.error,
+            "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        }
+        req = urllib.request.Request(
+            hook,
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5):  # noqa: S310 - operator's URL
+                pass
+            done["webhook"] = "sent"
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            log.warning("report failure webhook not sent: %s", exc)
+            done["webhook"] = f"failed: {exc}"
+    return done
 
 
 def _prune(name: str) -> None:
