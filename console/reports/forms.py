@@ -6,6 +6,14 @@ from console.reports.catalog import WINDOWS
 class RunForm(forms.Form):
     since = forms.DateTimeField(required=False, help_text="UTC; empty: from the start")
     until = forms.DateTimeField(required=False, help_text="UTC; empty: to the end")
+    top_n = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1000,
+        label="Top N",
+        help_text="Rows of the top tables (tags, keys, longest pending); "
+        "empty: the report's default.",
+    )
     skip_damaged = forms.BooleanField(
         required=False,
         label="Skip damaged records",
@@ -24,6 +32,7 @@ class RunForm(forms.Form):
 class ScheduleForm(forms.Form):
     enabled = forms.BooleanField(required=False)
     every_minutes = forms.IntegerField(min_value=1, max_value=7 * 24 * 60)
+    top_n = forms.IntegerField(required=False, min_value=1, max_value=1000)
     window = forms.ChoiceField(
         choices=list(WINDOWS.items()),
         initial="all",

@@ -38,6 +38,8 @@ class ReportRun(models.Model):
     skip_damaged = models.BooleanField(default=False)
     #: A scheduled run's rolling window (``catalog.WINDOWS``); "" for others.
     window = models.CharField(max_length=16, blank=True)
+    #: How many rows the top-N tables keep (None: each report's default).
+    top_n = models.PositiveIntegerField(null=True, blank=True)
     log_end = models.BigIntegerField(null=True, blank=True)
     input_records = models.BigIntegerField(null=True, blank=True)
     rows = models.JSONField(default=dict, blank=True)  # table -> rows

@@ -86,6 +86,7 @@ def request_run(
     since: datetime | None = None,
     until: datetime | None = None,
     skip_damaged: bool = False,
+    top_n: int | None = None,
     request: Any = None,
 ) -> ReportRun:
     """Queue a run of report ``name`` on the Celery worker ("run now")."""
@@ -100,6 +101,7 @@ def request_run(
         since=since,
         until=until,
         skip_damaged=skip_damaged,
+        top_n=top_n,
     )
     if trigger == ReportRun.Trigger.MANUAL:
         record_audit(
@@ -112,6 +114,7 @@ def request_run(
                 "since": since,
                 "until": until,
                 "skip_damaged": skip_damaged,
+                "top_n": top_n,
             },
             request=request,
         )
@@ -142,7 +145,9 @@ def run_now(
     return execute_run(run.pk)
 
 
-def scheduled_run(name: str, window: str = "all") -> ReportRun:
+def scheduled_run(
+    name: str, window: str = "all", top_n: int | None = None
+) -> ReportRun:
     """A run for beat: its rolling window's bounds fixed now."""
     check_name(name)
     since, until = window_bounds(window if window in WINDOWS else "all", timezone.now())
@@ -152,6 +157,7 @@ def scheduled_run(name: str, window: str = "all") -> ReportRun:
         since=since,
         until=until,
         window=window if window != "all" else "",
+        top_n=top_n,
     )
 
 
@@ -205,6 +211,8 @@ def execute_run(run_id: int) -> ReportRun:
         )
         params = runner.default_params(settings.BROKER_STORE_DIR)
         params.update(_store_params())
+        if run.top_n:
+            params["top_n"] = run.top_n
         out_dir = reports_dir() / run.report / f"{run.pk:08d}"
         output = runner.run_report(spark, run.report, records, params, out_dir)
     except SoftTimeLimitExceeded:
@@ -499,6 +507,7 @@ def update_schedule(
     every_minutes: int,
     actor: Any,
     window: str = "all",
+    top_n: int | None = None,
     request: Any = None,
 ) -> PeriodicTask:
     """Enable/disable report ``name``'s scheduled runs, set their interval and
@@ -518,7 +527,10 @@ def update_schedule(
     task.interval = every
     task.crontab = None
     task.enabled = enabled
-    task.kwargs = json.dumps({"name": name, "window": window})
+    kwargs: dict[str, Any] = {"name": name, "window": window}
+    if top_n:
+        kwargs["top_n"] = top_n
+    task.kwargs = json.dumps(kwargs)
     # A run that waited longer than its interval is dropped, not run late.
     task.expires_seconds = every_minutes * 60
     task.save()
@@ -528,7 +540,12 @@ def update_schedule(
         object_type="report",
         object_id=name,
         before=before,
-        after={"enabled": enabled, "every_minutes": every_minutes, "window": window},
+        after={
+            "enabled": enabled,
+            "every_minutes": every_minutes,
+            "window": window,
+            "top_n": top_n,
+        },
         request=request,
     )
     return task

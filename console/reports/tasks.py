@@ -16,12 +16,15 @@ from console.reports import services
     time_limit=settings.REPORTS_TIME_LIMIT + 60,
 )
 def run_report_task(
-    run_id: int | None = None, name: str | None = None, window: str = "all"
+    run_id: int | None = None,
+    name: str | None = None,
+    window: str = "all",
+    top_n: int | None = None,
 ) -> dict[str, Any]:
     """Execute a queued run, or (from beat, by ``name``) a new scheduled run
     over its rolling ``window``."""
     if run_id is None:
-        run_id = services.scheduled_run(name or "", window).pk
+        run_id = services.scheduled_run(name or "", window, top_n).pk
     run = services.execute_run(run_id)
     return {"run": run.pk, "status": run.status, "rows": run.rows}
 

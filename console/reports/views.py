@@ -218,6 +218,7 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
                     "enabled": task.enabled,
                     "every_minutes": services.schedule_minutes(task) or 60,
                     "window": services.schedule_window(task),
+                    "top_n": json.loads(task.kwargs or "{}").get("top_n"),
                 }
             ),
             "run_form": RunForm(),
@@ -241,6 +242,7 @@ def run_now(request: HttpRequest, name: str) -> HttpResponse:
         since=form.cleaned_data.get("since"),
         until=form.cleaned_data.get("until"),
         skip_damaged=form.cleaned_data.get("skip_damaged", False),
+        top_n=form.cleaned_data.get("top_n"),
         request=request,
     )
     if run.status == ReportRun.Status.FAILED:
@@ -265,6 +267,7 @@ def schedule(request: HttpRequest, name: str) -> HttpResponse:
             enabled=form.cleaned_data["enabled"],
             every_minutes=form.cleaned_data["every_minutes"],
             window=form.cleaned_data["window"] or "all",
+            top_n=form.cleaned_data.get("top_n"),
             actor=request.user,
             request=request,
         )

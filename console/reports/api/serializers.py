@@ -18,6 +18,8 @@ class ReportRunSerializer(serializers.ModelSerializer):
             "duration_s",
             "since",
             "skip_damaged",
+            "top_n",
+            "window",
             "until",
             "log_end",
             "input_records",
@@ -30,6 +32,13 @@ class ReportRunSerializer(serializers.ModelSerializer):
 class RunRequestSerializer(serializers.Serializer):
     since = serializers.DateTimeField(required=False, allow_null=True)
     until = serializers.DateTimeField(required=False, allow_null=True)
+    top_n = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=1000,
+        help_text="rows of the top tables; empty: the report's default",
+    )
     skip_damaged = serializers.BooleanField(
         required=False,
         default=False,

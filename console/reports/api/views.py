@@ -68,6 +68,7 @@ class RunNowView(APIView):
             since=body.validated_data.get("since"),
             until=body.validated_data.get("until"),
             skip_damaged=body.validated_data.get("skip_damaged", False),
+            top_n=body.validated_data.get("top_n"),
             request=request,
         )
         return Response(ReportRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)

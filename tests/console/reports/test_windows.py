@@ -67,3 +67,25 @@ def test_scheduled_runs_cover_their_window_and_compare(spark, settings, tmp_path
     )
     change = again.summary["change_vs_previous_run"]
     assert change["run"] == day.pk and change["changes"]["messages"] == 5
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_top_n_is_a_run_parameter(spark, settings, tmp_path):
+    from console.reports.models import ReportRun
+    from console.reports.tasks import run_report_task
+
+    store = tmp_path / "store"
+    with Broker.open(str(store)) as broker:
+        for i in range(50):
+            broker.send(Message("tagged", b"x", tags=f"t{i % 5}"))
+    settings.BROKER_STORE_DIR = store
+    settings.BROKER_STORE_OPTIONS = {}
+    settings.REPORTS_DIR = tmp_path / "reports"
+    default = ReportRun.objects.get(pk=run_report_task(name="topic_traffic")["run"])
+    two = ReportRun.objects.get(
+        pk=run_report_task(name="topic_traffic", top_n=2)["run"]
+    )
+    assert default.rows["top_tags"] == 5 and two.rows["top_tags"] == 2
+    assert two.top_n == 2
