@@ -105,7 +105,10 @@ class Broker:
         self.close()
 
     def add_send_hook(self, hook: SendHook) -> None:
-        """Let ``hook`` rewrite every client message before it is stored."""
+        """Let ``hook`` rewrite every client message before it is stored.
+
+        A hook with a ``needs(topic, encoded_properties)`` attribute is called
+        only for the messages for which that returns True."""
         self._hooks.append(hook)
 
     # -- sending -------------------------------------------------------------
@@ -222,6 +225,15 @@ class Broker:
 
         out: list[PutItem] = []
         for it in items:
+            # A hook that says what it needs (``hook.needs(topic, encoded
+            # properties)``) is skipped for other messages: no decode and
+            # re-encode of every message's properties.
+            if all(
+                getattr(h, "needs", None) is not None and not h.needs(it[0], it[3])  # type: ignore[attr-defined]
+                for h in self._hooks
+            ):
+                out.append(it)
+                continue
             inner = MessageInner(
                 topic=it[0],
                 queue_id=it[1],

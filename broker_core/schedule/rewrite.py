@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from broker_core.errors import InvalidDelayError, TopicExistsError, TopicNotAllowedError
 from broker_core.message import (
+    NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
@@ -185,6 +186,18 @@ def make_send_hook(
             inner, int(time.time() * 1000), levels, max_delay_ms
         )
 
+    # The broker calls the hook only for messages it can concern: the timer
+    # topic, or properties naming a schedule or internal property (a cheap
+    # search of the encoded properties; a false positive only costs the hook).
+    markers = tuple(
+        f"{name}{NAME_VALUE_SEPARATOR}".encode()
+        for name in (*_INTERNAL_PROPERTIES, PROPERTY_DELAY, *TIMER_PROPERTIES)
+    )
+
+    def needs(topic: str, encoded_properties: bytes) -> bool:
+        return topic == TIMER_TOPIC or any(m in encoded_properties for m in markers)
+
+    hook.needs = needs  # type: ignore[attr-defined]
     return hook
 
 
