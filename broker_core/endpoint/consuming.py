@@ -25,6 +25,7 @@ from broker_core.endpoint.wire import (
     client_id_of,
     dur_ms,
     error_code,
+    overall_status,
     status,
     ts_ms,
 )
@@ -234,26 +235,20 @@ class Consuming:
         else:
             errors = await self.acks.submit(call)
         out = []
-        first_err = None
         for e, err in zip(request.entries, errors, strict=True):
             if err is None:
                 st = status(C.OK)
                 self.ep.counters["acked"] += 1
             else:
                 st = status(C.INVALID_RECEIPT_HANDLE, err)
-                first_err = first_err or st
             out.append(
                 spb.AckMessageResultEntry(
                     message_id=e.message_id, receipt_handle=e.receipt_handle, status=st
                 )
             )
-        if first_err is None:
-            top = status(C.OK)
-        elif len(out) == 1:
-            top = first_err
-        else:
-            top = status(C.MULTIPLE_RESULTS)
-        return spb.AckMessageResponse(status=top, entries=out)
+        return spb.AckMessageResponse(
+            status=overall_status([x.status for x in out]), entries=out
+        )
 
     def _ack_all_locked(
         self, calls: list[tuple[str, str, list[str]]]

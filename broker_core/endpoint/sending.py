@@ -21,6 +21,7 @@ from broker_core.endpoint.wire import (
     C,
     client_id_of,
     error_code,
+    overall_status,
     status,
 )
 from broker_core.errors import (
@@ -222,14 +223,9 @@ class Sending:
         self.ep.counters["retries_deduplicated"] += deduplicated
         for topic in woken:
             self.ep.wake(topic)
-        first_err = next((e.status for e in entries if e.status.code != C.OK), None)
-        if first_err is None:
-            top = status(C.OK)
-        elif len(entries) == 1:
-            top = first_err
-        else:
-            top = status(C.MULTIPLE_RESULTS)
-        return spb.SendMessageResponse(status=top, entries=entries)
+        return spb.SendMessageResponse(
+            status=overall_status([e.status for e in entries]), entries=entries
+        )
 
     def _send_requests(
         self, requests: list[tuple[Any, str]], blocking: bool = True

@@ -76,6 +76,15 @@ def status(code: int, message: str = "") -> pb.Status:
     return pb.Status(code=code, message=message)
 
 
+def overall_status(statuses: list[pb.Status]) -> pb.Status:
+    """A batch response's own status from its entries': OK when all are, the
+    error itself for a single entry, else MULTIPLE_RESULTS (as RocketMQ)."""
+    first_err = next((st for st in statuses if st.code != C.OK), None)
+    if first_err is None:
+        return status(C.OK)
+    return first_err if len(statuses) == 1 else status(C.MULTIPLE_RESULTS)
+
+
 @functools.cache
 def _plain_status(code: int) -> pb.Status:
     return pb.Status(code=code, message=pb.Code.Name(code))

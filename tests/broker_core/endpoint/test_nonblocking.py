@@ -47,15 +47,23 @@ def _send(stub, topic: str, body: bytes) -> spb.SendMessageResponse:
     return stub.SendMessage(spb.SendMessageRequest(messages=[msg]), metadata=MD)
 
 
-def _receive(stub, topic: str) -> list[pb.Message]:
+def receive_request(
+    topic: str, group: str, batch: int = 8, invisible_s: int = 30, poll_s: int = 2
+) -> spb.ReceiveMessageRequest:
+    """A ReceiveMessage request as the official clients build one."""
     req = spb.ReceiveMessageRequest(
-        group=pb.Resource(name="GID_nonblocking"),
+        group=pb.Resource(name=group),
         message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
         filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-        batch_size=8,
+        batch_size=batch,
     )
-    req.invisible_duration.FromSeconds(30)
-    req.long_polling_timeout.FromSeconds(2)
+    req.invisible_duration.FromSeconds(invisible_s)
+    req.long_polling_timeout.FromSeconds(poll_s)
+    return req
+
+
+def _receive(stub, topic: str) -> list[pb.Message]:
+    req = receive_request(topic, "GID_nonblocking")
     return [
         r.message
         for r in stub.ReceiveMessage(req, metadata=MD, timeout=10)

@@ -13,11 +13,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core import Broker, Message
 from broker_core.endpoint.config import EndpointConfig
 from broker_core.endpoint.server import Endpoint
+from tests.broker_core.endpoint.test_nonblocking import receive_request
 
 
 class Context:
@@ -33,21 +33,10 @@ class Context:
         return "ipv4:127.0.0.1:1"
 
 
-def _request(topic: str) -> spb.ReceiveMessageRequest:
-    req = spb.ReceiveMessageRequest(
-        group=pb.Resource(name="GID_cancel"),
-        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
-        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-        batch_size=4,
-    )
-    req.invisible_duration.FromSeconds(60)
-    req.long_polling_timeout.FromSeconds(5)
-    return req
-
-
 async def _collect(ep: Endpoint, topic: str) -> list[pb.Message]:
     out = []
-    async for r in ep.consuming.ReceiveMessage(_request(topic), Context()):
+    req = receive_request(topic, "GID_cancel", batch=4, invisible_s=60, poll_s=5)
+    async for r in ep.consuming.ReceiveMessage(req, Context()):
         if r.HasField("message"):
             out.append(r.message)
     return out

@@ -31,19 +31,24 @@ def test_window_bounds(key, since, until) -> None:
     assert window_bounds(key, NOW) == (since, until)
 
 
+def _store(settings, tmp_path, messages: list[Message]):
+    """A store holding ``messages``, made the console's."""
+    store = tmp_path / "store"
+    with Broker.open(str(store)) as broker:
+        broker.send_batch(messages)
+    settings.BROKER_STORE_DIR = store
+    settings.BROKER_STORE_OPTIONS = {}
+    settings.REPORTS_DIR = tmp_path / "reports"
+    return store
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.django_db
 def test_scheduled_runs_cover_their_window_and_compare(spark, settings, tmp_path):
     from console.reports.tasks import run_report_task
 
-    store = tmp_path / "store"
-    with Broker.open(str(store)) as broker:
-        for _ in range(40):
-            broker.send(Message("w", b"x"))
-    settings.BROKER_STORE_DIR = store
-    settings.BROKER_STORE_OPTIONS = {}
-    settings.REPORTS_DIR = tmp_path / "reports"
+    store = _store(settings, tmp_path, [Message("w", b"x") for _ in range(40)])
 
     from console.reports.models import ReportRun
 
@@ -76,13 +81,11 @@ def test_top_n_is_a_run_parameter(spark, settings, tmp_path):
     from console.reports.models import ReportRun
     from console.reports.tasks import run_report_task
 
-    store = tmp_path / "store"
-    with Broker.open(str(store)) as broker:
-        for i in range(50):
-            broker.send(Message("tagged", b"x", tags=f"t{i % 5}"))
-    settings.BROKER_STORE_DIR = store
-    settings.BROKER_STORE_OPTIONS = {}
-    settings.REPORTS_DIR = tmp_path / "reports"
+    _store(
+        settings,
+        tmp_path,
+        [Message("tagged", b"x", tags=f"t{i % 5}") for i in range(50)],
+    )
     default = ReportRun.objects.get(pk=run_report_task(name="topic_traffic")["run"])
     two = ReportRun.objects.get(
         pk=run_report_task(name="topic_traffic", top_n=2)["run"]
