@@ -132,6 +132,7 @@ def run_now(
     until: datetime | None = None,
     trigger: str = ReportRun.Trigger.COMMAND,
     skip_damaged: bool = False,
+    top_n: int | None = None,
 ) -> ReportRun:
     """Run report ``name`` in this process and return the finished run."""
     check_name(name)
@@ -141,6 +142,7 @@ def run_now(
         since=since,
         until=until,
         skip_damaged=skip_damaged,
+        top_n=top_n,
     )
     return execute_run(run.pk)
 

@@ -22,6 +22,7 @@ from console.reports.jobs import (
     consumer_lag,
     delay_punctuality,
     reader,
+    scan,
     topic_traffic,
     transaction_outcomes,
 )
@@ -75,6 +76,7 @@ def load_records(
             f"there is no store at {store_dir} (no commitlog directory): "
             "check BROKER_STORE_DIR"
         )
+    _size_shuffles(spark, store_dir)
     if export_dir is not None:
         export = reader.export_log(spark, store_dir, export_dir)
         records = reader.read_export(spark, export_dir)
@@ -96,6 +98,21 @@ def load_records(
             "report on the rest."
         )
     return transform_time_range(records, since_ms, until_ms), info
+
+
+def _size_shuffles(spark: SparkSession, store_dir: str | Path) -> None:
+    """On a cluster, shuffle partitions follow the input's size unless the
+    operator set them (``SPARK_CONF_*``); local runs keep their few."""
+    from console.reports.jobs.session import conf_from_env, shuffle_partitions
+
+    if spark.sparkContext.master.startswith("local"):
+        return
+    if "spark.sql.shuffle.partitions" in conf_from_env():
+        return
+    size = scan.commit_position(store_dir)
+    if size is None:  # no readable state: the segments' sizes, an upper bound
+        size = sum(f.stat().st_size for f in scan.segment_files(store_dir))
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(size)))
 
 
 def run_report(

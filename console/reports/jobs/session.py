@@ -1,14 +1,28 @@
-"""The SparkSession the report jobs share.
+"""The SparkSession the report jobs share (one per process, kept warm:
+``getOrCreate`` returns it to every later run of the same worker).
 
 ``local[*]`` unless told otherwise (``SPARK_MASTER``). Local runs use few
 shuffle partitions and no UI. On a cluster the executors need ``broker_core``
-and ``pyarrow`` only: ``broker_core`` is zipped and shipped with the job.
+and ``pyarrow`` only: ``broker_core`` is zipped and shipped with the job (the
+zip is deleted when the process exits).
+
+Spark settings from the environment, applied last (they win):
+
+* ``SPARK_CONF_FILE``: a file in ``spark-defaults.conf`` form (``key value``
+  or ``key=value`` per line, ``#`` comments);
+* ``SPARK_CONF_<key>`` variables, the key's dots written as double
+  underscores: ``SPARK_CONF_spark__executor__memory=4g``.
+
+Without ``spark.sql.shuffle.partitions`` among them, a cluster run sizes its
+shuffles to its input (``shuffle_partitions``).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import re
 import sys
 import tempfile
 import zipfile
@@ -23,13 +37,47 @@ PROJECT_ROOT = Path(broker_core.__file__).resolve().parent.parent
 
 
 def _broker_core_zip() -> str:
-    """Return a zip of the ``broker_core`` package, for executors on other hosts."""
+    """Return a zip of the ``broker_core`` package, for executors on other hosts
+    (removed when this process exits)."""
     target = Path(tempfile.gettempdir()) / f"broker_core-{os.getpid()}.zip"
     pkg = PROJECT_ROOT / "broker_core"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in pkg.rglob("*.py"):
             zf.write(path, path.relative_to(PROJECT_ROOT))
+    atexit.register(target.unlink, missing_ok=True)
     return str(target)
+
+
+def conf_from_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Spark settings from ``SPARK_CONF_FILE`` and ``SPARK_CONF_<key>``
+    variables (later ones win). Raises ``ValueError`` for an unreadable file."""
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    path = env.get("SPARK_CONF_FILE")
+    if path:
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError as exc:
+            raise ValueError(f"SPARK_CONF_FILE {path}: {exc}") from exc
+        for line in lines:
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            found = re.match(r"([^\s=]+)\s*[=\s]\s*(.*)", line)
+            if found is None:
+                raise ValueError(f"SPARK_CONF_FILE {path}: no value in {line!r}")
+            out[found.group(1)] = found.group(2)
+    for name, value in env.items():
+        if name.startswith("SPARK_CONF_") and name != "SPARK_CONF_FILE":
+            out[name[len("SPARK_CONF_") :].replace("__", ".")] = value
+    return out
+
+
+def shuffle_partitions(input_bytes: int) -> int:
+    """Shuffle partitions for a cluster run over ``input_bytes`` of log: one per
+    128 MiB, 8 to 200 (Spark's default 200 made 1,000 tasks a report on 1M
+    small messages)."""
+    return max(8, min(200, -(-input_bytes // (128 << 20))))
 
 
 def get_session(
@@ -52,11 +100,14 @@ def get_session(
         .appName(app_name)
         .config("spark.ui.enabled", "false" if local else "true")
         .config("spark.sql.shuffle.partitions", "4" if local else "200")
+        .config("spark.sql.adaptive.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", driver_memory or "3g")
         .config("spark.sql.parquet.compression.codec", "zstd")
     )
+    for key, value in conf_from_env().items():
+        builder = builder.config(key, value)
     # py4j logs its connection teardown at INFO from __del__, after stdout
     # may already be closed at interpreter exit.
     logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -147,3 +147,14 @@ def test_run_report_command_prints_summary(spark, store, capsys):
     assert out["summary"]["messages"] == sum(store["messages"].values())
     call_command("run_report", "topic_traffic", "--until", "2000-01-01T00:00:00")
     assert json.loads(capsys.readouterr().out)["summary"]["messages"] == 0
+    # All four in one process (one warm session); JSON only on stdout.
+    call_command("run_report", "--all")
+    runs = json.loads(capsys.readouterr().out)
+    assert [r["report"] for r in runs] == [
+        "transaction_outcomes", "delay_punctuality", "topic_traffic", "consumer_lag"
+    ]  # fmt: skip
+    assert {r["status"] for r in runs} == {"SUCCEEDED"}
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="no report nope"):
+        call_command("run_report", "nope")

@@ -1,4 +1,5 @@
-"""``manage.py run_report NAME [--since ISO --until ISO]``: run one report now."""
+"""``manage.py run_report NAME... | --all [--since ISO --until ISO]``: run
+reports now, in this process (one warm Spark session for all of them)."""
 
 from __future__ import annotations
 
@@ -12,32 +13,62 @@ from console.reports.models import ReportRun
 
 
 class Command(BaseCommand):
-    help = "Run a Spark report at once and print its summary as JSON."
+    help = (
+        "Run Spark reports at once and print each run as JSON on stdout (one "
+        "object, or a list with several reports); failures go to stderr."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("name", choices=list(REPORTS))
+        parser.add_argument("names", nargs="*", help=", ".join(REPORTS))
+        parser.add_argument("--all", action="store_true", help="every report")
         parser.add_argument("--since", help="ISO 8601 (UTC if no zone)")
         parser.add_argument("--until", help="ISO 8601 (UTC if no zone)")
+        parser.add_argument("--top-n", type=int, default=None)
+        parser.add_argument(
+            "--skip-damaged",
+            action="store_true",
+            help="report on the rest of a log with damaged records",
+        )
 
-    def handle(self, *args, name, since=None, until=None, **options):
+    def handle(self, *args, names, all=False, since=None, until=None, **options):
+        names = list(REPORTS) if all else names
+        if not names:
+            raise CommandError("name a report, or give --all")
+        unknown = [n for n in names if n not in REPORTS]
+        if unknown:
+            raise CommandError(
+                f"no report {', '.join(unknown)} (reports: {', '.join(REPORTS)})"
+            )
         try:
             since_dt, until_dt = services.parse_when(since), services.parse_when(until)
         except ValueError as exc:
             raise CommandError(f"bad date: {exc}") from exc
-        run = services.run_now(name, since=since_dt, until=until_dt)
-        out = {
-            "report": run.report,
-            "run": run.pk,
-            "status": run.status,
-            "duration_s": round(run.duration_s or 0, 3),
-            "since": since_dt.isoformat() if since_dt else None,
-            "until": until_dt.isoformat() if until_dt else None,
-            "rows": run.rows,
-            "summary": run.summary,
-            "result_dir": run.result_dir,
-        }
-        if run.status != ReportRun.Status.SUCCEEDED:
-            out["error"] = run.error
-        self.stdout.write(json.dumps(out, indent=1, default=str))
-        if run.status != ReportRun.Status.SUCCEEDED:
-            raise CommandError(f"report {name} failed")
+        outs, failed = [], []
+        for name in names:
+            run = services.run_now(
+                name,
+                since=since_dt,
+                until=until_dt,
+                top_n=options.get("top_n"),
+                skip_damaged=options.get("skip_damaged", False),
+            )
+            out = {
+                "report": run.report,
+                "run": run.pk,
+                "status": run.status,
+                "duration_s": round(run.duration_s or 0, 3),
+                "since": since_dt.isoformat() if since_dt else None,
+                "until": until_dt.isoformat() if until_dt else None,
+                "rows": run.rows,
+                "summary": run.summary,
+                "result_dir": run.result_dir,
+            }
+            if run.status != ReportRun.Status.SUCCEEDED:
+                out["error"] = run.error
+                failed.append(name)
+                self.stderr.write(f"report {name} failed: {run.error}")
+            outs.append(out)
+        data = outs[0] if len(outs) == 1 else outs
+        self.stdout.write(json.dumps(data, indent=1, default=str))
+        if failed:
+            raise CommandError(f"failed: {', '.join(failed)}")
