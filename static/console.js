@@ -11,6 +11,44 @@
     if (t.matches && t.matches("select[data-autosubmit]") && t.form) t.form.submit();
   });
 
+  // A table[data-sortable]'s header sorts its rows (numbers as numbers,
+  // times by their datetime attribute), again to reverse.
+  function cellKey(td) {
+    var time = td.querySelector("time[datetime]");
+    if (time) return Date.parse(time.getAttribute("datetime"));
+    var text = td.textContent.trim().replace(/,/g, "");
+    var n = parseFloat(text);
+    return text !== "" && !isNaN(n) && /^-?[0-9.]+(e[-+]?[0-9]+)?$/i.test(text) ? n : td.textContent.trim().toLowerCase();
+  }
+  document.addEventListener("click", function (e) {
+    var th = e.target.closest && e.target.closest("table[data-sortable] thead th");
+    if (!th) return;
+    var table = th.closest("table"), body = table.tBodies[0];
+    var col = Array.prototype.indexOf.call(th.parentNode.children, th);
+    var up = th.dataset.sorted !== "asc";
+    table.querySelectorAll("thead th").forEach(function (h) { delete h.dataset.sorted; h.removeAttribute("aria-sort"); });
+    th.dataset.sorted = up ? "asc" : "desc";
+    th.setAttribute("aria-sort", up ? "ascending" : "descending");
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (a, b) {
+      var x = cellKey(a.cells[col]), y = cellKey(b.cells[col]);
+      var r = typeof x === typeof y ? (x < y ? -1 : x > y ? 1 : 0) : (typeof x === "number" ? -1 : 1);
+      return up ? r : -r;
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+  });
+  // An input[data-filter-table=id] shows only the rows of #id containing its text.
+  document.addEventListener("input", function (e) {
+    var t = e.target;
+    if (!t.matches || !t.matches("input[data-filter-table]")) return;
+    var table = document.getElementById(t.dataset.filterTable);
+    if (!table) return;
+    var q = t.value.trim().toLowerCase();
+    Array.prototype.forEach.call(table.tBodies[0].rows, function (r) {
+      r.hidden = q !== "" && r.textContent.toLowerCase().indexOf(q) < 0;
+    });
+  });
+
   document.addEventListener("click", function (e) {
     var t = e.target;
     if (!t.closest) return;

@@ -3,7 +3,10 @@ and Spark run as the Procfile deploys them (gunicorn; a "timers" worker for the
 check, delay delivery and heartbeat; a "reports" worker for Spark; beat), an
 operator starts all four reports from their pages in Chromium while twenty
 timers fall due, and the timers are delivered as punctually as on an idle
-system while the runs page shows the reports running and then finished."""
+system while the runs page shows the reports running and then finished. The
+finished reports are then read as an analyst would: charts drawn under the
+Content-Security-Policy, the summary as figures, tables that sort and filter,
+every report page within a 1,440 px screen."""
 
 from __future__ import annotations
 
@@ -168,6 +171,25 @@ def test_reports_started_in_the_console_do_not_delay_timers(
                 "document.getElementById('chart-1')))"
             )
             figures = page.locator("[data-testid=summary] dt").all_inner_texts()
+            # Result tables sort by a header click and filter by text.
+            page.goto("/reports/topic_traffic/")
+            table = page.locator("#rows-body_sizes")
+            rows_before = table.locator("tbody tr").count()
+            table.locator("thead th", has_text="messages").click()
+            sorted_asc = table.locator("thead th", has_text="messages").get_attribute(
+                "aria-sort"
+            )
+            page.fill("input[data-filter-table=rows-body_sizes]", "zzz-nothing")
+            hidden = table.locator("tbody tr:visible").count()
+            # Every report page fits a 1,440 px screen (wide tables scroll inside).
+            page.set_viewport_size({"width": 1440, "height": 900})
+            widths = {}
+            for report in ("transaction_outcomes", "delay_punctuality",
+                           "topic_traffic", "consumer_lag"):  # fmt: skip
+                page.goto(f"/reports/{report}/")
+                widths[report] = page.evaluate(
+                    "() => document.documentElement.scrollWidth"
+                )
         runs = [
             line.split("\t")
             for line in _manage(
@@ -203,6 +225,8 @@ def test_reports_started_in_the_console_do_not_delay_timers(
     assert statuses == ["SUCCEEDED"] * 4, (statuses, runs)
     assert drawn, "the report's chart was not drawn"
     assert "Messages" in figures
+    assert all(w <= 1440 for w in widths.values()), widths
+    assert rows_before > 0 and sorted_asc == "ascending" and hidden == 0
     # Delivery runs every second (DELAY_TICK_INTERVAL): late by under a tick
     # plus scheduling noise, never by a report's duration.
     assert late_ms[0] >= 0 and late_ms[-1] < 2500, late_ms
