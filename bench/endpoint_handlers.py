@@ -1,0 +1,121 @@
+"""The gRPC endpoint's own work per message, without gRPC.
+
+    .venv/bin/python bench/endpoint_handlers.py [--messages 4000] [--profile]
+
+In one process, over a temporary store: the send path a SendMessage call runs
+(protobuf message -> checks -> batched append -> result entry, as on the event
+loop's fast path) and the receive path a ReceiveMessage plus its acks run (pop
+a batch of 32, build the protobuf messages with receipt handles, apply the
+acks). Prints microseconds per message; ``--profile`` adds a cProfile of each.
+What ``bench/grpc.py`` measures beyond these is gRPC's per-call work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# bench/ holds grpc.py: keep it off sys.path so that "import grpc" finds grpcio.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
+
+from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: E402
+
+from broker_core import Broker, Message  # noqa: E402
+from broker_core.endpoint.config import EndpointConfig  # noqa: E402
+from broker_core.endpoint.server import Endpoint  # noqa: E402
+
+
+def _profiled(fn, enabled: bool):
+    if not enabled:
+        return fn(), ""
+    prof = cProfile.Profile()
+    prof.enable()
+    out = fn()
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(12)
+    return out, text.getvalue()
+
+
+def send_path(ep: Endpoint, n: int, profile: bool) -> tuple[float, str]:
+    def message(i: int) -> pb.Message:
+        m = pb.Message(topic=pb.Resource(name="BenchSend"), body=b"x" * 1024)
+        m.system_properties.message_type = pb.NORMAL
+        m.system_properties.message_id = f"01AABBCCDDEEFF0000{i:016X}"
+        return m
+
+    msgs = [message(i) for i in range(n + 1)]
+    ep.sending._send_requests([([msgs[0]], "bench")], False)  # topic created
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        for m in msgs[1:]:
+            ep.sending._send_requests([([m], "bench")], False)
+        return time.perf_counter() - t0
+
+    seconds, text = _profiled(run, profile)
+    return seconds / n * 1e6, text
+
+
+def receive_path(ep: Endpoint, broker: Broker, n: int, profile: bool):
+    broker.create_topic("BenchRecv", read_queue_nums=4)
+    for start in range(0, n, 500):
+        broker.send_batch(
+            [Message("BenchRecv", b"x" * 1024) for _ in range(min(500, n - start))]
+        )
+
+    def run() -> tuple[float, int]:
+        done = 0
+        t0 = time.perf_counter()
+        while done < n:
+            got, pbs = ep.consuming._pop("G", "BenchRecv", 32, 30_000, "*", "TAG", None)
+            if not got:
+                break
+            handles = [m.system_properties.receipt_handle for m in pbs]
+            errors = ep.consuming._ack_all([("G", "BenchRecv", handles)])[0]
+            assert not any(errors), errors
+            done += len(got)
+        return time.perf_counter() - t0, done
+
+    (seconds, done), text = _profiled(run, profile)
+    return seconds / max(1, done) * 1e6, text
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--messages", type=int, default=4000)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-handlers-"))
+    try:
+        with Broker.open(str(tmp / "store")) as broker:
+            ep = Endpoint(broker, EndpointConfig(port=0))
+            try:
+                send_us, send_prof = send_path(ep, args.messages, args.profile)
+                recv_us, recv_prof = receive_path(
+                    ep, broker, args.messages, args.profile
+                )
+            finally:
+                ep.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"send path (checks, batched append, result): {send_us:.1f} us/message")
+    print(f"receive path (pop 32, encode, ack each): {recv_us:.1f} us/message")
+    if args.profile:
+        print(send_prof, recv_prof, sep="\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
