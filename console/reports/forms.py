@@ -33,6 +33,14 @@ class ScheduleForm(forms.Form):
     enabled = forms.BooleanField(required=False)
     every_minutes = forms.IntegerField(min_value=1, max_value=7 * 24 * 60)
     top_n = forms.IntegerField(required=False, min_value=1, max_value=1000)
+    alert_figure = forms.CharField(
+        required=False,
+        max_length=64,
+        label="Alert when figure",
+        help_text="A summary figure (e.g. max_lag_ms); with a value below, "
+        "each run above it is announced like a failure.",
+    )
+    alert_above = forms.FloatField(required=False, label="is above")
     window = forms.ChoiceField(
         choices=list(WINDOWS.items()),
         initial="all",

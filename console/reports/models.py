@@ -40,6 +40,9 @@ class ReportRun(models.Model):
     window = models.CharField(max_length=16, blank=True)
     #: How many rows the top-N tables keep (None: each report's default).
     top_n = models.PositiveIntegerField(null=True, blank=True)
+    #: A schedule's threshold alert: summary figure and the value it must not pass.
+    alert_figure = models.CharField(max_length=64, blank=True)
+    alert_above = models.FloatField(null=True, blank=True)
     log_end = models.BigIntegerField(null=True, blank=True)
     input_records = models.BigIntegerField(null=True, blank=True)
     rows = models.JSONField(default=dict, blank=True)  # table -> rows

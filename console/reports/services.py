@@ -148,9 +148,13 @@ def run_now(
 
 
 def scheduled_run(
-    name: str, window: str = "all", top_n: int | None = None
+    name: str,
+    window: str = "all",
+    top_n: int | None = None,
+    alert: dict[str, Any] | None = None,
 ) -> ReportRun:
-    """A run for beat: its rolling window's bounds fixed now."""
+    """A run for beat: its rolling window's bounds fixed now; ``alert``
+    ({"figure", "above"}) announces a summary figure above a threshold."""
     check_name(name)
     since, until = window_bounds(window if window in WINDOWS else "all", timezone.now())
     return ReportRun.objects.create(
@@ -160,6 +164,8 @@ def scheduled_run(
         until=until,
         window=window if window != "all" else "",
         top_n=top_n,
+        alert_figure=(alert or {}).get("figure", ""),
+        alert_above=(alert or {}).get("above"),
     )
 
 
@@ -254,6 +260,8 @@ def execute_run(run_id: int) -> ReportRun:
     if compared is not None:
         run.summary = dict(run.summary) | {"change_vs_previous_run": compared}
     run.save()
+    if run.alert_figure and run.alert_above is not None:
+        check_threshold(run, run.alert_figure, run.alert_above)
     _prune(run.report)
     return run
 
@@ -326,22 +334,47 @@ def _fail(run: ReportRun, error: str) -> ReportRun:
 
 
 def alert_failure(run: ReportRun) -> dict[str, str]:
-    """Announce a failed run: e-mail ``REPORTS_ALERT_EMAILS`` and POST JSON to
-    ``REPORTS_ALERT_WEBHOOK``. Returns what each did; an alert that cannot be
-    sent is logged, never raised (the run is already recorded as failed)."""
+    """Announce a failed run (see ``_alert``)."""
+    first_line = (run.error or "").strip().splitlines()[:1]
+    reason = first_line[0] if first_line else "unknown"
+    return _alert(
+        run,
+        "report.failed",
+        f"run #{run.pk} failed",
+        f"failed at {run.finished_at:%Y-%m-%d %H:%M:%S %Z}.\n\n{run.error}",
+        {"reason": reason, "error": run.error},
+    )
+
+
+def check_threshold(run: ReportRun, figure: str, above: float) -> dict[str, str] | None:
+    """Announce a run whose summary ``figure`` is above ``above`` (a schedule's
+    threshold); None when it is not (or the figure is not a number)."""
+    value = (run.summary or {}).get(figure)
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= above:
+        return None
+    return _alert(
+        run,
+        "report.threshold",
+        f"{figure} = {value:,} (above {above:,})",
+        f"finished with {figure} = {value:,}, above the alert threshold {above:,}.",
+        {"figure": figure, "value": value, "threshold": above},
+    )
+
+
+def _alert(
+    run: ReportRun, event: str, headline: str, text: str, extra: dict[str, Any]
+) -> dict[str, str]:
+    """E-mail ``REPORTS_ALERT_EMAILS`` and POST JSON to ``REPORTS_ALERT_WEBHOOK``.
+    Returns what each did; an alert that cannot be sent is logged, never raised
+    (the run is already recorded)."""
     import urllib.error
     import urllib.request
 
     from django.core.mail import send_mail
 
-    first_line = (run.error or "").strip().splitlines()[:1]
-    reason = first_line[0] if first_line else "unknown"
-    subject = f"[broker console] report {run.report} run #{run.pk} failed"
-    body = (
-        f"Report {run.report}, run #{run.pk} ({run.trigger}"
-        f"{', ' + run.requested_by if run.requested_by else ''}) failed at "
-        f"{run.finished_at:%Y-%m-%d %H:%M:%S %Z}.\n\n{run.error}\n"
-    )
+    subject = f"[broker console] report {run.report}: {headline}"
+    who = f", {run.requested_by}" if run.requested_by else ""
+    body = f"Report {run.report}, run #{run.pk} ({run.trigger}{who}) {text}\n"
     done: dict[str, str] = {}
     emails = list(getattr(settings, "REPORTS_ALERT_EMAILS", []) or [])
     if emails:
@@ -349,22 +382,21 @@ def alert_failure(run: ReportRun) -> dict[str, str]:
             send_mail(subject, body, None, emails)
             done["email"] = "sent"
         except Exception as exc:  # noqa: BLE001 - the mail server is down
-            log.warning("report failure e-mail not sent: %s", exc)
+            log.warning("report alert e-mail not sent: %s", exc)
             done["email"] = f"failed: {exc}"
     hook = getattr(settings, "REPORTS_ALERT_WEBHOOK", "")
     if hook:
         payload = {
-            "event": "report.failed",
+            "event": event,
             "report": run.report,
             "run": run.pk,
             "trigger": run.trigger,
-            "reason": reason,
-            "error": run.error,
             "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+            **extra,
         }
         req = urllib.request.Request(
             hook,
-            data=json.dumps(payload).encode(),
+            data=json.dumps(payload, default=str).encode(),
             headers={"Content-Type": "application/json"},
             method="POST",
         )
@@ -373,7 +405,7 @@ def alert_failure(run: ReportRun) -> dict[str, str]:
                 pass
             done["webhook"] = "sent"
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            log.warning("report failure webhook not sent: %s", exc)
+            log.warning("report alert webhook not sent: %s", exc)
             done["webhook"] = f"failed: {exc}"
     return done
 
@@ -510,6 +542,7 @@ def update_schedule(
     actor: Any,
     window: str = "all",
     top_n: int | None = None,
+    alert: dict[str, Any] | None = None,
     request: Any = None,
 ) -> PeriodicTask:
     """Enable/disable report ``name``'s scheduled runs, set their interval and
@@ -532,6 +565,8 @@ def update_schedule(
     kwargs: dict[str, Any] = {"name": name, "window": window}
     if top_n:
         kwargs["top_n"] = top_n
+    if alert and alert.get("figure") and alert.get("above") is not None:
+        kwargs["alert"] = {"figure": alert["figure"], "above": alert["above"]}
     task.kwargs = json.dumps(kwargs)
     # A run that waited longer than its interval is dropped, not run late.
     task.expires_seconds = every_minutes * 60
@@ -547,6 +582,7 @@ def update_schedule(
             "every_minutes": every_minutes,
             "window": window,
             "top_n": top_n,
+            "alert": kwargs.get("alert"),
         },
         request=request,
     )

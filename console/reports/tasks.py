@@ -20,11 +20,12 @@ def run_report_task(
     name: str | None = None,
     window: str = "all",
     top_n: int | None = None,
+    alert: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Execute a queued run, or (from beat, by ``name``) a new scheduled run
     over its rolling ``window``."""
     if run_id is None:
-        run_id = services.scheduled_run(name or "", window, top_n).pk
+        run_id = services.scheduled_run(name or "", window, top_n, alert).pk
     run = services.execute_run(run_id)
     return {"run": run.pk, "status": run.status, "rows": run.rows}
 

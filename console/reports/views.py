@@ -219,6 +219,12 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
                     "every_minutes": services.schedule_minutes(task) or 60,
                     "window": services.schedule_window(task),
                     "top_n": json.loads(task.kwargs or "{}").get("top_n"),
+                    "alert_figure": json.loads(task.kwargs or "{}")
+                    .get("alert", {})
+                    .get("figure", ""),
+                    "alert_above": json.loads(task.kwargs or "{}")
+                    .get("alert", {})
+                    .get("above"),
                 }
             ),
             "run_form": RunForm(),
@@ -268,6 +274,10 @@ def schedule(request: HttpRequest, name: str) -> HttpResponse:
             every_minutes=form.cleaned_data["every_minutes"],
             window=form.cleaned_data["window"] or "all",
             top_n=form.cleaned_data.get("top_n"),
+            alert={
+                "figure": form.cleaned_data.get("alert_figure") or "",
+                "above": form.cleaned_data.get("alert_above"),
+            },
             actor=request.user,
             request=request,
         )

@@ -83,7 +83,7 @@ def test_a_failed_run_is_announced_by_mail_and_webhook(settings, mailoutbox) -> 
         server.server_close()
     (mail,) = mailoutbox
     assert mail.to == ["oncall@example.com"]
-    assert f"report consumer_lag run #{run.pk} failed" in mail.subject
+    assert f"report consumer_lag: run #{run.pk} failed" in mail.subject
     assert "worker process" in mail.body
     (hook,) = got
     assert hook["event"] == "report.failed" and hook["run"] == run.pk

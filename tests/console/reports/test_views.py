@@ -131,3 +131,10 @@ def test_schedule_edit(db, client_as):
     assert json.loads(task.kwargs)["window"] == "24h"
     page = client_as("viewer").get("/reports/delay_punctuality/").content.decode()
     assert "each run over the last 24 hours" in page
+    client_as("operator").post(
+        "/reports/delay_punctuality/schedule/",
+        {"enabled": "on", "every_minutes": 60, "window": "1h",
+         "alert_figure": "max_lag_ms", "alert_above": "500"},
+    )  # fmt: skip
+    task.refresh_from_db()
+    assert json.loads(task.kwargs)["alert"] == {"figure": "max_lag_ms", "above": 500.0}

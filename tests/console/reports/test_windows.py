@@ -92,3 +92,25 @@ def test_top_n_is_a_run_parameter(spark, settings, tmp_path):
     )
     assert default.rows["top_tags"] == 5 and two.rows["top_tags"] == 2
     assert two.top_n == 2
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_threshold_alert_announces_a_figure_above_it(
+    spark, settings, tmp_path, mailoutbox
+):
+    from console.reports.tasks import run_report_task
+
+    _store(settings, tmp_path, [Message("w", b"x") for _ in range(40)])
+    settings.REPORTS_ALERT_EMAILS = ["analyst@example.com"]
+    quiet = run_report_task(
+        name="topic_traffic", alert={"figure": "messages", "above": 100}
+    )
+    assert quiet["status"] == "SUCCEEDED" and mailoutbox == []
+    loud = run_report_task(
+        name="topic_traffic", alert={"figure": "messages", "above": 30}
+    )
+    (mail,) = mailoutbox
+    assert f"run #{loud['run']}" in mail.body
+    assert "messages = 40 (above 30" in mail.subject
