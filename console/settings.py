@@ -222,6 +222,13 @@ HEALTH_BANNER_TTL = env.float("HEALTH_BANNER_TTL", default=5.0)
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 SPARK_MASTER = env.str("SPARK_MASTER", default="local[*]")
 REPORTS_DIR = Path(env.str("REPORTS_DIR", default=str(VAR_DIR / "reports")))
+# Where the reports' Parquet export of the log and the runs' results live: a
+# directory or a URI (s3://bucket/prefix?endpoint_override=host:port&scheme=http
+# for an S3-compatible store, credentials from AWS_ACCESS_KEY_ID and
+# AWS_SECRET_ACCESS_KEY; hdfs://...). Empty: under REPORTS_DIR. With an object
+# store, a Spark cluster needs no disk shared with this host (docs/reports.md).
+REPORTS_EXPORT_URI = env.str("REPORTS_EXPORT_URI", default="")
+REPORTS_RESULTS_URI = env.str("REPORTS_RESULTS_URI", default="")
 TRANSACTION_CHECK_INTERVAL = env.float("TRANSACTION_CHECK_INTERVAL", default=60.0)
 DELAY_TICK_INTERVAL = env.float("DELAY_TICK_INTERVAL", default=1.0)
 BEAT_HEARTBEAT_INTERVAL = env.float("BEAT_HEARTBEAT_INTERVAL", default=10.0)

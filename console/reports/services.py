@@ -12,7 +12,6 @@ import io
 import json
 import logging
 import os
-import shutil
 import socket
 import time
 import traceback
@@ -28,6 +27,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from console.audit.services import record_audit
 from console.reports.catalog import REPORTS, WINDOWS, window_bounds
+from console.reports.jobs import storage
 from console.reports.jobs.errors import ReportInputError
 from console.reports.models import ReportRun
 
@@ -56,11 +56,17 @@ def reports_dir() -> Path:
     return Path(settings.REPORTS_DIR)
 
 
-def export_dir() -> Path:
-    """The incremental Parquet export of the commit log (shared by all reports)."""
-    return Path(
-        getattr(settings, "REPORTS_EXPORT_DIR", None) or reports_dir() / "export"
-    )
+def export_dir() -> str:
+    """The incremental Parquet export of the commit log (shared by all reports):
+    a directory or a URI (``REPORTS_EXPORT_URI``)."""
+    return settings.REPORTS_EXPORT_URI or str(reports_dir() / "export")
+
+
+def results_location(name: str, run_id: int) -> Any:
+    """Where run ``run_id`` of report ``name`` writes its results: under
+    ``REPORTS_RESULTS_URI`` (a directory or a URI), by default ``REPORTS_DIR``."""
+    base = storage.locate(settings.REPORTS_RESULTS_URI or str(reports_dir()))
+    return base.child(name, f"{run_id:08d}")
 
 
 def _ms(value: datetime | None) -> int | None:
@@ -221,8 +227,8 @@ def execute_run(run_id: int) -> ReportRun:
         params.update(_store_params())
         if run.top_n:
             params["top_n"] = run.top_n
-        out_dir = reports_dir() / run.report / f"{run.pk:08d}"
-        output = runner.run_report(spark, run.report, records, params, out_dir)
+        out = results_location(run.report, run.pk)
+        output = runner.run_report(spark, run.report, records, params, out)
     except SoftTimeLimitExceeded:
         run.duration_s = time.monotonic() - started
         return _fail(
@@ -318,8 +324,11 @@ def _store_params() -> dict[str, Any]:
 
 def _export_rows() -> int | None:
     try:
-        manifest = json.loads((export_dir() / "manifest.json").read_text())
-    except (OSError, ValueError):
+        text = storage.locate(export_dir()).read_text("manifest.json")
+        manifest = json.loads(text) if text is not None else None
+    except (OSError, ValueError, storage.StorageError):
+        return None
+    if manifest is None:
         return None
     return sum(int(c.get("rows", 0)) for c in manifest.get("chunks", []))
 
@@ -414,7 +423,10 @@ def _prune(name: str) -> None:
     """Delete result directories beyond the newest ``KEEP_RESULTS`` of a report."""
     old = ReportRun.objects.filter(report=name).exclude(result_dir="")
     for run in old.order_by("-created_at", "-id")[KEEP_RESULTS:]:
-        shutil.rmtree(run.result_dir, ignore_errors=True)
+        try:
+            _results(run).remove()
+        except (OSError, storage.StorageError) as exc:
+            log.warning("results of run %s not removed: %s", run.pk, exc)
         run.result_dir = ""
         run.save(update_fields=["result_dir"])
 
@@ -440,10 +452,19 @@ def export_now() -> dict[str, Any]:
 # --- results (pyarrow only: no JVM in web processes) ----------------------------
 
 
-def _table_path(run: ReportRun, table: str) -> Path:
+def _results(run: ReportRun) -> Any:
+    """The ``storage.Location`` of a run's results (a directory or a URI)."""
+    return storage.locate(run.result_dir)
+
+
+def _read(run: ReportRun, table: str) -> Any:
+    """A whole result table (``pyarrow.Table``), wherever the results live."""
+    import pyarrow.parquet as pq
+
     if not run.result_dir or table not in (run.rows or {}):
         raise FileNotFoundError(f"run {run.pk} has no table {table!r}")
-    return Path(run.result_dir) / f"{table}.parquet"
+    where = _results(run).child(f"{table}.parquet")
+    return pq.read_table(where.path, filesystem=where.fs)
 
 
 def _cell(value: Any) -> Any:
@@ -456,18 +477,14 @@ def _cell(value: Any) -> Any:
 
 def read_arrow(run: ReportRun, table: str) -> Any:
     """The whole result table as a ``pyarrow.Table`` (charts aggregate it)."""
-    import pyarrow.parquet as pq
-
-    return pq.read_table(_table_path(run, table))
+    return _read(run, table)
 
 
 def read_table(
     run: ReportRun, table: str, limit: int = 200, offset: int = 0
 ) -> tuple[list[str], list[list[Any]]]:
     """Return the column names and up to ``limit`` rows of a result table."""
-    import pyarrow.parquet as pq
-
-    data = pq.read_table(_table_path(run, table))
+    data = _read(run, table)
     part = data.slice(offset, limit).to_pylist()
     columns = data.column_names
     return columns, [[_cell(row[c]) for c in columns] for row in part]
@@ -475,9 +492,7 @@ def read_table(
 
 def table_csv(run: ReportRun, table: str) -> Iterator[str]:
     """Yield a result table as CSV text, a batch of rows at a time."""
-    import pyarrow.parquet as pq
-
-    data = pq.read_table(_table_path(run, table))
+    data = _read(run, table)
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(data.column_names)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import array
 import gc
-import os
 import struct
 import sys
 from collections.abc import Iterator
@@ -89,12 +88,18 @@ class RangeWritten(NamedTuple):
 
 
 def write_range_parquet(
-    item: tuple[int, str, int, int, int], out_dir: str
+    item: tuple[int, str, int, int, int],
+    out_dir: str,
+    filesystem: Any = None,
 ) -> RangeWritten:
     """Decode range ``item = (index, path, base, start, end)`` into
-    ``out_dir/part-<index>.parquet``."""
+    ``out_dir/part-<index>.parquet`` on ``filesystem`` (a ``pyarrow.fs``
+    filesystem, the local one by default): the log is read here, the file
+    may be written to an object store."""
+    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
+    fs = filesystem or pafs.LocalFileSystem()
     index, *rng = item
     rows = 0
     skipped: list[int] = []
@@ -107,10 +112,11 @@ def write_range_parquet(
     try:
         for batch in decode_range(tuple(rng), skipped=skipped):  # type: ignore[arg-type]
             if writer is None:
-                os.makedirs(out_dir, exist_ok=True)
+                fs.create_dir(out_dir, recursive=True)
                 writer = pq.ParquetWriter(
-                    os.path.join(out_dir, f"part-{index:05d}.parquet"),
+                    f"{out_dir.rstrip('/')}/part-{index:05d}.parquet",
                     scan.ARROW_SCHEMA,
+                    filesystem=fs,
                 )
             writer.write_batch(batch)
             rows += batch.num_rows

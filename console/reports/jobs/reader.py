@@ -1,33 +1,57 @@
 """Read the commit log into Spark: directly (ranges decoded in parallel) or
 through the incremental Parquet export that the report runs keep current.
 
-Executors receive ``scan`` and ``columnar`` by value (cloudpickle), so they
-import only ``broker_core`` and ``pyarrow``: never Django, never this package.
-Each task decodes one byte range column-wise (``columnar``) and writes it as a
-Parquet file with pyarrow; Spark's JVM then reads the files (no per-row
-Python-to-JVM conversion, no pandas).
+Executors receive ``scan``, ``columnar`` and ``storage`` by value
+(cloudpickle), so they import only ``broker_core`` and ``pyarrow``: never
+Django, never this package.
+
+The export lives at a ``storage.Location``: a local directory or a URI
+(``s3://``, ``hdfs://``, ...). Who decodes the log: the log is on the broker
+host, so with a local master Spark's tasks decode it (one byte range each,
+column-wise, ``columnar``); with a cluster, the broker host decodes the new
+ranges itself (a process per core) and writes them to the export, and the
+executors read only the export. Local exports are read by Spark's own Parquet
+reader (no per-row Python-to-JVM conversion); exports elsewhere are read by
+the executors through ``pyarrow.fs`` and handed to Spark as Arrow batches, so
+no Hadoop filesystem jars are needed on the cluster.
 """
 
 from __future__ import annotations
 
 import fcntl
 import functools
+import hashlib
 import json
+import multiprocessing
 import os
 import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
-from console.reports.jobs import columnar, scan
+from console.reports.jobs import columnar, scan, storage
 from console.reports.jobs.common import RECORD_SCHEMA
 from console.reports.jobs.errors import ReportInputError
+from console.reports.jobs.storage import Location
 
 cloudpickle.register_pickle_by_value(scan)
 cloudpickle.register_pickle_by_value(columnar)
+cloudpickle.register_pickle_by_value(storage)
+
+Where = str | os.PathLike[str] | Location
+
+
+def _loc(where: Where) -> Location:
+    return where if isinstance(where, Location) else storage.locate(where)
+
 
 MANIFEST = "manifest.json"
 
@@ -45,54 +69,109 @@ class Decoded:
 def decode_to_parquet(
     spark: SparkSession,
     store_dir: str | Path,
-    out_dir: str | Path,
+    out: Where,
     range_bytes: int = scan.RANGE_BYTES,
     start_offset: int = 0,
     end_offset: int | None = None,
 ) -> Decoded:
-    """Decode the log's ``[start_offset, end_offset)`` into Parquet files in
-    ``out_dir``, one Spark task (and file) per byte range.
+    """Decode the log's ``[start_offset, end_offset)`` into Parquet files at
+    ``out``, one file per byte range.
 
-    ``end_offset`` defaults to the store's commit position. Executors write
-    the files with pyarrow, so ``out_dir`` must be reachable from them; the
-    rows the driver then finds there are checked against what they wrote.
+    ``end_offset`` defaults to the store's commit position. With a local
+    master Spark's tasks decode and write; otherwise this host does (the
+    executors may not see the log). The rows then found at ``out`` are checked
+    against what was written.
     """
+    out = _loc(out)
     ranges = scan.split_ranges(store_dir, range_bytes, start_offset, end_offset)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    out.makedirs()
     if not ranges:
         return Decoded()
     items = [(i, *r) for i, r in enumerate(ranges)]
-    write = functools.partial(columnar.write_range_parquet, out_dir=str(out_dir))
-    parts = spark.sparkContext.parallelize(items, len(items)).map(write).collect()
+    write = functools.partial(
+        columnar.write_range_parquet, out_dir=out.path, filesystem=out.fs
+    )
+    if spark.sparkContext.master.startswith("local"):
+        parts = spark.sparkContext.parallelize(items, len(items)).map(write).collect()
+    else:
+        parts = _decode_here(write, items)
     done = Decoded(
         sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts)
     )
-    visible = visible_rows(out_dir)
+    visible = visible_rows(out)
     if visible != done.rows:
         raise ReportInputError(
-            f"the executors wrote {done.rows:,} records under {out_dir} but this "
-            f"process finds {visible:,} there: the export directory must be on "
-            "storage the driver and every executor see at the same path"
+            f"{done.rows:,} records were written to {out.uri} but {visible:,} "
+            "are found there: the export must be on storage every process of "
+            "the run reaches at the same address (an object store URI, or a "
+            "directory shared at the same path)"
         )
     return done
 
 
-def visible_rows(directory: str | Path) -> int:
+def _decode_here(write: Any, items: list[tuple]) -> list[Any]:
+    """Run ``write`` over ``items`` in a process per core on this host."""
+    workers = min(len(items), os.cpu_count() or 1)
+    if workers == 1:
+        return [write(item) for item in items]
+    # spawn: this process runs py4j threads that a fork would copy mid-state.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        return list(pool.map(write, items))
+
+
+def visible_rows(directory: Where) -> int:
     """The records in a directory's Parquet parts, from their footers."""
     import pyarrow.parquet as pq
 
-    return sum(
-        pq.ParquetFile(f).metadata.num_rows
-        for f in Path(directory).glob("part-*.parquet")
-    )
+    loc = _loc(directory)
+    total = 0
+    for path in loc.parts():
+        with loc.fs.open_input_file(path) as f:
+            total += pq.ParquetFile(f).metadata.num_rows
+    return total
 
 
-def read_parquet(spark: SparkSession, *paths: str | Path) -> DataFrame:
-    """Return the records in decoded Parquet directories (``RECORD_SCHEMA``)."""
-    files = [str(f) for p in paths for f in sorted(Path(p).glob("part-*.parquet"))]
-    if not files:
-        return spark.createDataFrame([], RECORD_SCHEMA)
-    return spark.read.schema(RECORD_SCHEMA).parquet(*files)
+def read_parquet(
+    spark: SparkSession, *dirs: Where, schema: StructType = RECORD_SCHEMA
+) -> DataFrame:
+    """Return the rows in Parquet directories (default: decoded records)."""
+    locations = [_loc(d) for d in dirs]
+    found = [(loc, path) for loc in locations for path in loc.parts()]
+    if not found:
+        return spark.createDataFrame([], schema)
+    if all(loc.local for loc, _ in found):
+        return spark.read.schema(schema).parquet(*(path for _, path in found))
+    return read_parts_arrow(spark, found[0][0].fs, [p for _, p in found], schema)
+
+
+def read_parts_arrow(
+    spark: SparkSession, fs: Any, paths: list[str], schema: StructType
+) -> DataFrame:
+    """Rows of Parquet files that the executors read through ``fs`` (a
+    pyarrow filesystem, e.g. an object store): one task per file."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.parquet as pq
+
+        for batch in batches:
+            for path in batch.column(0).to_pylist():
+                with fs.open_input_file(path) as f:
+                    for part in pq.ParquetFile(f).iter_batches(65536):
+                        yield pa.RecordBatch.from_arrays(
+                            [
+                                part.column(i).cast(arrow_schema.field(i).type)
+                                for i in range(len(arrow_schema))
+                            ],
+                            schema=arrow_schema,
+                        )
+
+    files = spark.createDataFrame([(p,) for p in paths], "path string")
+    return files.repartition(len(paths)).mapInArrow(read, schema)
 
 
 def read_log(
@@ -126,23 +205,27 @@ class ExportResult:
         return asdict(self)
 
 
-def _load_manifest(export_dir: Path) -> dict:
+def _load_manifest(export: Location) -> dict:
     try:
-        return json.loads((export_dir / MANIFEST).read_text())
+        text = export.read_text(MANIFEST)
+        return json.loads(text) if text is not None else {"log_end": 0, "chunks": []}
     except (OSError, ValueError):
         return {"log_end": 0, "chunks": []}
 
 
-def _save_manifest(export_dir: Path, manifest: dict) -> None:
-    tmp = export_dir / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, export_dir / MANIFEST)
+def _lock_path(export: Location) -> str:
+    """The lock serialising exports: beside a local export; for one elsewhere,
+    on this host (one broker host writes one export)."""
+    if export.local:
+        return os.path.join(export.path, ".lock")
+    digest = hashlib.sha1(export.uri.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"broker-reports-export-{digest}.lock")
 
 
 def export_log(
     spark: SparkSession,
     store_dir: str | Path,
-    export_dir: str | Path,
+    export_dir: Where,
     range_bytes: int = scan.RANGE_BYTES,
 ) -> ExportResult:
     """Append the log records not yet exported to the Parquet export.
@@ -150,14 +233,16 @@ def export_log(
     Each call decodes ``[exported end, commit position)`` into a new chunk, so
     sealed data is decoded once. A log shorter than the export (cut by crash
     recovery) or another store's export starts the export afresh. Calls are
-    serialised by a lock file (Celery task and report runs may overlap).
+    serialised by a lock file (Celery task and report runs may overlap). The
+    manifest lists a chunk only once its rows are readable where it was
+    written.
     """
     started = time.monotonic()
-    export_dir = Path(export_dir)
-    export_dir.mkdir(parents=True, exist_ok=True)
-    with open(export_dir / ".lock", "w") as lock:
+    export = _loc(export_dir)
+    export.makedirs()
+    with open(_lock_path(export), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        manifest = _load_manifest(export_dir)
+        manifest = _load_manifest(export)
         store = str(Path(store_dir).resolve())
         end = scan.commit_position(store_dir)
         rebuilt = False
@@ -168,30 +253,30 @@ def export_log(
             manifest.get("store") != store
             or end < manifest["log_end"]
             or end == -1
-            or not _chunks_intact(export_dir, manifest)
+            or not _chunks_intact(export, manifest)
         ):
             # Another store's export, a log cut shorter, or chunks missing or
             # not what the manifest says (deleted, half written): start afresh.
-            shutil.rmtree(export_dir / "chunks", ignore_errors=True)
+            export.child("chunks").remove()
             manifest = {"store": store, "log_end": 0, "chunks": []}
             rebuilt = True
         start = manifest["log_end"]
         rows = 0
         if end == -1 or end > start:
             name = f"{start:020d}-{max(end, 0):020d}"
-            path = export_dir / "chunks" / name
-            shutil.rmtree(path, ignore_errors=True)
+            chunk = export.child("chunks", name)
+            chunk.remove()
             try:
                 done = decode_to_parquet(
                     spark,
                     store_dir,
-                    path,
+                    chunk,
                     range_bytes,
                     start,
                     None if end == -1 else end,
                 )
             except BaseException:
-                shutil.rmtree(path, ignore_errors=True)  # never half recorded
+                chunk.remove()  # never half recorded
                 raise
             rows = done.rows
             manifest["chunks"].append(
@@ -199,7 +284,7 @@ def export_log(
                  "skipped": done.skipped, "skipped_bytes": done.skipped_bytes}
             )  # fmt: skip
             manifest["log_end"] = max(end, 0)
-            _save_manifest(export_dir, manifest)
+            export.write_text(MANIFEST, json.dumps(manifest, indent=1))
         return ExportResult(
             start,
             max(end, 0),
@@ -212,19 +297,26 @@ def export_log(
         )
 
 
-def _chunks_intact(export_dir: Path, manifest: dict) -> bool:
+def exported_rows(export_dir: Where) -> int | None:
+    """The records the export's manifest lists, None without a manifest."""
+    export = _loc(export_dir)
+    if export.read_text(MANIFEST) is None:
+        return None
+    return sum(c.get("rows", 0) for c in _load_manifest(export)["chunks"])
+
+
+def _chunks_intact(export: Location, manifest: dict) -> bool:
     """Whether every chunk the manifest lists holds the rows it says."""
     for c in manifest.get("chunks", []):
-        path = export_dir / "chunks" / c["name"]
-        if c.get("rows", 0) and (not path.is_dir() or visible_rows(path) != c["rows"]):
+        chunk = export.child("chunks", c["name"])
+        if c.get("rows", 0) and visible_rows(chunk) != c["rows"]:
             return False
     return True
 
 
-def read_export(spark: SparkSession, export_dir: str | Path) -> DataFrame:
+def read_export(spark: SparkSession, export_dir: Where) -> DataFrame:
     """Return every exported record (``RECORD_SCHEMA``)."""
-    export_dir = Path(export_dir)
-    chunks = [
-        export_dir / "chunks" / c["name"] for c in _load_manifest(export_dir)["chunks"]
-    ]
+    export = _loc(export_dir)
+    names = [c["name"] for c in _load_manifest(export)["chunks"]]
+    chunks = [export.child("chunks", name) for name in names]
     return read_parquet(spark, *chunks)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,6 +22,7 @@ from console.reports.jobs import (
     delay_punctuality,
     reader,
     scan,
+    storage,
     topic_traffic,
     transaction_outcomes,
 )
@@ -54,7 +54,7 @@ def load_records(
     spark: SparkSession,
     store_dir: str | Path,
     *,
-    export_dir: str | Path | None = None,
+    export_dir: str | Path | storage.Location | None = None,
     scratch_dir: str | Path | None = None,
     since_ms: int | None = None,
     until_ms: int | None = None,
@@ -62,11 +62,12 @@ def load_records(
 ) -> tuple[DataFrame, dict]:
     """Return the records in range and what was read.
 
-    With ``export_dir`` the Parquet export is brought up to date first and read
-    (only new log bytes are decoded); without it the whole log is decoded afresh
-    into ``scratch_dir``. Raises ``ReportInputError`` when there is no store
-    at ``store_dir``, and when damaged or quarantined stretches of the log were
-    stepped over unless ``skip_damaged`` (then ``info`` says how many).
+    With ``export_dir`` (a directory or a URI) the Parquet export is brought up
+    to date first and read (only new log bytes are decoded); without it the
+    whole log is decoded afresh into ``scratch_dir``. Raises
+    ``ReportInputError`` when there is no store at ``store_dir``, and when
+    damaged or quarantined stretches of the log were stepped over unless
+    ``skip_damaged`` (then ``info`` says how many).
     """
     from console.reports.jobs.common import transform_time_range
     from console.reports.jobs.errors import ReportInputError
@@ -120,34 +121,69 @@ def run_report(
     name: str,
     records: DataFrame,
     params: dict,
-    out_dir: str | Path,
+    out_dir: str | Path | storage.Location,
 ) -> ReportOutput:
-    """Compute report ``name``, write each table as Parquet and the summary."""
+    """Compute report ``name``, write each table as Parquet and the summary
+    at ``out_dir`` (a local directory or a URI, see ``storage``)."""
     started = time.monotonic()
     module = REPORTS[name]
-    out = Path(out_dir)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    out = out_dir if isinstance(out_dir, storage.Location) else storage.locate(out_dir)
+    out.remove()
+    out.makedirs()
     tables = module.run(records, params)
     written: dict[str, DataFrame] = {}
     rows: dict[str, int] = {}
     for table, df in tables.items():
-        path = str(out / f"{table}.parquet")
-        df.repartition(1).write.parquet(path)
-        written[table] = spark.read.parquet(path)
+        target = out.child(f"{table}.parquet")
+        if out.local:
+            df.repartition(1).write.parquet(target.path)
+            written[table] = spark.read.parquet(target.path)
+        else:
+            write_parts_arrow(df.repartition(1), target)
+            written[table] = reader.read_parquet(spark, target, schema=df.schema)
         rows[table] = written[table].count()
         df.unpersist()
     summary = module.summarize(written)
     output = ReportOutput(
         name,
-        str(out),
+        out.path if out.local else out.uri,
         rows,
         summary,
         time.monotonic() - started,
         {k: v for k, v in params.items() if isinstance(v, (int, str, float, list))},
     )
-    (out / SUMMARY).write_text(json.dumps(output.as_dict(), indent=1, default=str))
+    out.write_text(SUMMARY, json.dumps(output.as_dict(), indent=1, default=str))
     return output
+
+
+def write_parts_arrow(df: DataFrame, target: storage.Location) -> int:
+    """Write ``df`` as ``part-<partition>.parquet`` files at ``target``, each
+    by the executor holding the partition, through ``target``'s pyarrow
+    filesystem (an object store: no Hadoop filesystem on the cluster). A
+    partition without rows still writes its file, so the table keeps its
+    schema. Returns the rows written."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    fs, base = target.fs, target.path
+    schema = to_arrow_schema(df.schema, timezone="UTC")
+
+    def write(batches):  # type: ignore[no-untyped-def]
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        part = TaskContext.get().partitionId()  # type: ignore[union-attr]
+        fs.create_dir(base, recursive=True)
+        rows = 0
+        with pq.ParquetWriter(
+            f"{base}/part-{part:05d}.parquet", schema, filesystem=fs
+        ) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+                rows += batch.num_rows
+        yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+    return sum(r["rows"] for r in df.mapInArrow(write, "rows long").collect())
 
 
 def default_params(store_dir: str | Path, now_ms: int | None = None) -> dict:

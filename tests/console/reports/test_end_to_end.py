@@ -4,75 +4,10 @@ in a real local SparkSession, numbers checked against what was produced."""
 from __future__ import annotations
 
 import json
-import time
-from collections import Counter
 
 import pytest
 
-from broker_core import Broker, Message
-from broker_core.schedule import DelayService
-from broker_core.transaction import CallableTransport, TransactionService
-
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.django_db]
-
-
-@pytest.fixture(scope="module")
-def produced(tmp_path_factory):
-    """Build a store with plain, transactional and delayed traffic; return facts."""
-    path = tmp_path_factory.mktemp("e2e") / "store"
-    facts = {"messages": Counter(), "bytes": Counter(), "tags": Counter()}
-    opts = {"segment_size": 64 * 1024, "message_delay_level": "1s 2s"}
-
-    def sent(topic, size, tag=None):
-        facts["messages"][topic] += 1
-        facts["bytes"][topic] += size
-        if tag:
-            facts["tags"][(topic, tag)] += 1
-
-    with Broker.open(str(path), **opts) as broker:
-        for i in range(600):
-            topic, body = ("orders", "payments", "audit")[i % 3], b"x" * (5 + i % 20)
-            tag = ("paid", "refunded", "new")[i % 4 % 3]
-            broker.send(Message(topic, body, tags=tag, keys=f"k{i % 7}"))
-            sent(topic, len(body), tag)
-        with TransactionService(
-            broker, transaction_timeout_ms=0, check_interval_ms=0
-        ) as tx:
-            ids = [
-                tx.send_half("PID_shop", Message("orders", b"half", tags="tx"))
-                for _ in range(7)
-            ]
-            for h in ids[:3]:
-                tx.end_transaction(h.transaction_id, "PID_shop", "COMMIT")
-                sent("orders", 4, "tx")
-            for h in ids[3:5]:
-                tx.end_transaction(h.transaction_id, "PID_shop", "ROLLBACK")
-            tx.commit(ids[5].transaction_id, "alice")  # an operator commit
-            sent("orders", 4, "tx")
-            # The last half is checked back once (UNKNOWN): still pending.
-            tx.checkers.set_default(CallableTransport(lambda req: None))
-            time.sleep(0.05)
-            tx.run_check(max_checks=10)
-        delays = DelayService(broker)
-        broker.send(Message("later", b"L1", properties={"DELAY": "1"}))
-        broker.send(Message("later", b"L1", properties={"DELAY": "1"}))
-        for _ in range(3):
-            broker.send(Message("later", b"T", properties={"TIMER_DELAY_MS": "100"}))
-        recalled = broker.send(
-            Message("later", b"T", properties={"TIMER_DELAY_MS": "600000"})
-        )
-        delays.recall(recalled.msg_id)
-        time.sleep(1.2)
-        delivered = delays.deliver_due()
-        assert delivered.delivered == 5
-        facts["messages"]["later"] += 5
-        facts["bytes"]["later"] += 2 * 2 + 3 * 1
-        delays.close()
-        ends = {q: broker.store.max_offset("orders", q) for q in range(4)}
-        for q in range(4):
-            broker.commit_offset("billing", "orders", q, ends[q] // 2)
-        facts["lag"] = sum(e - e // 2 for e in ends.values())
-    return path, opts, facts
 
 
 @pytest.fixture

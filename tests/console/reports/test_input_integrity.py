@@ -5,6 +5,8 @@ analyst chooses to skip damaged records, a run that says what it skipped."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from broker_core import Broker, Message
@@ -71,7 +73,7 @@ def test_an_export_with_missing_chunks_is_rebuilt(spark, store) -> None:
 
     first = services.run_now("topic_traffic")
     assert _messages(first) == MESSAGES
-    chunks = services.export_dir() / "chunks"
+    chunks = Path(services.export_dir()) / "chunks"
     shutil.rmtree(chunks)  # deleted by hand, a disk cleaned up...
     again = services.run_now("topic_traffic")
     assert again.status == "SUCCEEDED", again.error
