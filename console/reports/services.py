@@ -244,7 +244,7 @@ def execute_run(run_id: int) -> ReportRun:
     except Exception as exc:
         log.exception("report %s run %s failed", run.report, run.pk)
         run.duration_s = time.monotonic() - started
-        return _fail(run, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(-3)}")
+        return _fail(run, describe_error(exc))
     run.status = ReportRun.Status.SUCCEEDED
     run.finished_at = timezone.now()
     run.duration_s = time.monotonic() - started
@@ -270,6 +270,19 @@ def execute_run(run_id: int) -> ReportRun:
         check_threshold(run, run.alert_figure, run.alert_above)
     _prune(run.report)
     return run
+
+
+def describe_error(exc: BaseException) -> str:
+    """What a failed run stores: a Spark (JVM) error once, cut to its first
+    lines (its Java stack is already in the message); any other error with
+    the last frames of its Python traceback."""
+    text = str(exc).strip()
+    if type(exc).__module__.startswith(("py4j", "pyspark")):
+        lines = [line for line in text.splitlines() if line.strip()]
+        head = "\n".join(lines[:12])
+        more = f"\n... ({len(lines) - 12} more lines in the worker's log)"
+        return f"{type(exc).__name__}: {head}{more if len(lines) > 12 else ''}"
+    return f"{type(exc).__name__}: {text}\n{traceback.format_exc(-3)}"
 
 
 def _process_alive(worker: str) -> bool | None:

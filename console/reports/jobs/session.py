@@ -23,6 +23,7 @@ import atexit
 import logging
 import os
 import re
+import socket
 import sys
 import tempfile
 import zipfile
@@ -31,6 +32,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 import broker_core
+from console.reports.jobs.errors import ReportInputError
 
 #: The directory holding ``broker_core`` and ``console`` (the project root).
 PROJECT_ROOT = Path(broker_core.__file__).resolve().parent.parent
@@ -80,6 +82,31 @@ def shuffle_partitions(input_bytes: int) -> int:
     return max(8, min(200, -(-input_bytes // (128 << 20))))
 
 
+class SparkUnavailable(ReportInputError):
+    """The Spark master named by ``SPARK_MASTER`` does not answer."""
+
+
+def check_master(master: str, timeout: float = 3.0) -> None:
+    """Raise ``SparkUnavailable`` when no master of a ``spark://h1:p1,h2:p2``
+    URL accepts a connection. Without this, Spark retries for about a minute
+    and fails with "Cannot call methods on a stopped SparkContext", the real
+    cause ("All masters are unresponsive") only in the JVM's log."""
+    if not master.startswith("spark://"):
+        return
+    reasons = []
+    for address in master[len("spark://") :].split(","):
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+            return
+        except (OSError, ValueError) as exc:
+            reasons.append(f"{address}: {exc}")
+    raise SparkUnavailable(
+        f"the Spark master does not answer ({'; '.join(reasons)}): start it "
+        "(docs/reports.md, 'A Spark cluster') or correct SPARK_MASTER"
+    )
+
+
 def get_session(
     master: str | None = None,
     app_name: str = "broker-reports",
@@ -88,6 +115,9 @@ def get_session(
     """Return the (shared) SparkSession for the reports."""
     master = master or os.environ.get("SPARK_MASTER") or "local[*]"
     local = master.startswith("local")
+    active = SparkSession.getActiveSession()
+    if active is None or active.sparkContext.master != master:
+        check_master(master)
     # Python workers must use this interpreter and find broker_core.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)

@@ -192,6 +192,12 @@ def test_cluster_without_shared_disk_reads_only_the_object_store(
         hide=[base, ROOT / "console", ROOT / "broker_core"],
     )
     try:
+        # The Workers (and the executors they fork) really see empty
+        # filesystems there: the hiding mounts are in their mount table.
+        for proc in cluster.procs[1:]:
+            mounts = Path(f"/proc/{proc.pid}/mountinfo").read_text()
+            for hidden in (base, ROOT / "console", ROOT / "broker_core"):
+                assert f" {hidden} " in mounts, (hidden, proc.pid)
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "console.settings",

@@ -4,6 +4,8 @@ reports now, in this process (one warm Spark session for all of them)."""
 from __future__ import annotations
 
 import json
+import logging
+import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -31,6 +33,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, names, all=False, since=None, until=None, **options):
+        _logs_to_stderr()
         names = list(REPORTS) if all else names
         if not names:
             raise CommandError("name a report, or give --all")
@@ -72,3 +75,10 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(data, indent=1, default=str))
         if failed:
             raise CommandError(f"failed: {', '.join(failed)}")
+
+
+def _logs_to_stderr() -> None:
+    """Keep stdout for the JSON: the console's log lines go to stderr here."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)

@@ -1,0 +1,64 @@
+"""A Spark master that does not answer fails a run at once with that reason
+(not after a minute of retries with "stopped SparkContext"), and
+``run_report`` keeps its stdout pure JSON when runs fail."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.django_db]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_dead_master_fails_the_run_with_its_reason(spark, produced, settings):
+    from console.reports import services
+    from console.reports.models import ReportRun
+
+    settings.BROKER_STORE_DIR = produced[0]
+    settings.SPARK_MASTER = f"spark://127.0.0.1:{_closed_port()}"
+    started = time.monotonic()
+    run = services.run_now("topic_traffic")
+    assert run.status == ReportRun.Status.FAILED
+    assert "the Spark master does not answer" in run.error
+    assert "Connection refused" in run.error and "Traceback" not in run.error
+    assert time.monotonic() - started < 15
+
+
+def test_run_report_stdout_is_json_when_a_run_fails(spark, produced, settings, capsys):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    settings.BROKER_STORE_DIR = produced[0]
+    settings.SPARK_MASTER = f"spark://127.0.0.1:{_closed_port()},127.0.0.1:1"
+    with pytest.raises(CommandError, match="failed: topic_traffic"):
+        call_command("run_report", "topic_traffic")
+    out, err = capsys.readouterr()
+    assert json.loads(out)["status"] == "FAILED"
+    assert "does not answer" in err
+
+
+def test_spark_errors_are_stored_once_and_short():
+    from console.reports.services import describe_error
+
+    class Py4JJavaError(Exception):
+        pass
+
+    Py4JJavaError.__module__ = "py4j.protocol"
+    java = "An error occurred\n" + "\n".join(f"\tat frame{i}" for i in range(200))
+    text = describe_error(Py4JJavaError(java))
+    assert text.count("An error occurred") == 1
+    assert "189 more lines" in text and len(text.splitlines()) == 13
+    try:
+        raise ValueError("plain")
+    except ValueError as exc:
+        plain = describe_error(exc)
+    assert plain.startswith("ValueError: plain") and "Traceback" in plain
