@@ -222,6 +222,7 @@ class RouteRegistry:
 
         def stop() -> None:
             thread.stop()
+            thread.join(timeout=2)
             pubsub.close()
 
         return stop
