@@ -238,7 +238,7 @@ class Endpoint:
         self.pop.apply_resets()
         if self.pop.renew:
             self.pop.renew_due(alive)
-        self.pop.save()
+        self.pop.mirror_offsets()
 
     async def _persist_loop(self) -> None:
         while True:
@@ -246,6 +246,7 @@ class Endpoint:
             try:
                 alive = {c.client_id for c in self.clients.values() if c.online}
                 await self.on_consumer(self._persist_pop, alive)
+                await asyncio.to_thread(self.pop.checkpoint)
                 stats = await self.on_consumer(self.pop.stats)
                 snapshot = self.clients_snapshot(pop_stats=stats)
                 await asyncio.to_thread(self.write_clients, snapshot)
@@ -342,15 +343,15 @@ class Endpoint:
             self.delays.stop()
         except Exception:  # noqa: BLE001
             pass
-        self.pop.dirty = True
         for c in self.clients.values():
             c.online = False
             c.queue = None
-        # Each step on its own: a full disk that refuses the pop state must not
-        # keep the services (and then the store) from closing.
+        # Each step on its own: one that fails (a full disk) must not keep the
+        # services (and then the store) from closing.
         for step in (
-            self.pop.save,
+            self.pop.mirror_offsets,
             lambda: self.save_clients(force=True),
+            self.pop.close,
             self.delays.close,
             self.tx.close,
         ):

@@ -656,7 +656,7 @@ def s_restart_a():
     got = []
     end = time.time() + 15
     while len(got) < 3 and time.time() < end:  # one is never received
-        got += c.receive(1, 60)
+        got += c.receive(1, 4)
     acked = got[0].body.decode()
     c.ack(got[0])
     c.shutdown()
@@ -667,7 +667,7 @@ def s_restart_a():
 def s_restart_b():
     t, g = f"TR{SUF}", f"GR{SUF}"
     c = consumer(g, {t: FilterExpression("*")})
-    got = drain(c, 3, timeout=8)
+    got = drain(c, 3, timeout=15)
     more = c.receive(32, 20)
     c.shutdown()
     return {
