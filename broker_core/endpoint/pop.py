@@ -142,6 +142,17 @@ def _nonce() -> int:
 STALE = "the receipt handle is stale or unknown"
 
 
+@contextlib.contextmanager
+def _busy_as(wait: bool) -> Iterator[None]:
+    """Turn SQLite's "database is locked" into ``Busy`` (``wait=False``)."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if not wait and exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+            raise Busy(str(exc)) from exc
+        raise
+
+
 class PopManager:
     def __init__(
         self,
@@ -158,18 +169,12 @@ class PopManager:
         self.max_pending = max_pending
         self.path = self.store.root / DB_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(
-            self.path, timeout=30, isolation_level=None, check_same_thread=False
-        )
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        # Checkpoints (with their fsyncs) run from ``checkpoint``, off the
-        # threads that pop and acknowledge.
-        self.db.execute("PRAGMA wal_autocheckpoint=0")
+        self.db = self._connect(timeout=30)
         self.db.executescript(SCHEMA)
-        self._checkpointer = sqlite3.connect(
-            self.path, timeout=30, isolation_level=None, check_same_thread=False
-        )
+        #: for callers that must not wait (the event loop's acks): ``Busy``
+        #: at once while another process holds the write lock
+        self.db_nowait = self._connect(timeout=0)
+        self._checkpointer = self._connect(timeout=30)
         self.dlq_count = 0
         self._rr = 0
         #: (topic, queue, offset) -> message, read from the log by this process
@@ -184,26 +189,32 @@ class PopManager:
         self._import_legacy()
         self.apply_resets()
 
+    def _connect(self, timeout: float) -> sqlite3.Connection:
+        # Autocommit (explicit transactions); used by one thread at a time.
+        db = sqlite3.connect(
+            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+        )
+        db.execute("PRAGMA journal_mode=WAL")
+        # A commit is written to the WAL, not fsynced: it survives the
+        # process, not the machine (as the store's async flush).
+        db.execute("PRAGMA synchronous=NORMAL")
+        # Checkpoints (with their fsyncs) run from ``checkpoint``, off the
+        # threads that pop and acknowledge.
+        db.execute("PRAGMA wal_autocheckpoint=0")
+        return db
+
     def close(self) -> None:
-        self.db.close()
-        self._checkpointer.close()
+        for db in (self.db, self.db_nowait, self._checkpointer):
+            db.close()
 
     # -- transactions ---------------------------------------------------------
     @contextlib.contextmanager
     def _write(self, wait: bool = True) -> Iterator[sqlite3.Connection]:
         """One write transaction; with ``wait=False``, ``Busy`` at once if
         another process holds the lock (for callers that must not block)."""
-        db = self.db
-        if wait:
+        db = self.db if wait else self.db_nowait
+        with _busy_as(wait):
             db.execute("BEGIN IMMEDIATE")
-        else:
-            db.execute("PRAGMA busy_timeout=0")
-            try:
-                db.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise Busy(str(exc)) from exc
-            finally:
-                db.execute("PRAGMA busy_timeout=30000")
         try:
             yield db
         except BaseException:
@@ -609,30 +620,45 @@ class PopManager:
     def ack_all(
         self, calls: list[tuple[str, str, list[str]]], wait: bool = True
     ) -> list[list[str | None]]:
-        """Acknowledge the handles of one or more AckMessage calls in one
-        transaction: per call, per handle, None or why it was refused. With
-        ``wait=False``, ``Busy`` instead of waiting for another process."""
+        """Acknowledge the handles of one or more AckMessage calls at once: per
+        call, per handle, None or why it was refused. With ``wait=False``,
+        ``Busy`` instead of waiting for another process."""
         out: list[list[str | None]] = []
-        with self._write(wait) as db:
-            for group, topic, handles in calls:
-                results: list[str | None] = []
-                for handle in handles:
-                    try:
-                        qid, off, nonce, _deadline = decode_handle(handle)
-                    except InvalidHandle as exc:
-                        results.append(str(exc))
-                        continue
-                    if not db.execute(
-                        "DELETE FROM pending WHERE grp=? AND topic=? AND qid=? "
-                        "AND off=? AND nonce=?",
-                        (group, topic, qid, off, nonce),
-                    ).rowcount:
-                        results.append(STALE)
-                        continue
-                    results.append(None)
-                    self.cache.pop((topic, qid, off), None)
-                    self.renew.pop((group, topic, qid, off), None)
-                out.append(results)
+        keys: list[tuple[int, int, tuple[str, str, int, int, int]]] = []
+        for i, (group, topic, handles) in enumerate(calls):
+            results: list[str | None] = []
+            for j, handle in enumerate(handles):
+                try:
+                    qid, off, nonce, _deadline = decode_handle(handle)
+                except InvalidHandle as exc:
+                    results.append(str(exc))
+                    continue
+                results.append(None)
+                keys.append((i, j, (group, topic, qid, off, nonce)))
+            out.append(results)
+        delete = (
+            "DELETE FROM pending WHERE grp=? AND topic=? AND qid=? AND off=? "
+            "AND nonce=?"
+        )
+        if len(keys) == 1:
+            # The usual call (the official clients ack one message a call):
+            # one statement, its own transaction.
+            db = self.db if wait else self.db_nowait
+            with _busy_as(wait):
+                deleted = [db.execute(delete, keys[0][2]).rowcount]
+        elif keys:
+            with self._write(wait) as db:
+                deleted = [db.execute(delete, key).rowcount for _i, _j, key in keys]
+        else:
+            deleted = []
+        for (i, j, (group, topic, qid, off, _nonce)), n in zip(
+            keys, deleted, strict=True
+        ):
+            if not n:
+                out[i][j] = STALE
+                continue
+            self.cache.pop((topic, qid, off), None)
+            self.renew.pop((group, topic, qid, off), None)
         return out
 
     def ack(self, group: str, topic: str, handle: str) -> None:
