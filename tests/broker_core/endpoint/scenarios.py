@@ -755,15 +755,6 @@ def s_send_few():
     return {"acked": acked}
 
 
-if __name__ == "__main__":
-    res = globals()["s_" + sys.argv[1]]()
-    print("RESULT " + json.dumps(res), flush=True)
-    sys.stdout.flush()
-    import os
-
-    os._exit(0)
-
-
 # -- serve --workers 2: ENDPOINT is "<worker 0 address>;<worker 1 address>" --
 def _pinned():
     """Per worker: a client configuration whose every call reaches that
@@ -860,9 +851,10 @@ def s_w_handles():
         m = drain(c, 1, ack=False, invisible=1, timeout=10)
         attempts += [x.delivery_attempt for x in m]
     out["attempts"] = attempts
-    dlq = _consumer_on(w1, f"GWHD{SUF}", f"%DLQ%{g}")
+    time.sleep(1.2)  # visible again after its third delivery: the next
+    out["after_dlq"] = len(c1.receive(32, 20))  # receive dead-letters it
+    dlq = _consumer_on(w0, f"GWHD{SUF}", f"%DLQ%{g}")
     out["dlq"] = [m.body.decode() for m in drain(dlq, 1, timeout=15)]
-    out["after_dlq"] = len(c0.receive(32, 20)) + len(c1.receive(32, 20))
     for c in (c0, c1, dlq):
         c.shutdown()
     p.shutdown()
@@ -971,3 +963,12 @@ def s_w_kill_b():
         "attempts": sorted(m.delivery_attempt for m in got + more),
         "later": [m.body.decode() for m in later],
     }
+
+
+if __name__ == "__main__":
+    res = globals()["s_" + sys.argv[1]]()
+    print("RESULT " + json.dumps(res), flush=True)
+    sys.stdout.flush()
+    import os
+
+    os._exit(0)
