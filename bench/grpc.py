@@ -2,13 +2,14 @@
 
     .venv/bin/python bench/grpc.py [--clients 1,4] [--messages 20000]
         [--body 1024] [--window 256] [--peers rabbitmq,nats]
-        [--endpoint HOST:PORT --server-pid PID] [--json out.json]
+        [--endpoint HOST:PORT --server-pid PID | --workers N] [--json out.json]
 
 Peers need ``pip install -r requirements-bench.txt`` (pika, nats-py).
 
 For each client count N, in one run and measured the same way:
 
-* endpoint: ``python -m broker_core serve`` on a temporary store (or
+* endpoint: ``python -m broker_core serve [--workers N]`` on a temporary
+  store (server CPU: the supervisor's and every worker's; or
   ``--endpoint`` with ``--server-pid`` to measure its CPU; without a pid the
   server CPU is "not measured"); N processes of the official RocketMQ Python
   client send ``--messages`` in total with ``send_async`` (at most ``--window``
@@ -317,15 +318,20 @@ WORKERS = {
 
 
 # -- orchestration ---------------------------------------------------------------
-def proc_cpu(pid: int | None) -> float | None:
-    """utime + stime of a process, in seconds; None if it cannot be read."""
+def proc_cpu(pid: int | list[int] | None) -> float | None:
+    """utime + stime of a process (or the sum over several: the supervisor
+    and workers of ``serve --workers N``), in seconds; None if it cannot be
+    read."""
     if pid is None:
         return None
-    try:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
+    total = 0.0
+    for one in pid if isinstance(pid, list) else [pid]:
+        try:
+            f = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return None
+    return total
 
 
 def pid_of(command: str) -> int | None:
@@ -344,6 +350,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_workers(store: Path, n: int) -> list[int]:
+    """The pids of the ``n`` workers of ``serve --workers``, once all serve."""
+    from broker_core.endpoint.workers import announced
+
+    end = time.time() + 60
+    while time.time() < end:
+        up = announced(store)
+        if len(up) == n:
+            return [w["pid"] for w in up.values()]
+        time.sleep(0.1)
+    raise RuntimeError(f"{n} workers did not start")
 
 
 def wait_port(port: int, proc: subprocess.Popen | None = None) -> None:
@@ -384,7 +403,7 @@ def run_workers(name: str, args: list[list[object]], home: str) -> list[dict]:
 
 
 def phase(
-    name: str, args: list[list[object]], home: str, server_pid: int | None
+    name: str, args: list[list[object]], home: str, server_pid: int | list[int] | None
 ) -> dict:
     """Run one phase's workers; the rate, and server and client CPU per message."""
     c0 = proc_cpu(server_pid)
@@ -501,6 +520,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--peers", default="rabbitmq,nats")
     ap.add_argument("--endpoint", default=None, help="an endpoint already running")
     ap.add_argument("--server-pid", type=int, default=None)
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="serve the endpoint with --workers N (server CPU: all its processes)",
+    )
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     counts = [int(x) for x in a.clients.split(",") if x]
@@ -511,6 +536,7 @@ def main(argv: list[str]) -> int:
         "body_bytes": a.body,
         "messages_per_phase": a.messages,
         "window": a.window,
+        "workers": a.workers,
         "cpus": os.cpu_count(),
         "load_before": [round(x, 2) for x in os.getloadavg()],
         "runs": {},
@@ -523,13 +549,15 @@ def main(argv: list[str]) -> int:
             ep = f"127.0.0.1:{port}"
             server = subprocess.Popen(
                 [PY, "-m", "broker_core", "serve", "--store", f"{tmp}/store",
-                 "--listen", ep, "--no-redis-relay"],
+                 "--listen", ep, "--no-redis-relay", "--workers", str(a.workers)],
                 cwd=ROOT, stdout=open(f"{tmp}/server.log", "w"),  # noqa: SIM115
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
             started.append(server)
             wait_port(port, server)
             spid = server.pid
+            if a.workers > 1:
+                spid = [server.pid, *wait_workers(Path(tmp) / "store", a.workers)]
         echo_port = free_port()
         echo = subprocess.Popen(
             [PY, os.path.abspath(__file__), "_echo_server", str(echo_port)],

@@ -194,6 +194,9 @@ class PopManager:
         db = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
         )
+        # Small pages (for a new database; WAL fixes the size): an ack's
+        # commit writes one whole page to the WAL, 1 KiB costs less than 4.
+        db.execute("PRAGMA page_size=1024")
         db.execute("PRAGMA journal_mode=WAL")
         # A commit is written to the WAL, not fsynced: it survives the
         # process, not the machine (as the store's async flush).
