@@ -546,8 +546,12 @@ async def serve(
             cfg.worker,
             {"port": bound, "worker_port": cfg.worker_port},
         )
-    log.info("listening on %s:%d", cfg.host, cfg.port)
-    print(f"broker_core gRPC endpoint listening on {cfg.host}:{cfg.port}", flush=True)
+    who = "" if cfg.worker is None else f" (worker {cfg.worker}, pid {os.getpid()})"
+    log.info("listening on %s:%d%s", cfg.host, cfg.port, who)
+    print(
+        f"broker_core gRPC endpoint listening on {cfg.host}:{cfg.port}{who}",
+        flush=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

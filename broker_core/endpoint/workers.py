@@ -8,8 +8,9 @@ one connection, so they all reach one worker.
 
 The supervisor (this module, in the parent process) starts each worker as
 ``python -m broker_core serve ... --workers 1 --worker I``, restarts one that
-dies (after a back-off if it keeps dying young), and on SIGTERM or SIGINT
-stops them all (SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``). A worker
+dies once all have started (after a back-off if it keeps dying young; one that
+dies while they start stops them all: it cannot start), and on SIGTERM or
+SIGINT stops them all (SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``). A worker
 announces itself in ``<store>/grpc/workers/<I>.json`` (pid, ports) once it
 serves; what must run once per store runs in worker 0 only (see
 ``Endpoint``).
@@ -103,8 +104,10 @@ class Supervisor:
             self._spawn(i)
         ready = False
         due: dict[int, float] = {}
-        while not self.stopping:
+        while True:
             time.sleep(0.2)
+            if self.stopping:
+                break
             if not ready:
                 up = announced(self.root)
                 if all(
@@ -121,6 +124,12 @@ class Supervisor:
                 code = p.poll()
                 if code is None:
                     continue
+                if not ready:
+                    # Not a crash to outlive: it cannot start (port taken,
+                    # bad arguments, unreadable store).
+                    log.error("worker %d exited with %s while starting", i, code)
+                    self._shutdown(due)
+                    return 1
                 young = time.monotonic() - self.started[i] < YOUNG_S
                 self.delay[i] = min(10.0, self.delay.get(i, 0.25) * 2) if young else 0
                 log.warning(
