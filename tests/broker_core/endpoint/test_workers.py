@@ -21,6 +21,7 @@ import pytest
 
 from broker_core.endpoint.workers import announced
 from tests.broker_core.endpoint.test_protocol import (
+    ROOT,
     free_port,
     pid_alive,
     result,
@@ -143,3 +144,33 @@ def test_a_killed_worker_is_restarted_and_acks_survive(workers):
     assert b["got"] == sorted(a["unacked"])
     assert b["attempts"] == [2, 2, 2]
     assert b["later"] == ["after"]  # the restarted worker serves
+
+
+def test_sigint_stops_every_worker(tmp_path):
+    port = free_port()
+    proc = start_server(tmp_path / "store", port, tmp_path / "log", workers=2)
+    pids = [w["pid"] for w in announced(tmp_path / "store").values()]
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 0
+    assert not [p for p in pids if pid_alive(p)]
+
+
+def test_workers_that_cannot_start_stop_the_supervisor(tmp_path):
+    """The port is held by a socket without SO_REUSEPORT: no worker binds, the
+    supervisor gives up (exit 1) instead of restarting them forever."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "broker_core", "serve", "--store",
+             str(tmp_path / "store"), "--listen", f"127.0.0.1:{port}",
+             "--workers", "2", "--no-redis-relay"],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert r.returncode == 1
+    assert "while starting" in r.stderr
