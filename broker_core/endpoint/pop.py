@@ -400,10 +400,13 @@ class PopManager:
         self._rr += 1
         start = self._rr % n
         order = [*range(start, n), *range(start)]
+        fills, available = self._to_fill(group, topic, order, batch)
+        if not fills and not available:
+            return []  # nothing to read nor to hand out: no write lock taken
         pulled = [
             (qid, cursor, self._pull(group, topic, qid, cursor, expression,
                                      expression_type))
-            for qid, cursor in self._to_fill(group, topic, order, batch)
+            for qid, cursor in fills
         ]  # fmt: skip
         now = now_ms()
         out: list[tuple[int, Entry]] = []
@@ -432,9 +435,10 @@ class PopManager:
 
     def _to_fill(
         self, group: str, topic: str, order: list[int], batch: int
-    ) -> list[tuple[int, int]]:
+    ) -> tuple[list[tuple[int, int]], int]:
         """(queue, cursor) of the queues to read more of before handing out, in
-        the order they are visited, until enough is visible for the batch."""
+        the order they are visited until enough is visible for the batch; and
+        how many visible entries those queues have."""
         rows = {
             qid: (cursor, count, visible)
             for qid, cursor, count, visible in self.db.execute(
@@ -458,7 +462,7 @@ class PopManager:
                 out.append((qid, cursor))
             if available >= batch:
                 break
-        return out
+        return out, available
 
     def _pull(
         self,
