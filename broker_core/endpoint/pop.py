@@ -191,8 +191,10 @@ class PopManager:
 
     def _connect(self, timeout: float) -> sqlite3.Connection:
         # Autocommit (explicit transactions); used by one thread at a time.
+        # Set up waiting for the lock whatever ``timeout`` (another worker
+        # may be writing); ``timeout`` applies to what follows.
         db = sqlite3.connect(
-            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            self.path, timeout=30, isolation_level=None, check_same_thread=False
         )
         # Small pages (for a new database; WAL fixes the size): an ack's
         # commit writes one whole page to the WAL, 1 KiB costs less than 4.
@@ -204,6 +206,7 @@ class PopManager:
         # Checkpoints (with their fsyncs) run from ``checkpoint``, off the
         # threads that pop and acknowledge.
         db.execute("PRAGMA wal_autocheckpoint=0")
+        db.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
         return db
 
     def close(self) -> None:
@@ -235,7 +238,7 @@ class PopManager:
     def _import_legacy(self) -> None:
         """Take over ``grpc/pop.json`` of a store last served by a version that
         kept pop state in the process: cursors, and pending offsets with their
-        attempts (visible at once, as after any restart)."""
+        attempts (visible at once: their deadlines were not kept)."""
         legacy = self.store.root / LEGACY_JSON
         if not legacy.exists():
             return
