@@ -2,13 +2,14 @@
 
     .venv/bin/python bench/grpc.py [--clients 1,4] [--messages 20000]
         [--body 1024] [--window 256] [--peers rabbitmq,nats]
-        [--endpoint HOST:PORT --server-pid PID] [--json out.json]
+        [--endpoint HOST:PORT --server-pid PID | --workers N] [--json out.json]
 
 Peers need ``pip install -r requirements-bench.txt`` (pika, nats-py).
 
 For each client count N, in one run and measured the same way:
 
-* endpoint: ``python -m broker_core serve`` on a temporary store (or
+* endpoint: ``python -m broker_core serve [--workers N]`` on a temporary
+  store (server CPU: the supervisor's and every worker's; or
   ``--endpoint`` with ``--server-pid`` to measure its CPU; without a pid the
   server CPU is "not measured"); N processes of the official RocketMQ Python
   client send ``--messages`` in total with ``send_async`` (at most ``--window``
@@ -198,6 +199,139 @@ def echo_client(ep: str, n: int, body: int, window: int) -> dict:
     return asyncio.run(main())
 
 
+def _raw_channels(ep: str, k: int = 4) -> list:
+    """``k`` channels on connections of their own (a local subchannel pool):
+    spread over the workers of ``serve --workers N`` by the kernel."""
+    import grpc
+
+    opts = [("grpc.use_local_subchannel_pool", 1)]
+    return [grpc.aio.insecure_channel(ep, options=opts) for _ in range(k)]
+
+
+def raw_send(ep: str, topic: str, n: int, body: int, window: int) -> dict:
+    """SendMessage calls over plain stubs: a client far cheaper than the
+    official one, so that the server is what limits the rate."""
+    import asyncio
+
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as spb
+    from rocketmq.grpc_protocol import service_pb2_grpc as sg
+
+    md = (("x-mq-client-id", f"raw-{os.getpid()}"),)
+    msg = pb.Message(topic=pb.Resource(name=topic), body=b"x" * body)
+    msg.system_properties.message_type = pb.NORMAL
+    msg.system_properties.body_encoding = pb.IDENTITY
+    req = spb.SendMessageRequest(messages=[msg])
+
+    async def main() -> dict:
+        chans = _raw_channels(ep)
+        stubs = [sg.MessagingServiceStub(c) for c in chans]
+        await stubs[0].QueryRoute(
+            spb.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=md
+        )
+        sem = asyncio.Semaphore(window)
+        errors = 0
+
+        async def one(i: int) -> None:
+            nonlocal errors
+            async with sem:
+                try:
+                    r = await stubs[i % len(stubs)].SendMessage(req, metadata=md)
+                    errors += r.status.code != pb.OK
+                except grpc.RpcError:  # CANCELLED now and then, as echo's
+                    errors += 1
+
+        cpu0, t0 = time.process_time(), time.time()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        t1, cpu1 = time.time(), time.process_time()
+        for c in chans:
+            await c.close()
+        return {"done": n - errors, "errors": errors, "t0": t0, "t1": t1,
+                "cpu_s": cpu1 - cpu0}  # fmt: skip
+
+    return asyncio.run(main())
+
+
+def raw_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) -> dict:
+    """ReceiveMessage (batches of 32) and one AckMessage a message over plain
+    stubs, one receive loop per channel."""
+    import asyncio
+
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as spb
+    from rocketmq.grpc_protocol import service_pb2_grpc as sg
+
+    md = (("x-mq-client-id", f"raw-{os.getpid()}"),)
+    rq = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=32,
+    )
+    rq.invisible_duration.FromSeconds(30)
+    rq.long_polling_timeout.FromSeconds(1)
+
+    async def main() -> dict:
+        chans = _raw_channels(ep)
+        got = errors = 0
+        t0 = time.time()
+
+        sem = asyncio.Semaphore(256)  # acks in flight, pipelined with receives
+        pending: set = set()
+
+        async def ack(stub, h: str) -> None:
+            nonlocal errors
+            try:
+                r = await stub.AckMessage(
+                    spb.AckMessageRequest(
+                        group=rq.group,
+                        topic=rq.message_queue.topic,
+                        entries=[spb.AckMessageEntry(receipt_handle=h)],
+                    ),
+                    metadata=md,
+                )
+                errors += r.status.code != pb.OK
+            except grpc.RpcError:
+                errors += 1
+            finally:
+                sem.release()
+
+        async def loop(stub) -> None:
+            nonlocal got
+            empty = 0
+            while got < total and time.time() - t0 < deadline_s and empty < 2:
+                try:
+                    handles = [
+                        item.message.system_properties.receipt_handle
+                        async for item in stub.ReceiveMessage(
+                            rq, metadata=md, timeout=5
+                        )
+                        if item.HasField("message")
+                    ]
+                except grpc.RpcError:
+                    handles = []  # what it popped comes back (released)
+                empty = 0 if handles else empty + 1
+                got += len(handles)
+                for h in handles:
+                    await sem.acquire()
+                    task = asyncio.ensure_future(ack(stub, h))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+
+        cpu0 = time.process_time()
+        await asyncio.gather(*(loop(sg.MessagingServiceStub(c)) for c in chans))
+        await asyncio.gather(*list(pending))
+        t1, cpu1 = time.time(), time.process_time()
+        for c in chans:
+            await c.close()
+        return {"done": got, "errors": errors, "t0": t0, "t1": t1,
+                "cpu_s": cpu1 - cpu0}  # fmt: skip
+
+    return asyncio.run(main())
+
+
 def rabbit_send(queue: str, n: int, body: int, window: int) -> dict:
     import pika
 
@@ -309,6 +443,8 @@ WORKERS = {
     "rmq_send": (rmq_send, (str, str, int, int, int)),
     "rmq_recv": (rmq_recv, (str, str, str, int, float)),
     "echo_client": (echo_client, (str, int, int, int)),
+    "raw_send": (raw_send, (str, str, int, int, int)),
+    "raw_recv": (raw_recv, (str, str, str, int, float)),
     "rabbit_send": (rabbit_send, (str, int, int, int)),
     "rabbit_recv": (rabbit_recv, (str, int, int, float)),
     "nats_send": (nats_send, (str, int, int, int)),
@@ -317,15 +453,20 @@ WORKERS = {
 
 
 # -- orchestration ---------------------------------------------------------------
-def proc_cpu(pid: int | None) -> float | None:
-    """utime + stime of a process, in seconds; None if it cannot be read."""
+def proc_cpu(pid: int | list[int] | None) -> float | None:
+    """utime + stime of a process (or the sum over several: the supervisor
+    and workers of ``serve --workers N``), in seconds; None if it cannot be
+    read."""
     if pid is None:
         return None
-    try:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
+    total = 0.0
+    for one in pid if isinstance(pid, list) else [pid]:
+        try:
+            f = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return None
+    return total
 
 
 def pid_of(command: str) -> int | None:
@@ -344,6 +485,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_workers(store: Path, n: int) -> list[int]:
+    """The pids of the ``n`` workers of ``serve --workers``, once all serve."""
+    from broker_core.endpoint.workers import announced
+
+    end = time.time() + 60
+    while time.time() < end:
+        up = announced(store)
+        if len(up) == n:
+            return [w["pid"] for w in up.values()]
+        time.sleep(0.1)
+    raise RuntimeError(f"{n} workers did not start")
 
 
 def wait_port(port: int, proc: subprocess.Popen | None = None) -> None:
@@ -384,7 +538,7 @@ def run_workers(name: str, args: list[list[object]], home: str) -> list[dict]:
 
 
 def phase(
-    name: str, args: list[list[object]], home: str, server_pid: int | None
+    name: str, args: list[list[object]], home: str, server_pid: int | list[int] | None
 ) -> dict:
     """Run one phase's workers; the rate, and server and client CPU per message."""
     c0 = proc_cpu(server_pid)
@@ -407,9 +561,13 @@ def phase(
 def bench_endpoint(a, n: int, ep: str, spid: int | None, home: str) -> dict:
     topic = f"Bench{uuid.uuid4().hex[:8]}"
     per = a.messages // n
-    send = phase("rmq_send", [[ep, topic, per, a.body, a.window]] * n, home, spid)
+    kind = "raw" if a.raw else "rmq"
+    send = phase(f"{kind}_send", [[ep, topic, per, a.body, a.window]] * n, home, spid)
     recv = phase(
-        "rmq_recv", [[ep, topic, f"G{topic}", send["messages"], 120]] * n, home, spid
+        f"{kind}_recv",
+        [[ep, topic, f"G{topic}", send["messages"], 120]] * n,
+        home,
+        spid,
     )
     return {"send": send, "receive_ack": recv}
 
@@ -501,6 +659,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--peers", default="rabbitmq,nats")
     ap.add_argument("--endpoint", default=None, help="an endpoint already running")
     ap.add_argument("--server-pid", type=int, default=None)
+    ap.add_argument(
+        "--raw",
+        action="store_true",
+        help="endpoint clients are plain gRPC stubs (4 connections each), not "
+        "the official client: the server, not the clients, limits the rate",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="serve the endpoint with --workers N (server CPU: all its processes)",
+    )
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     counts = [int(x) for x in a.clients.split(",") if x]
@@ -511,6 +681,8 @@ def main(argv: list[str]) -> int:
         "body_bytes": a.body,
         "messages_per_phase": a.messages,
         "window": a.window,
+        "workers": a.workers,
+        "raw_clients": a.raw,
         "cpus": os.cpu_count(),
         "load_before": [round(x, 2) for x in os.getloadavg()],
         "runs": {},
@@ -523,13 +695,15 @@ def main(argv: list[str]) -> int:
             ep = f"127.0.0.1:{port}"
             server = subprocess.Popen(
                 [PY, "-m", "broker_core", "serve", "--store", f"{tmp}/store",
-                 "--listen", ep, "--no-redis-relay"],
+                 "--listen", ep, "--no-redis-relay", "--workers", str(a.workers)],
                 cwd=ROOT, stdout=open(f"{tmp}/server.log", "w"),  # noqa: SIM115
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
             started.append(server)
             wait_port(port, server)
             spid = server.pid
+            if a.workers > 1:
+                spid = [server.pid, *wait_workers(Path(tmp) / "store", a.workers)]
         echo_port = free_port()
         echo = subprocess.Popen(
             [PY, os.path.abspath(__file__), "_echo_server", str(echo_port)],

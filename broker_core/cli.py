@@ -167,7 +167,7 @@ def main(argv: list[str]) -> int:
     if args.cmd == "serve":
         from broker_core.endpoint.cli import run as serve_run
 
-        return serve_run(args)
+        return serve_run(args, argv[argv.index("serve") + 1 :])
     if args.cmd == "bench":
         from broker_core.benchmark import main as bench_main
 

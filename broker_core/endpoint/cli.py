@@ -12,6 +12,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, help="store directory")
     p.add_argument("--listen", default="127.0.0.1:8081", help="HOST:PORT")
     p.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("GRPC_WORKERS", "1")),
+        help="endpoint processes sharing the port (SO_REUSEPORT) and the store, "
+        "supervised by this one (default: $GRPC_WORKERS, else 1: this process "
+        "serves)",
+    )
+    p.add_argument(
+        "--worker-ports",
+        type=int,
+        default=None,
+        metavar="BASE",
+        help="with --workers: worker I also listens on port BASE+I on the "
+        "--listen host (health checks of one worker; pinning a client to one)",
+    )
+    # Set by the supervisor for each worker it starts.
+    p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument(
         "--dedupe-window-ms",
         type=int,
         default=600_000,
@@ -94,13 +112,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Serve; with ``--workers`` N > 1, supervise N workers started with
+    ``argv`` (the ``serve`` arguments as given)."""
     from broker_core.endpoint.server import EndpointConfig, serve
 
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     host, _, port = args.listen.rpartition(":")
+    if args.workers > 1:
+        from broker_core.endpoint.workers import Supervisor
+
+        if int(port) == 0:
+            raise SystemExit("--workers needs a fixed port in --listen")
+        if args.embedded_timers and args.no_redis_relay:
+            logging.getLogger(__name__).warning(
+                "--workers with --embedded-timers and --no-redis-relay: "
+                "check-backs reach only the producers connected to worker 0"
+            )
+        return Supervisor(args.store, args.workers, argv).run()
+    worker = args.worker
     cfg = EndpointConfig(
         host=host or "127.0.0.1",
         port=int(port),
+        worker=worker,
+        worker_port=None
+        if worker is None or args.worker_ports is None
+        else args.worker_ports + worker,
         embedded_timers=args.embedded_timers,
         transaction_timeout_ms=args.transaction_timeout_ms,
         check_interval_ms=args.check_interval_ms,
@@ -117,13 +156,15 @@ def run(args: argparse.Namespace) -> int:
             for pair in (args.auth or os.environ.get("GRPC_AUTH", "").split(","))
             if ":" in pair
         ),
+        # Embedded timers in one process need no relay; a worker does, for
+        # the check-backs of worker 0 to reach producers on the others.
         redis_url=None
         if args.no_redis_relay
         else (
             args.redis_url
             or (
                 None
-                if args.embedded_timers
+                if args.embedded_timers and worker is None
                 else os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
             )
         ),
@@ -131,9 +172,6 @@ def run(args: argparse.Namespace) -> int:
     cfg.auth_window_s = args.auth_window
     cfg.dedupe_window_ms = args.dedupe_window_ms
     cfg.auth_offsets_min = tuple(int(x) for x in args.auth_offsets.split(",") if x)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
     if cfg.credentials and cfg.tls is None:
         logging.getLogger(__name__).warning(
             "--auth without --tls-listen: the signature authenticates a client "

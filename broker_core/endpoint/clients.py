@@ -36,3 +36,38 @@ class ClientInfo:
             "online": self.online,
             "telemetry": self.queue is not None,
         }
+
+
+def merge_snapshots(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
+    """One ``clients.json`` from the workers' own lists (``serve --workers``):
+    a client seen by several workers (it reconnected) is taken from the one
+    where it is online, else where it was heard from last; counters are
+    summed; the pop statistics (the same store-wide state in every worker) are
+    the newest snapshot's."""
+    clients: dict[str, dict[str, Any]] = {}
+    counters: dict[str, int] = {}
+    newest: dict[str, Any] = {}
+    for snap in snapshots:
+        if snap.get("updated_at", 0) >= newest.get("updated_at", 0):
+            newest = snap
+        for k, v in snap.get("counters", {}).items():
+            counters[k] = counters.get(k, 0) + v
+        for c in snap.get("clients", []):
+            seen = clients.get(c["client_id"])
+            rank = (bool(c.get("online")), c.get("last_heartbeat", 0))
+            if seen is None or rank > (
+                bool(seen.get("online")),
+                seen.get("last_heartbeat", 0),
+            ):
+                clients[c["client_id"]] = c
+    return {
+        "updated_at": newest.get("updated_at"),
+        "endpoint": newest.get("endpoint"),
+        "workers": sorted(
+            ({"worker": s.get("worker"), "pid": s.get("pid")} for s in snapshots),
+            key=lambda w: w["worker"] if w["worker"] is not None else -1,
+        ),
+        "clients": list(clients.values()),
+        "consumers": newest.get("consumers", {}),
+        "counters": counters,
+    }

@@ -17,6 +17,10 @@ CLIENT_MEMORY_S = 600
 class EndpointConfig:
     host: str = "127.0.0.1"
     port: int = 8081
+    #: index of this worker under ``serve --workers N``; None: the only process
+    worker: int | None = None
+    #: a worker's own port beside the shared one (``--worker-ports``)
+    worker_port: int | None = None
     embedded_timers: bool = False
     transaction_timeout_ms: int | None = None
     check_interval_ms: int | None = None

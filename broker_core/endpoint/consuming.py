@@ -14,6 +14,7 @@ from broker_core.endpoint.coalesce import Coalescer
 from broker_core.endpoint.config import REPOLL_S
 from broker_core.endpoint.pop import (
     SHARDING_KEY,
+    Busy,
     InvalidHandle,
     encode_handle,
     now_ms,
@@ -224,15 +225,19 @@ class Consuming:
             return spb.AckMessageResponse(status=status(C.BAD_REQUEST, "no entry"))
         handles = [e.receipt_handle for e in request.entries]
         call = (group, topic, handles)
-        # An ack is a few dictionary operations: done here when the pop state
-        # is free, else with the acks arriving meanwhile in one job on the
-        # consumer thread (never waiting here for a pop in progress).
+        # An ack is one short transaction: done here when the pop state is
+        # free in this process and no other process holds its lock, else with
+        # the acks arriving meanwhile in one job on the consumer thread (never
+        # waiting here for a pop in progress).
+        errors = None
         if self.ep.pop_lock.acquire(blocking=False):
             try:
-                errors = self._ack_all([call])[0]
+                errors = self.ep.pop.ack_all([call], wait=False)[0]
+            except Busy:
+                pass
             finally:
                 self.ep.pop_lock.release()
-        else:
+        if errors is None:
             errors = await self.acks.submit(call)
         out = []
         for e, err in zip(request.entries, errors, strict=True):
@@ -253,24 +258,9 @@ class Consuming:
     def _ack_all_locked(
         self, calls: list[tuple[str, str, list[str]]]
     ) -> list[list[str | None]]:
-        return self.ep.pop_locked(self._ack_all, calls)
-
-    def _ack_all(
-        self, calls: list[tuple[str, str, list[str]]]
-    ) -> list[list[str | None]]:
-        """Apply the acks of many AckMessage calls (on the consumer thread):
-        per call, per handle, None or why the handle was refused."""
-        out = []
-        for group, topic, handles in calls:
-            results: list[str | None] = []
-            for handle in handles:
-                try:
-                    self.ep.pop.ack(group, topic, handle)
-                    results.append(None)
-                except InvalidHandle as exc:
-                    results.append(str(exc))
-            out.append(results)
-        return out
+        """The acks of many AckMessage calls in one transaction (on the
+        consumer thread): per call, per handle, None or why it was refused."""
+        return self.ep.pop_locked(self.ep.pop.ack_all, calls)
 
     async def ChangeInvisibleDuration(self, request, context):  # noqa: N802
         ms = dur_ms(request.invisible_duration)

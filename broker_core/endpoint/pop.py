@@ -1,41 +1,82 @@
 """Pop consumption for the gRPC endpoint: invisibility, receipt handles,
-redelivery with attempts, FIFO message groups, dead letters, persisted state.
-
-All methods run on the endpoint's one consumer thread (``Endpoint.consumer``),
-never two at once (no locking), and never on its event loop.
+redelivery with attempts, FIFO message groups, dead letters; the state shared
+by every endpoint process of a store.
 
 State per (consumer group, topic, queue): a pop ``cursor`` (next offset not yet
-read) and ``pending`` (offset -> Entry) for messages read but not acknowledged.
-The committed offset is the low-water mark: the smallest pending offset, or the
-cursor. ``<store>/grpc/pop.json`` holds cursors and the attempts of pending
-offsets; it is written atomically (temp file, fsync, rename) when dirty.
+read) and the ``pending`` entries (offset -> attempts, visible-at, nonce,
+message group) of messages read but not acknowledged. The committed offset is
+the low-water mark: the smallest pending offset, or the cursor.
+
+It lives in ``<store>/grpc/pop.db``, SQLite in WAL mode, so that ``serve
+--workers N`` runs N endpoint processes over one state (RocketMQ 5 keeps its
+pop checkpoints in the store too): a receipt handle popped on one process is
+acknowledged, renewed or dead-lettered on another, and a FIFO group stays
+blocked while any process has one of its messages in flight. Every change is
+one short ``BEGIN IMMEDIATE`` transaction (a pop batch, the acks of one or
+several calls, one change of invisibility, a renewal round), which serialises
+the processes; reads of the log (filling a queue's pending entries) happen
+outside it. A commit is in the WAL when the call returns (``synchronous
+NORMAL``: it survives a crash of the process, not of the machine).
+
+Within one process the methods are called by one thread at a time (the
+endpoint's consumer thread, or its event loop for an ack while the pop state
+is free; ``Endpoint.pop_lock``); message bodies read from the log are cached
+per process (the log is immutable), auto-renewals belong to the process whose
+client asked for them.
 
 An operator's offset reset (the console) must reach the pop cursor, which
 would otherwise override the committed offset: ``request_reset`` leaves a
-request under ``<store>/grpc/resets/`` that the endpoint applies within half
-a second (or when it next starts).
+request under ``<store>/grpc/resets/`` that an endpoint applies within half
+a second (or when it next starts), in the transaction that removes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import random
+import sqlite3
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from broker_core.broker import Broker
-from broker_core.errors import StoreError
+from broker_core.filter import TAG, build_matcher
 from broker_core.message import MessageExt, MessageInner, PullStatus
 from broker_core.metadata import atomic_write_json
+from broker_core.tags import parse_subscription
 
 SHARDING_KEY = "__SHARDINGKEY"
 RESETS_DIR = Path("grpc") / "resets"
+DB_NAME = Path("grpc") / "pop.db"
+#: The single-process state file of earlier versions, imported once.
+LEGACY_JSON = Path("grpc") / "pop.json"
+#: Message bodies kept per process (read once from the log, handed out later).
+CACHE_ENTRIES = 16_384
 
 log = logging.getLogger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS queues (
+    grp TEXT NOT NULL, topic TEXT NOT NULL, qid INTEGER NOT NULL,
+    cursor INTEGER NOT NULL,     -- next offset not yet read
+    committed INTEGER NOT NULL,  -- low-water mark last committed to the store
+    PRIMARY KEY (grp, topic, qid)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pending (
+    grp TEXT NOT NULL, topic TEXT NOT NULL, qid INTEGER NOT NULL,
+    off INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    visible_at INTEGER NOT NULL, -- ms; in flight while in the future
+    nonce INTEGER NOT NULL,      -- the current receipt handle's
+    mgroup TEXT,                 -- FIFO message group
+    PRIMARY KEY (grp, topic, qid, off)
+) WITHOUT ROWID;
+"""
 
 
 def request_reset(
@@ -60,21 +101,20 @@ class InvalidHandle(Exception):
     """A receipt handle that is malformed, stale or unknown."""
 
 
+class Busy(Exception):
+    """Another process holds the pop state's write lock (``wait=False`` calls)."""
+
+
 @dataclass(slots=True)
 class Entry:
+    """One delivery: the pending entry as this pop left it, with its message."""
+
     offset: int
     msg: MessageExt | None
     group: str | None
     attempts: int = 0
     visible_at: int = 0
     nonce: int = 0
-
-
-@dataclass(slots=True)
-class QState:
-    cursor: int
-    pending: dict[int, Entry] = field(default_factory=dict)
-    committed: int = -1
 
 
 def now_ms() -> int:
@@ -95,6 +135,24 @@ def decode_handle(handle: str) -> tuple[int, int, int, int]:
         raise InvalidHandle(f"malformed receipt handle {handle!r}") from exc
 
 
+def _nonce() -> int:
+    return random.getrandbits(48)
+
+
+STALE = "the receipt handle is stale or unknown"
+
+
+@contextlib.contextmanager
+def _busy_as(wait: bool) -> Iterator[None]:
+    """Turn SQLite's "database is locked" into ``Busy`` (``wait=False``)."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if not wait and exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+            raise Busy(str(exc)) from exc
+        raise
+
+
 class PopManager:
     def __init__(
         self,
@@ -109,105 +167,188 @@ class PopManager:
         self.refill = refill
         #: read-ahead bound per queue (in flight + waiting for redelivery)
         self.max_pending = max_pending
-        self.states: dict[tuple[str, str], dict[int, QState]] = {}
-        self.path = self.store.root / "grpc" / "pop.json"
-        self.dirty = False
+        self.path = self.store.root / DB_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = self._connect(timeout=30)
+        self.db.executescript(SCHEMA)
+        #: for callers that must not wait (the event loop's acks): ``Busy``
+        #: at once while another process holds the write lock
+        self.db_nowait = self._connect(timeout=0)
+        self._checkpointer = self._connect(timeout=30)
         self.dlq_count = 0
         self._rr = 0
+        #: (topic, queue, offset) -> message, read from the log by this process
+        self.cache: dict[tuple[str, int, int], MessageExt] = {}
+        #: (group, topic, queue) whose cursor row this process has seen
+        self._known: set[tuple[str, str, int]] = set()
+        #: (type, expression) of the filters seen to parse
+        self._filters: set[tuple[str, str]] = set()
         #: auto-renew handles (push consumers, G7): (group, topic, qid, offset)
-        #: -> (client id, invisible ms, renew until ms)
-        self.renew: dict[tuple[str, str, int, int], tuple[str, int, int]] = {}
-        self._load()
+        #: -> (client id, invisible ms, renew until ms, nonce)
+        self.renew: dict[tuple[str, str, int, int], tuple[str, int, int, int]] = {}
+        self._import_legacy()
         self.apply_resets()
 
-    # -- persistence ---------------------------------------------------------
-    def _load(self) -> None:
+    def _connect(self, timeout: float) -> sqlite3.Connection:
+        # Autocommit (explicit transactions); used by one thread at a time.
+        # Set up waiting for the lock whatever ``timeout`` (another worker
+        # may be writing); ``timeout`` applies to what follows.
+        db = sqlite3.connect(
+            self.path, timeout=30, isolation_level=None, check_same_thread=False
+        )
+        # Small pages (for a new database; WAL fixes the size): an ack's
+        # commit writes one whole page to the WAL, 1 KiB costs less than 4.
+        db.execute("PRAGMA page_size=1024")
+        db.execute("PRAGMA journal_mode=WAL")
+        # A commit is written to the WAL, not fsynced: it survives the
+        # process, not the machine (as the store's async flush).
+        db.execute("PRAGMA synchronous=NORMAL")
+        # Checkpoints (with their fsyncs) run from ``checkpoint``, off the
+        # threads that pop and acknowledge.
+        db.execute("PRAGMA wal_autocheckpoint=0")
+        db.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+        return db
+
+    def close(self) -> None:
+        for db in (self.db, self.db_nowait, self._checkpointer):
+            db.close()
+
+    # -- transactions ---------------------------------------------------------
+    @contextlib.contextmanager
+    def _write(self, wait: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction; with ``wait=False``, ``Busy`` at once if
+        another process holds the lock (for callers that must not block)."""
+        db = self.db if wait else self.db_nowait
+        with _busy_as(wait):
+            db.execute("BEGIN IMMEDIATE")
         try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file (a passive checkpoint: never
+        waits for, nor blocks, the other connections). On its own connection,
+        so that it runs on any one thread beside the pops."""
+        self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    # -- persistence ---------------------------------------------------------
+    def _import_legacy(self) -> None:
+        """Take over ``grpc/pop.json`` of a store last served by a version that
+        kept pop state in the process: cursors, and pending offsets with their
+        attempts (visible at once: their deadlines were not kept)."""
+        legacy = self.store.root / LEGACY_JSON
+        if not legacy.exists():
             return
-        for group, topics in data.items():
-            for topic, queues in topics.items():
-                qs: dict[int, QState] = {}
-                for qid_s, q in queues.items():
-                    qid = int(qid_s)
-                    st = QState(cursor=int(q["cursor"]))
-                    for off_s, attempts in sorted(
-                        q.get("pending", {}).items(), key=lambda kv: int(kv[0])
-                    ):
-                        off = int(off_s)
-                        m = self._read(topic, qid, off)
-                        if m is None:
-                            continue
-                        st.pending[off] = Entry(
-                            off, m, m.properties.get(SHARDING_KEY), int(attempts)
-                        )
-                    qs[qid] = st
-                self.states[(group, topic)] = qs
+        with self._write() as db:
+            try:
+                data = json.loads(legacy.read_text())
+            except FileNotFoundError:
+                return  # another endpoint process took it
+            except (OSError, ValueError):
+                data = {}
+            queues_rows, pending_rows = [], []
+            for group, topics in data.items():
+                for topic, queues in topics.items():
+                    for qid_s, q in queues.items():
+                        qid = int(qid_s)
+                        queues_rows.append((group, topic, qid, int(q["cursor"])))
+                        for off_s, attempts in q.get("pending", {}).items():
+                            m = self._read(topic, qid, int(off_s))
+                            if m is not None:
+                                group_of = m.properties.get(SHARDING_KEY)
+                                pending_rows.append(
+                                    (group, topic, qid, int(off_s), int(attempts),
+                                     _nonce(), group_of)
+                                )  # fmt: skip
+            db.executemany(
+                "INSERT OR REPLACE INTO queues VALUES (?,?,?,?,-1)", queues_rows
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO pending VALUES (?,?,?,?,?,0,?,?)", pending_rows
+            )
+            legacy.rename(legacy.with_name("pop.json.imported"))
+        log.info("pop state imported from %s", legacy)
 
     def apply_resets(self) -> int:
         """Apply the offset resets requested since the last look (oldest first)."""
         directory = self.store.root / RESETS_DIR
         try:
-            names = sorted(os.listdir(directory))
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
         except FileNotFoundError:
             return 0
+        if not names:
+            return 0
         done = 0
-        for name in names:
-            if not name.endswith(".json"):
-                continue
-            path = directory / name
-            try:
-                req = json.loads(path.read_text())
-                group, topic = str(req["group"]), str(req["topic"])
-                offsets = {int(q): int(o) for q, o in req["offsets"].items()}
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                log.warning("ignoring an unreadable offset reset request %s", path)
-                path.unlink(missing_ok=True)
-                continue
-            qs = self._queues(group, topic)
-            for qid, off in offsets.items():
-                st = qs.get(qid)
-                if st is None:
+        # Read and removed under the write lock: each is applied once, by one
+        # endpoint process.
+        with self._write() as db:
+            for name in names:
+                path = directory / name
+                try:
+                    req = json.loads(path.read_text())
+                    group, topic = str(req["group"]), str(req["topic"])
+                    offsets = {int(q): int(o) for q, o in req["offsets"].items()}
+                except FileNotFoundError:
+                    continue  # applied by another endpoint process
+                except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                    log.warning("ignoring an unreadable offset reset request %s", path)
+                    path.unlink(missing_ok=True)
                     continue
-                for pending in st.pending:
-                    self.renew.pop((group, topic, qid, pending), None)
-                st.pending.clear()
-                st.cursor = off
-                st.committed = -1  # the next save commits the new offset
-            self.dirty = True
-            path.unlink(missing_ok=True)
-            log.info("offset reset applied: %s@%s -> %s", group, topic, offsets)
-            done += 1
+                n = self._read_queue_nums(topic)
+                for qid, off in offsets.items():
+                    if not 0 <= qid < n:
+                        continue
+                    db.execute(
+                        "DELETE FROM pending WHERE grp=? AND topic=? AND qid=?",
+                        (group, topic, qid),
+                    )
+                    # committed -1: the next mirror commits the new offset
+                    db.execute(
+                        "INSERT INTO queues VALUES (?,?,?,?,-1) ON CONFLICT "
+                        "DO UPDATE SET cursor=excluded.cursor, committed=-1",
+                        (group, topic, qid, off),
+                    )
+                    self._known.add((group, topic, qid))
+                    for key in [k for k in self.renew if k[:3] == (group, topic, qid)]:
+                        del self.renew[key]
+                path.unlink(missing_ok=True)
+                log.info("offset reset applied: %s@%s -> %s", group, topic, offsets)
+                done += 1
         return done
 
-    def save(self) -> None:
-        if not self.dirty:
-            return
-        self.dirty = False
-        data: dict[str, Any] = {}
-        for (group, topic), qs in self.states.items():
-            out = data.setdefault(group, {}).setdefault(topic, {})
-            for qid, st in qs.items():
-                out[str(qid)] = {
-                    "cursor": st.cursor,
-                    "pending": {str(o): e.attempts for o, e in st.pending.items()},
-                }
-                low = min(st.pending) if st.pending else st.cursor
-                if low != st.committed:
-                    try:
-                        self.store.commit_offset(group, topic, qid, low)
-                        st.committed = low
-                    except Exception:  # noqa: BLE001 - best effort mirror
-                        pass
-        try:
-            atomic_write_json(self.path, data)
-        except StoreError:
-            self.dirty = True  # written on the next save, once there is room
-            raise
+    def mirror_offsets(self) -> None:
+        """Commit each queue's low-water mark (oldest pending offset, else the
+        cursor) to the store's consumer offsets, where the console reads lag."""
+        rows = self.db.execute(
+            "SELECT q.grp, q.topic, q.qid, q.committed, "
+            "coalesce((SELECT min(off) FROM pending p WHERE p.grp=q.grp "
+            "AND p.topic=q.topic AND p.qid=q.qid), q.cursor) FROM queues q"
+        ).fetchall()
+        done = []
+        for group, topic, qid, committed, low in rows:
+            if low == committed:
+                continue
+            try:
+                self.store.commit_offset(group, topic, qid, low)
+            except Exception:  # noqa: BLE001 - best effort mirror
+                continue
+            done.append((low, group, topic, qid, committed))
+        if done:
+            with self._write() as db:
+                db.executemany(
+                    "UPDATE queues SET committed=? WHERE grp=? AND topic=? "
+                    "AND qid=? AND committed=?",
+                    done,
+                )
 
     # -- helpers -------------------------------------------------------------
     def _read(self, topic: str, qid: int, off: int) -> MessageExt | None:
+        m = self.cache.get((topic, qid, off))
+        if m is not None:
+            return m
         try:
             units = self.store.get_queue_units(topic, qid, off, 1)
             if not units:
@@ -216,21 +357,32 @@ class PopManager:
         except Exception:  # noqa: BLE001
             return None
 
-    def _queues(self, group: str, topic: str) -> dict[int, QState]:
-        qs = self.states.get((group, topic))
-        if qs is None:
-            qs = self.states[(group, topic)] = {}
+    def _cache(self, topic: str, qid: int, m: MessageExt) -> None:
+        cache = self.cache
+        if len(cache) >= CACHE_ENTRIES:
+            del cache[next(iter(cache))]
+        cache[(topic, qid, m.queue_offset)] = m
+
+    def _read_queue_nums(self, topic: str) -> int:
         self.store.refresh_topics()
         cfg = self.store.topics.topics.get(topic)
-        n = cfg.read_queue_nums if cfg else 0
-        for qid in range(n):
-            if qid not in qs:
-                start = self.store.committed_offset(group, topic, qid)
-                if start < 0:
-                    start = self.store.min_offset(topic, qid)
-                qs[qid] = QState(cursor=start, committed=start)
-                self.dirty = True
-        return qs
+        return cfg.read_queue_nums if cfg else 0
+
+    def _ensure_queues(self, group: str, topic: str, n: int) -> None:
+        """Create the cursor rows this process has not seen (a new group starts
+        at the group's committed offset, else at the queue's first)."""
+        new = [q for q in range(n) if (group, topic, q) not in self._known]
+        if not new:
+            return
+        starts = []
+        for qid in new:
+            start = self.store.committed_offset(group, topic, qid)
+            if start < 0:
+                start = self.store.min_offset(topic, qid)
+            starts.append((group, topic, qid, start, start))
+        with self._write() as db:
+            db.executemany("INSERT OR IGNORE INTO queues VALUES (?,?,?,?,?)", starts)
+        self._known.update((group, topic, q) for q in new)
 
     # -- pop -----------------------------------------------------------------
     def pop(
@@ -243,81 +395,205 @@ class PopManager:
         expression_type: str,
     ) -> list[tuple[int, Entry]]:
         """Return up to ``batch`` (queue id, entry) pairs now invisible."""
-        qs = self._queues(group, topic)
-        if not qs:
+        n = self._read_queue_nums(topic)
+        if not n:
             return []
+        self._check_filter(expression, expression_type)
+        self._ensure_queues(group, topic, n)
+        self._rr += 1
+        start = self._rr % n
+        order = [*range(start, n), *range(start)]
+        fills, available = self._to_fill(group, topic, order, batch)
+        if not fills and not available:
+            return []  # nothing to read nor to hand out: no write lock taken
+        pulled = [
+            (qid, cursor, self._pull(group, topic, qid, cursor, expression,
+                                     expression_type))
+            for qid, cursor in fills
+        ]  # fmt: skip
         now = now_ms()
         out: list[tuple[int, Entry]] = []
-        qids = sorted(qs)
-        self._rr += 1
-        start = self._rr % len(qids)
-        for qid in qids[start:] + qids[:start]:
-            st = qs[qid]
-            n = len(st.pending)
-            if n < self.max_pending and (
-                n < max(batch * 2, 64)
-                or sum(1 for e in st.pending.values() if e.visible_at <= now) < batch
-            ):
-                self._fill(group, topic, qid, st, expression, expression_type)
-            blocked: set[str] = set()
-            for e in list(st.pending.values()):
-                if e.visible_at > now:
-                    if e.group is not None:
-                        blocked.add(e.group)
-                    continue
-                if e.attempts >= self.max_attempts:
-                    self._to_dlq(group, topic, qid, st, e)
-                    continue
-                if e.group is not None:
-                    if e.group in blocked:
-                        continue
-                    blocked.add(e.group)
-                if e.msg is None:
-                    e.msg = self._read(topic, qid, e.offset)
-                    if e.msg is None:
-                        del st.pending[e.offset]
-                        continue
-                e.attempts += 1
-                e.nonce = random.getrandbits(48)
-                e.visible_at = now + invisible_ms
-                out.append((qid, e))
-                self.dirty = True
+        with self._write() as db:
+            for qid, cursor, (next_offset, messages) in pulled:
+                self._store_fill(db, group, topic, qid, cursor, next_offset, messages)
+            for qid in order:
+                self._hand_out(db, group, topic, qid, batch, invisible_ms, now, out)
                 if len(out) >= batch:
-                    return out
+                    break
         return out
 
-    def _fill(
+    def _check_filter(self, expression: str, expression_type: str) -> None:
+        """``FilterError`` for an expression that does not parse, even when no
+        read happens (the queues are all read up to their end)."""
+        key = (expression_type, expression)
+        if key in self._filters:
+            return
+        if expression_type.upper() == TAG:
+            parse_subscription(expression)
+        else:
+            build_matcher(expression_type, expression)
+        if len(self._filters) >= 1024:
+            self._filters.clear()
+        self._filters.add(key)
+
+    def _to_fill(
+        self, group: str, topic: str, order: list[int], batch: int
+    ) -> tuple[list[tuple[int, int]], int]:
+        """(queue, cursor) of the queues to read more of before handing out, in
+        the order they are visited until enough is visible for the batch; and
+        how many visible entries those queues have."""
+        rows = {
+            qid: (cursor, count, visible)
+            for qid, cursor, count, visible in self.db.execute(
+                "SELECT q.qid, q.cursor, count(p.off), "
+                "coalesce(sum(p.visible_at <= ?), 0) FROM queues q "
+                "LEFT JOIN pending p ON p.grp=q.grp AND p.topic=q.topic "
+                "AND p.qid=q.qid WHERE q.grp=? AND q.topic=? GROUP BY q.qid",
+                (now_ms(), group, topic),
+            )
+        }
+        out = []
+        available = 0
+        for qid in order:
+            cursor, count, visible = rows.get(qid, (0, 0, 0))
+            available += visible
+            if (
+                count < self.max_pending
+                and (count < max(batch * 2, 64) or visible < batch)
+                and cursor != self.store.max_offset(topic, qid)
+            ):
+                out.append((qid, cursor))
+            if available >= batch:
+                break
+        return out, available
+
+    def _pull(
         self,
         group: str,
         topic: str,
         qid: int,
-        st: QState,
+        cursor: int,
         expression: str,
         expression_type: str,
-    ) -> None:
+    ) -> tuple[int, list[MessageExt]]:
+        """Read from ``cursor`` (outside the write lock): the next cursor and
+        the messages that match."""
         r = self.broker.pull(
             group,
             topic,
             qid,
-            st.cursor,
+            cursor,
             max_messages=self.refill,
             expression=expression,
             expression_type=expression_type,
         )
         if r.status is PullStatus.OFFSET_ILLEGAL:
-            st.cursor = r.next_offset
-            self.dirty = True
-            return
+            return r.next_offset, []
         for m in r.messages:
-            st.pending[m.queue_offset] = Entry(
-                m.queue_offset, m, m.properties.get(SHARDING_KEY)
-            )
-        if r.next_offset != st.cursor:
-            st.cursor = r.next_offset
-            self.dirty = True
+            self._cache(topic, qid, m)
+        return r.next_offset, r.messages
 
-    def _to_dlq(self, group: str, topic: str, qid: int, st: QState, e: Entry) -> None:
-        m = e.msg or self._read(topic, qid, e.offset)
+    def _store_fill(
+        self,
+        db: sqlite3.Connection,
+        group: str,
+        topic: str,
+        qid: int,
+        cursor: int,
+        next_offset: int,
+        messages: list[MessageExt],
+    ) -> None:
+        """Add what was read to the queue's pending entries, unless another
+        process moved the cursor meanwhile (it read the same messages)."""
+        moved = db.execute(
+            "UPDATE queues SET cursor=? WHERE grp=? AND topic=? AND qid=? AND cursor=?",
+            (next_offset, group, topic, qid, cursor),
+        ).rowcount
+        if moved and messages:
+            db.executemany(
+                "INSERT OR IGNORE INTO pending VALUES (?,?,?,?,0,0,0,?)",
+                [
+                    (group, topic, qid, m.queue_offset, m.properties.get(SHARDING_KEY))
+                    for m in messages
+                ],
+            )
+
+    def _hand_out(
+        self,
+        db: sqlite3.Connection,
+        group: str,
+        topic: str,
+        qid: int,
+        batch: int,
+        invisible_ms: int,
+        now: int,
+        out: list[tuple[int, Entry]],
+    ) -> None:
+        """Deliver visible entries of one queue into ``out`` (up to ``batch``):
+        oldest first, one in flight per message group, dead letters after
+        ``max_attempts`` deliveries."""
+        key = (group, topic, qid)
+        blocked = {
+            g
+            for (g,) in db.execute(
+                "SELECT DISTINCT mgroup FROM pending WHERE grp=? AND topic=? "
+                "AND qid=? AND mgroup IS NOT NULL AND visible_at > ?",
+                (*key, now),
+            )
+        }
+        updates: list[tuple[int, int, int, str, str, int, int]] = []
+        gone: list[tuple[str, str, int, int]] = []
+        dead: list[tuple[int, int]] = []
+        cur = db.execute(
+            "SELECT off, attempts, mgroup FROM pending WHERE grp=? AND topic=? "
+            "AND qid=? AND visible_at <= ? ORDER BY off",
+            (*key, now),
+        )
+        try:
+            for off, attempts, mgroup in cur:
+                if attempts >= self.max_attempts:
+                    dead.append((off, attempts))
+                    continue
+                if mgroup is not None:
+                    if mgroup in blocked:
+                        continue
+                    blocked.add(mgroup)
+                m = self._read(topic, qid, off)
+                if m is None:
+                    gone.append((*key, off))
+                    continue
+                e = Entry(off, m, mgroup, attempts + 1, now + invisible_ms, _nonce())
+                updates.append((e.attempts, e.visible_at, e.nonce, *key, off))
+                out.append((qid, e))
+                if len(out) >= batch:
+                    break
+        finally:
+            cur.close()
+        for off, attempts in dead:
+            self._to_dlq(db, group, topic, qid, off, attempts)
+        if gone:
+            db.executemany(
+                "DELETE FROM pending WHERE grp=? AND topic=? AND qid=? AND off=?", gone
+            )
+        if updates:
+            db.executemany(
+                "UPDATE pending SET attempts=?, visible_at=?, nonce=? "
+                "WHERE grp=? AND topic=? AND qid=? AND off=?",
+                updates,
+            )
+
+    def _to_dlq(
+        self,
+        db: sqlite3.Connection,
+        group: str,
+        topic: str,
+        qid: int,
+        off: int,
+        attempts: int,
+    ) -> None:
+        """Copy the message to ``%DLQ%<group>`` and drop its entry (in the
+        caller's transaction: a copy that fails to store keeps the entry)."""
+        m = self._read(topic, qid, off)
         if m is not None:
             inner: MessageInner = m.to_inner()
             inner.topic = f"%DLQ%{group}"
@@ -326,43 +602,79 @@ class PopManager:
             props["RETRY_TOPIC"] = topic
             props["ORIGIN_MESSAGE_ID"] = props.get("UNIQ_KEY", m.offset_msg_id)
             props["DLQ_ORIGIN_QUEUE"] = str(qid)
-            props["DLQ_ORIGIN_OFFSET"] = str(e.offset)
+            props["DLQ_ORIGIN_OFFSET"] = str(off)
             inner.properties = props
-            inner.reconsume_times = e.attempts
+            inner.reconsume_times = attempts
             self.store.put_inner(inner)
             self.dlq_count += 1
-        st.pending.pop(e.offset, None)
-        self.dirty = True
+        db.execute(
+            "DELETE FROM pending WHERE grp=? AND topic=? AND qid=? AND off=?",
+            (group, topic, qid, off),
+        )
+        self.cache.pop((topic, qid, off), None)
+        self.renew.pop((group, topic, qid, off), None)
 
     # -- handles -------------------------------------------------------------
-    def _entry(self, group: str, topic: str, handle: str) -> tuple[int, QState, Entry]:
-        qid, off, nonce, _deadline = decode_handle(handle)
-        qs = self.states.get((group, topic))
-        st = qs.get(qid) if qs else None
-        e = st.pending.get(off) if st else None
-        if st is None or e is None or e.nonce != nonce:
-            raise InvalidHandle("the receipt handle is stale or unknown")
-        return qid, st, e
-
     def release(self, group: str, topic: str, got: list[tuple[int, Entry]]) -> None:
         """Make popped entries that never reached the client visible again now:
         their handles become stale and the attempt is not counted."""
-        qs = self.states.get((group, topic), {})
+        with self._write() as db:
+            db.executemany(
+                "UPDATE pending SET attempts=max(0, attempts-1), visible_at=0, "
+                "nonce=? WHERE grp=? AND topic=? AND qid=? AND off=? AND nonce=?",
+                [(_nonce(), group, topic, qid, e.offset, e.nonce) for qid, e in got],
+            )
         for qid, e in got:
-            st = qs.get(qid)
-            if st is None or st.pending.get(e.offset) is not e:
-                continue  # acknowledged or reset meanwhile
             self.renew.pop((group, topic, qid, e.offset), None)
-            e.attempts = max(0, e.attempts - 1)
-            e.nonce = random.getrandbits(48)
-            e.visible_at = 0
-            self.dirty = True
+
+    def ack_all(
+        self, calls: list[tuple[str, str, list[str]]], wait: bool = True
+    ) -> list[list[str | None]]:
+        """Acknowledge the handles of one or more AckMessage calls at once: per
+        call, per handle, None or why it was refused. With ``wait=False``,
+        ``Busy`` instead of waiting for another process."""
+        out: list[list[str | None]] = []
+        keys: list[tuple[int, int, tuple[str, str, int, int, int]]] = []
+        for i, (group, topic, handles) in enumerate(calls):
+            results: list[str | None] = []
+            for j, handle in enumerate(handles):
+                try:
+                    qid, off, nonce, _deadline = decode_handle(handle)
+                except InvalidHandle as exc:
+                    results.append(str(exc))
+                    continue
+                results.append(None)
+                keys.append((i, j, (group, topic, qid, off, nonce)))
+            out.append(results)
+        delete = (
+            "DELETE FROM pending WHERE grp=? AND topic=? AND qid=? AND off=? "
+            "AND nonce=?"
+        )
+        if len(keys) == 1:
+            # The usual call (the official clients ack one message a call):
+            # one statement, its own transaction.
+            db = self.db if wait else self.db_nowait
+            with _busy_as(wait):
+                deleted = [db.execute(delete, keys[0][2]).rowcount]
+        elif keys:
+            with self._write(wait) as db:
+                deleted = [db.execute(delete, key).rowcount for _i, _j, key in keys]
+        else:
+            deleted = []
+        for (i, j, (group, topic, qid, off, _nonce)), n in zip(
+            keys, deleted, strict=True
+        ):
+            if not n:
+                out[i][j] = STALE
+                continue
+            self.cache.pop((topic, qid, off), None)
+            self.renew.pop((group, topic, qid, off), None)
+        return out
 
     def ack(self, group: str, topic: str, handle: str) -> None:
-        qid, st, e = self._entry(group, topic, handle)
-        del st.pending[e.offset]
-        self.renew.pop((group, topic, qid, e.offset), None)
-        self.dirty = True
+        (err,) = self.ack_all([(group, topic, [handle])])[0]
+        if err is not None:
+            raise InvalidHandle(err)
 
     def auto_renew(
         self,
@@ -375,50 +687,75 @@ class PopManager:
     ) -> None:
         until = now_ms() + max_renew_ms
         for qid, e in got:
-            self.renew[(group, topic, qid, e.offset)] = (client_id, invisible_ms, until)
+            self.renew[(group, topic, qid, e.offset)] = (
+                client_id,
+                invisible_ms,
+                until,
+                e.nonce,
+            )
 
     def renew_due(self, alive: set[str]) -> int:
         """Extend the invisibility of auto-renew entries of live clients whose
-        deadline is near (keeps their handles valid); drop the others."""
+        deadline is near (keeps their handles valid); drop the others (gone,
+        acknowledged or delivered again by any process, client offline)."""
         now = now_ms()
         n = 0
-        for key, (cid, inv, until) in list(self.renew.items()):
-            group, topic, qid, off = key
-            st = self.states.get((group, topic), {}).get(qid)
-            e = st.pending.get(off) if st else None
-            if e is None or cid not in alive or now >= until or e.visible_at <= now:
-                del self.renew[key]
-                continue
-            if e.visible_at - now < min(10_000, inv // 2):
-                e.visible_at = now + inv
-                n += 1
+        with self._write() as db:
+            for key, (cid, inv, until, nonce) in list(self.renew.items()):
+                row = db.execute(
+                    "SELECT visible_at FROM pending WHERE grp=? AND topic=? "
+                    "AND qid=? AND off=? AND nonce=?",
+                    (*key, nonce),
+                ).fetchone()
+                if row is None or cid not in alive or now >= until or row[0] <= now:
+                    del self.renew[key]
+                    continue
+                if row[0] - now < min(10_000, inv // 2):
+                    db.execute(
+                        "UPDATE pending SET visible_at=? WHERE grp=? AND topic=? "
+                        "AND qid=? AND off=?",
+                        (now + inv, *key),
+                    )
+                    n += 1
         return n
 
     def change_invisible(
         self, group: str, topic: str, handle: str, invisible_ms: int
     ) -> str:
-        qid, _st, e = self._entry(group, topic, handle)
-        self.renew.pop((group, topic, qid, e.offset), None)
-        e.nonce = random.getrandbits(48)
-        e.visible_at = now_ms() + invisible_ms
-        self.dirty = True
-        return encode_handle(qid, e.offset, e.nonce, e.visible_at)
+        qid, off, nonce, _deadline = decode_handle(handle)
+        new, visible_at = _nonce(), now_ms() + invisible_ms
+        with self._write() as db:
+            if not db.execute(
+                "UPDATE pending SET nonce=?, visible_at=? WHERE grp=? AND topic=? "
+                "AND qid=? AND off=? AND nonce=?",
+                (new, visible_at, group, topic, qid, off, nonce),
+            ).rowcount:
+                raise InvalidHandle(STALE)
+        self.renew.pop((group, topic, qid, off), None)
+        return encode_handle(qid, off, new, visible_at)
 
     def forward_dlq(self, group: str, topic: str, handle: str) -> None:
-        qid, st, e = self._entry(group, topic, handle)
-        self.renew.pop((group, topic, qid, e.offset), None)
-        self._to_dlq(group, topic, qid, st, e)
+        qid, off, nonce, _deadline = decode_handle(handle)
+        with self._write() as db:
+            row = db.execute(
+                "SELECT attempts FROM pending WHERE grp=? AND topic=? AND qid=? "
+                "AND off=? AND nonce=?",
+                (group, topic, qid, off, nonce),
+            ).fetchone()
+            if row is None:
+                raise InvalidHandle(STALE)
+            self._to_dlq(db, group, topic, qid, off, row[0])
 
     def stats(self) -> dict[str, Any]:
+        """Per ``group@topic``: pending entries, and those in flight (all
+        endpoint processes)."""
         return {
-            f"{g}@{t}": {
-                "pending": sum(len(s.pending) for s in qs.values()),
-                "inflight": sum(
-                    1
-                    for s in qs.values()
-                    for e in s.pending.values()
-                    if e.visible_at > now_ms()
-                ),
-            }
-            for (g, t), qs in self.states.items()
+            f"{g}@{t}": {"pending": pending, "inflight": inflight}
+            for g, t, pending, inflight in self.db.execute(
+                "SELECT q.grp, q.topic, count(p.off), "
+                "coalesce(sum(p.visible_at > ?), 0) FROM queues q "
+                "LEFT JOIN pending p ON p.grp=q.grp AND p.topic=q.topic "
+                "AND p.qid=q.qid GROUP BY q.grp, q.topic",
+                (now_ms(),),
+            )
         }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import calendar
+import fcntl
 import hashlib
 import hmac
 import json
@@ -19,13 +20,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import grpc
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.broker import Broker
-from broker_core.endpoint.clients import ClientInfo
+from broker_core.endpoint.clients import ClientInfo, merge_snapshots
 from broker_core.endpoint.config import (
     APPEND_WATCH_S,
     CLIENT_MEMORY_S,
@@ -81,6 +83,8 @@ class Endpoint:
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
         self.relay: Any = None
+        #: the Redis relay to the other workers' producers (``--workers``)
+        self.peers: Any = None
         self.ports: set[int] = {cfg.port}
         self.counters = {
             "sent": 0,
@@ -213,12 +217,18 @@ class Endpoint:
                 self, self.cfg.redis_url, self.cfg.redis_channel
             )
             self.relay.start()
+            if self.cfg.worker is not None:
+                # Worker 0's check-backs reach producers on the other workers.
+                self.peers = relay.RedisRelayTransport(
+                    self.cfg.redis_url, self.cfg.redis_channel
+                )
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._persist_loop()),
             loop.create_task(self._watch_appends()),
         ]
-        if self.cfg.embedded_timers:
+        if self.cfg.embedded_timers and self.cfg.worker in (None, 0):
+            # Once per store: in worker 0 of ``serve --workers N``.
             self.delays.start()
             t = threading.Thread(target=self._check_loop, daemon=True, name="tx-check")
             t.start()
@@ -238,7 +248,7 @@ class Endpoint:
         self.pop.apply_resets()
         if self.pop.renew:
             self.pop.renew_due(alive)
-        self.pop.save()
+        self.pop.mirror_offsets()
 
     async def _persist_loop(self) -> None:
         while True:
@@ -246,6 +256,7 @@ class Endpoint:
             try:
                 alive = {c.client_id for c in self.clients.values() if c.online}
                 await self.on_consumer(self._persist_pop, alive)
+                await asyncio.to_thread(self.pop.checkpoint)
                 stats = await self.on_consumer(self.pop.stats)
                 snapshot = self.clients_snapshot(pop_stats=stats)
                 await asyncio.to_thread(self.write_clients, snapshot)
@@ -315,14 +326,34 @@ class Endpoint:
         }
 
     def write_clients(self, data: dict[str, Any] | None) -> None:
-        """Write a ``clients_snapshot`` (any thread): the console reads it."""
+        """Write a ``clients_snapshot`` (any thread): the console reads it.
+
+        A worker of ``serve --workers N`` writes its own list, then merges
+        every worker's into ``clients.json`` under a lock (``clients.lock``),
+        so that no worker's clients are lost to another's write."""
         if data is None:
             return
-        path = self.store.root / "clients.json"
-        tmp = path.with_suffix(".json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
+        root = self.store.root
+        if self.cfg.worker is None:
+            _write_json(root / "clients.json", data)
+            return
+        from broker_core.endpoint.workers import CLIENTS_DIR
+
+        data = data | {"worker": self.cfg.worker, "pid": os.getpid()}
+        for c in data["clients"]:
+            c["worker"] = self.cfg.worker
+        own = root / CLIENTS_DIR / f"{self.cfg.worker}.json"
+        own.parent.mkdir(parents=True, exist_ok=True)
+        _write_json(own, data)
+        with open(root / "grpc" / "clients.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            snapshots = []
+            for path in sorted(own.parent.glob("*.json")):
+                try:
+                    snapshots.append(json.loads(path.read_text()))
+                except (OSError, ValueError):
+                    continue
+            _write_json(root / "clients.json", merge_snapshots(snapshots))
 
     def save_clients(self, force: bool = False) -> None:
         self.write_clients(self.clients_snapshot(force))
@@ -342,15 +373,15 @@ class Endpoint:
             self.delays.stop()
         except Exception:  # noqa: BLE001
             pass
-        self.pop.dirty = True
         for c in self.clients.values():
             c.online = False
             c.queue = None
-        # Each step on its own: a full disk that refuses the pop state must not
-        # keep the services (and then the store) from closing.
+        # Each step on its own: one that fails (a full disk) must not keep the
+        # services (and then the store) from closing.
         for step in (
-            self.pop.save,
+            self.pop.mirror_offsets,
             lambda: self.save_clients(force=True),
+            self.pop.close,
             self.delays.close,
             self.tx.close,
         ):
@@ -363,6 +394,15 @@ class Endpoint:
     def topic_exists(self, topic: str) -> bool:
         self.store.refresh_topics()
         return topic in self.store.topics.topics
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` at once (temporary file, rename): readers never see
+    half a file. Not fsynced: a snapshot rewritten every half second."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
 
 
 def _tolerant(cls: Any) -> Any:
@@ -470,7 +510,9 @@ async def serve(
         options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", 0),
+            # Shared only by the workers of ``serve --workers N``: a second
+            # endpoint started by mistake on a port must fail, not split it.
+            ("grpc.so_reuseport", 0 if cfg.worker is None else 1),
         ]
     )
     add_endpoint_to_server(endpoint, server)
@@ -479,6 +521,11 @@ async def serve(
         raise SystemExit(f"cannot listen on {cfg.host}:{cfg.port}")
     cfg.port = bound
     endpoint.ports = {bound}
+    if cfg.worker_port is not None:
+        own = server.add_insecure_port(f"{cfg.host}:{cfg.worker_port}")
+        if own == 0:
+            raise SystemExit(f"cannot listen on {cfg.host}:{cfg.worker_port}")
+        endpoint.ports.add(own)
     if cfg.tls:
         listen, cert, key = cfg.tls
         creds = grpc.ssl_server_credentials(
@@ -491,8 +538,20 @@ async def serve(
         print(f"broker_core gRPC endpoint TLS on {listen}", flush=True)
     await server.start()
     await endpoint.start_background()
-    log.info("listening on %s:%d", cfg.host, cfg.port)
-    print(f"broker_core gRPC endpoint listening on {cfg.host}:{cfg.port}", flush=True)
+    if cfg.worker is not None:
+        from broker_core.endpoint.workers import announce
+
+        announce(
+            endpoint.store.root,
+            cfg.worker,
+            {"port": bound, "worker_port": cfg.worker_port},
+        )
+    who = "" if cfg.worker is None else f" (worker {cfg.worker}, pid {os.getpid()})"
+    log.info("listening on %s:%d%s", cfg.host, cfg.port, who)
+    print(
+        f"broker_core gRPC endpoint listening on {cfg.host}:{cfg.port}{who}",
+        flush=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -162,6 +162,8 @@ class Transactions:
 class GrpcCheckTransport(CheckTransport):
     """A ``CheckTransport`` sending RecoverOrphanedTransactionCommand on a live
     producer's Telemetry stream; the answer comes back as EndTransaction.
+    Under ``serve --workers N``, a producer on another worker is reached
+    through the Redis relay (every worker listens on it).
 
     With ``group`` set and no live producer, the group's persisted checker of
     another kind (a webhook) is asked instead."""
@@ -200,6 +202,16 @@ class GrpcCheckTransport(CheckTransport):
             self._target = self.endpoint.transactions.deliver_check(request)
             return CheckAnswer.SENT
         except CheckBackError:
+            peers = self.endpoint.peers
+            if peers is not None:
+                # A worker of ``serve --workers N``: the producer's Telemetry
+                # stream may live on another worker.
+                try:
+                    answer = peers.check(request)
+                    self._target = peers.target
+                    return answer
+                except CheckBackError:
+                    pass
             fb = self._fallback()
             if fb is None:
                 raise

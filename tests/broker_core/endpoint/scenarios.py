@@ -656,7 +656,7 @@ def s_restart_a():
     got = []
     end = time.time() + 15
     while len(got) < 3 and time.time() < end:  # one is never received
-        got += c.receive(1, 60)
+        got += c.receive(1, 4)
     acked = got[0].body.decode()
     c.ack(got[0])
     c.shutdown()
@@ -667,7 +667,7 @@ def s_restart_a():
 def s_restart_b():
     t, g = f"TR{SUF}", f"GR{SUF}"
     c = consumer(g, {t: FilterExpression("*")})
-    got = drain(c, 3, timeout=8)
+    got = drain(c, 3, timeout=15)
     more = c.receive(32, 20)
     c.shutdown()
     return {
@@ -753,6 +753,216 @@ def s_send_few():
         acked.append([body[:20], r.message_id])
     p.shutdown()
     return {"acked": acked}
+
+
+# -- serve --workers 2: ENDPOINT is "<worker 0 address>;<worker 1 address>" --
+def _pinned():
+    """Per worker: a client configuration whose every call reaches that
+    worker (its own port, ``--worker-ports``)."""
+    return [ClientConfiguration(ep, Credentials()) for ep in EP.split(";")]
+
+
+def _on(msg_, cfg):
+    """Point a received message's next ack or invisibility change at another
+    worker, as after its client reconnected there."""
+    msg_.endpoints = cfg.rpc_endpoints
+    return msg_
+
+
+def _consumer_on(cfg, group, topic, await_s=1):
+    c = SimpleConsumer(
+        cfg, group, {topic: FilterExpression("*")}, await_duration=await_s
+    )
+    c.startup()
+    return c
+
+
+def s_w_share():
+    """Two consumers of one group, one on each worker, drain 60 messages."""
+    t, g = f"TWS{SUF}", f"GWS{SUF}"
+    w0, w1 = _pinned()
+    p = Producer(w0, (t,))
+    p.startup()
+    sent = [p.send(msg(t, f"s{i}")).message_id for i in range(60)]
+    cs = [_consumer_on(w0, g, t), _consumer_on(w1, g, t)]
+    got = [[], []]
+    lock = threading.Lock()
+
+    def run(i):
+        end = time.time() + 30
+        while time.time() < end:
+            with lock:
+                if len(got[0]) + len(got[1]) >= 60:
+                    return
+            for m in cs[i].receive(8, 20):
+                cs[i].ack(m)
+                with lock:
+                    got[i].append(m.body.decode())
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    after = [len(c.receive(32, 20)) for c in cs]
+    ids = [c.client_id for c in cs]
+    time.sleep(1.2)  # clients.json is rewritten every 0.5 s
+    for c in cs:
+        c.shutdown()
+    p.shutdown()
+    return {"sent": len(sent), "got": got, "after": after, "client_ids": ids}
+
+
+def s_w_handles():
+    """A handle popped on one worker is renewed and acknowledged on the other;
+    redeliveries count attempts whichever worker delivers them, and the
+    third one (max attempts 3) goes to the dead letter queue."""
+    t, g = f"TWH{SUF}", f"GWH{SUF}"
+    w0, w1 = _pinned()
+    p = Producer(w0, (t,))
+    p.startup()
+    c0, c1 = _consumer_on(w0, g, t), _consumer_on(w1, g, t)
+    p.send(msg(t, "moved"))
+    out = {}
+    first = drain(c0, 1, ack=False, invisible=2)[0]  # worker 0, attempt 1
+    out["first"] = [first.body.decode(), first.delivery_attempt]
+    # On worker 1 while worker 0's handle is in flight: nothing to hand out.
+    out["while_invisible"] = len(c1.receive(32, 2))
+    again = drain(c1, 1, ack=False, invisible=2, timeout=10)[0]  # attempt 2
+    out["again"] = [again.body.decode(), again.delivery_attempt]
+    old = again.receipt_handle
+    # Worker 0 changes the invisibility of worker 1's handle: a new handle.
+    c0.change_invisible_duration(_on(again, w0), 5)
+    out["handle_changed"] = again.receipt_handle != old
+    new = again.receipt_handle
+    again.receipt_handle = old
+    try:
+        c1.ack(_on(again, w1))
+        out["stale"] = "OK"
+    except Exception as e:  # noqa: BLE001
+        out["stale"] = str(getattr(e, "code", "")) or str(e)[:100]
+    again.receipt_handle = new
+    c1.ack(_on(again, w1))  # acknowledged on worker 1
+    out["after_ack"] = len(c0.receive(32, 20)) + len(c1.receive(32, 20))
+    # Dead letters: three deliveries over both workers, never acknowledged.
+    p.send(msg(t, "poison"))
+    attempts = []
+    for c in (c0, c1, c0):
+        m = drain(c, 1, ack=False, invisible=1, timeout=10)
+        attempts += [x.delivery_attempt for x in m]
+    out["attempts"] = attempts
+    time.sleep(1.2)  # visible again after its third delivery: the next
+    out["after_dlq"] = len(c1.receive(32, 20))  # receive dead-letters it
+    dlq = _consumer_on(w0, f"GWHD{SUF}", f"%DLQ%{g}")
+    out["dlq"] = [m.body.decode() for m in drain(dlq, 1, timeout=15)]
+    for c in (c0, c1, dlq):
+        c.shutdown()
+    p.shutdown()
+    return out
+
+
+def s_w_fifo():
+    """Two consumers of one group, one on each worker, take turns on two
+    message groups: a group's next message only after its previous is
+    acknowledged, whichever worker has it."""
+    t, g = f"TWF{SUF}", f"GWF{SUF}"
+    w0, w1 = _pinned()
+    p = Producer(w0, (t,))
+    p.startup()
+    for i in range(6):
+        for grp in ("g1", "g2"):
+            p.send(msg(t, f"{grp}-{i}", group=grp))
+    cs = [_consumer_on(w0, g, t), _consumer_on(w1, g, t)]
+    events = []  # (message group, body, received at, acked at, consumer)
+    lock = threading.Lock()
+    errors = []
+
+    def run(i):
+        end = time.time() + 40
+        while time.time() < end:
+            with lock:
+                if len(events) >= 12:
+                    return
+            batch = cs[i].receive(32, 10)
+            groups = [m.message_group for m in batch]
+            if len(groups) != len(set(groups)):
+                errors.append(groups)
+            for m in batch:
+                received = time.time()
+                time.sleep(0.1)
+                acked_before = time.time()
+                cs[i].ack(m)
+                with lock:
+                    events.append(
+                        (m.message_group, m.body.decode(), received, acked_before, i)
+                    )
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for c in cs:
+        c.shutdown()
+    p.shutdown()
+    return {"events": events, "errors": errors}
+
+
+def s_w_tx():
+    """A producer and its checker on worker 1; the check runs in worker 0."""
+    t, g = f"TWX{SUF}", f"GWX{SUF}"
+    _w0, w1 = _pinned()
+    chk = Checker()
+    p = Producer(w1, (t,), checker=chk)
+    p.startup()
+    c = _consumer_on(w1, g, t)
+    tx = p.begin_transaction()
+    p.send(msg(t, "checked"), tx)  # never resolved: the check-back commits it
+    got = drain(c, 1, timeout=25)
+    cid = p.client_id
+    c.shutdown()
+    p.shutdown()
+    return {"got": [m.body.decode() for m in got], "checked": chk.seen, "id": cid}
+
+
+def s_w_kill_a():
+    """On worker 1: six messages received, three acknowledged."""
+    t, g = f"TWK{SUF}", f"GWK{SUF}"
+    _w0, w1 = _pinned()
+    p = Producer(w1, (t,))
+    p.startup()
+    for i in range(6):
+        p.send(msg(t, f"k{i}"))
+    c = _consumer_on(w1, g, t)
+    got = drain(c, 6, ack=False, invisible=4)
+    for m in got[:3]:
+        c.ack(m)
+    c.shutdown()
+    p.shutdown()
+    bodies = [m.body.decode() for m in got]
+    return {"acked": bodies[:3], "unacked": bodies[3:]}
+
+
+def s_w_kill_b():
+    """After worker 1 was killed and restarted: on each worker."""
+    t, g = f"TWK{SUF}", f"GWK{SUF}"
+    w0, w1 = _pinned()
+    c = _consumer_on(w0, g, t)
+    got = drain(c, 3, timeout=15)
+    more = c.receive(32, 20)
+    c.shutdown()
+    p = Producer(w1, (t,))
+    p.startup()
+    p.send(msg(t, "after"))
+    c1 = _consumer_on(w1, g, t)
+    later = drain(c1, 1, timeout=10)
+    c1.shutdown()
+    p.shutdown()
+    return {
+        "got": sorted(m.body.decode() for m in got + more),
+        "attempts": sorted(m.delivery_attempt for m in got + more),
+        "later": [m.body.decode() for m in later],
+    }
 
 
 if __name__ == "__main__":

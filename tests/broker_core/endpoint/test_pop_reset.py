@@ -23,7 +23,7 @@ def test_reset_applies_live_and_at_start(tmp_path) -> None:
         assert not list((b.store.root / "grpc" / "resets").iterdir())
         # In-flight messages of the queue are forgotten; reading resumes at 4.
         assert _pop_all(pm, 10) == [b"m4", b"m5"]
-        pm.save()
+        pm.mirror_offsets()
         assert b.store.committed_offset("G", "T", 0) == 4
         # With no endpoint running, the request waits for the next start.
         request_reset(b.store.root, "G", "T", {0: 1})

@@ -2,7 +2,9 @@
 subprocesses, against ``python -m broker_core serve`` (also a subprocess).
 
 One server is shared by all scenarios; the scenarios run concurrently (each on
-its own topics and groups) to keep the wall time low.
+its own topics and groups) to keep the wall time low. All of it runs twice:
+against one endpoint process, and against ``serve --workers 2`` (the clients'
+connections land on either worker; ``test_workers.py`` pins them).
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from broker_core.endpoint.workers import announced
+
 pytestmark = [pytest.mark.protocol, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[3]
 PY = sys.executable
 SCEN = Path(__file__).with_name("scenarios.py")
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 NAMES = [
     "push_ok",
     "push_fifo_dlq",
@@ -44,19 +49,34 @@ def free_port() -> int:
 
 
 def start_server(
-    store: Path, port: int, log: Path, extra: tuple[str, ...] = ()
+    store: Path,
+    port: int,
+    log: Path,
+    extra: tuple[str, ...] = (),
+    workers: int = 1,
 ) -> subprocess.Popen:
+    """``serve --embedded-timers``; with ``workers`` > 1, check-backs between
+    the workers go through Redis on a channel of this server's own."""
+    if workers == 1:
+        relay: tuple[str, ...] = ("--no-redis-relay",)
+    else:
+        relay = (
+            "--workers", str(workers), "--redis-url", REDIS_URL,
+            "--redis-channel", f"broker_core:grpc:check:test{port}",
+        )  # fmt: skip
     cmd = [
         PY, "-m", "broker_core", "serve", "--store", str(store),
         "--listen", f"127.0.0.1:{port}", "--embedded-timers",
         "--transaction-timeout-ms", "1000", "--check-interval-ms", "2000",
         "--max-delivery-attempts", "3", "--consumer-backoff-ms", "300,300,300",
-        "--no-redis-relay", *extra,
+        *relay, *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT
     )
     wait_port(proc, port)
+    if workers > 1:
+        wait_workers(proc, store, workers)
     return proc
 
 
@@ -72,6 +92,29 @@ def wait_port(proc: subprocess.Popen, port: int) -> None:
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError("server did not start")
+
+
+def wait_workers(proc: subprocess.Popen, store: Path, n: int) -> dict[int, dict]:
+    """Wait until the ``n`` workers serve: index -> announcement (pid, ports)."""
+    from broker_core.endpoint.workers import announced
+
+    end = time.time() + 30
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise RuntimeError("server exited")
+        up = announced(store)
+        if len(up) == n and all(pid_alive(w["pid"]) for w in up.values()):
+            return up
+        time.sleep(0.1)
+    raise RuntimeError(f"{n} workers did not start")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def stop_server(proc: subprocess.Popen) -> int:
@@ -102,13 +145,19 @@ def result(proc: subprocess.Popen, timeout: float = 120) -> dict:
     return json.loads(lines[-1][7:])
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@pytest.fixture(scope="module", params=[1, 2], ids=["1worker", "2workers"])
+def server(request, tmp_path_factory):
+    workers = request.param
     base = tmp_path_factory.mktemp("grpc")
     port = free_port()
     proc = start_server(
-        base / "store", port, base / "server.log", ("--fifo-groups", f"GPFs{port}")
+        base / "store",
+        port,
+        base / "server.log",
+        ("--fifo-groups", f"GPFs{port}"),
+        workers=workers,
     )
+    pids = [w["pid"] for w in announced(base / "store").values()]
     ep = f"127.0.0.1:{port}"
     runs = {n: spawn(n, ep, f"s{port}", base) for n in NAMES}
     yield {"proc": proc, "endpoint": ep, "runs": runs, "base": base}
@@ -116,6 +165,7 @@ def server(tmp_path_factory):
         if p.poll() is None:
             p.kill()
     assert stop_server(proc) == 0
+    assert not [p for p in pids if pid_alive(p)]  # every worker stopped
     log = (base / "server.log").read_text()
     assert "Traceback" not in log, log[-4000:]
 

@@ -1,5 +1,6 @@
 """Pop state survives a restart: acknowledged messages stay acknowledged,
-received-but-unacknowledged ones come back (attempt + 1), unread ones arrive."""
+received-but-unacknowledged ones come back when their invisible time (4 s)
+ends, attempt + 1, unread ones arrive."""
 
 from __future__ import annotations
 
