@@ -102,6 +102,53 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-listen", default=None, metavar="HOST:PORT")
     p.add_argument("--tls-cert", default=None, help="PEM certificate chain")
     p.add_argument("--tls-key", default=None, help="PEM private key")
+    g = p.add_argument_group(
+        "cluster", "membership in a cluster of nodes and replication (docs/cluster.md)"
+    )
+    g.add_argument(
+        "--cluster",
+        default=os.environ.get("BROKER_CLUSTER", ""),
+        help="cluster name: register this node in the route registry "
+        "(default: $BROKER_CLUSTER; none: a single node)",
+    )
+    g.add_argument(
+        "--node", default=os.environ.get("BROKER_NODE", ""), help="broker name"
+    )
+    g.add_argument("--broker-id", type=int, default=0, help="1+ for a slave")
+    g.add_argument(
+        "--role",
+        choices=("ASYNC_MASTER", "SYNC_MASTER"),
+        default=os.environ.get("BROKER_ROLE", "ASYNC_MASTER"),
+        help="a master's role: SYNC_MASTER answers a send once a slave has it",
+    )
+    g.add_argument(
+        "--registry",
+        default=None,
+        help="route registry (Redis URL; default: $REGISTRY_URL, else $REDIS_URL)",
+    )
+    g.add_argument(
+        "--registry-expiry",
+        type=float,
+        default=10.0,
+        help="seconds without a heartbeat before a node drops out of routes",
+    )
+    g.add_argument(
+        "--advertise",
+        default=None,
+        help="HOST:PORT clients use for this node (default: --listen)",
+    )
+    g.add_argument(
+        "--ha-listen", default="", help="serve this master's log on HOST:PORT"
+    )
+    g.add_argument("--master-ha", default="", help="follow the master at HOST:PORT")
+    g.add_argument("--ha-secret-file", default="", help="shared replication secret")
+    g.add_argument(
+        "--sync-timeout",
+        type=float,
+        default=3.0,
+        help="SYNC_MASTER: seconds a send waits for a slave, then "
+        "SLAVE_PERSISTENCE_TIMEOUT",
+    )
     p.add_argument(
         "--auth",
         action="append",
@@ -169,6 +216,32 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             )
         ),
     )
+    if args.cluster:
+        from broker_core.cluster.node import NodeConfig
+
+        if not args.node:
+            raise SystemExit("--cluster needs --node (this node's broker name)")
+        if args.workers > 1 and (args.ha_listen or args.master_ha):
+            raise SystemExit("replication (--ha-listen, --master-ha) needs --workers 1")
+        cfg.node = NodeConfig(
+            cluster=args.cluster,
+            name=args.node,
+            registry_url=args.registry
+            or os.environ.get("REGISTRY_URL")
+            or os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+            advertise=args.advertise or f"{cfg.host}:{cfg.port}",
+            broker_id=args.broker_id,
+            role=args.role,
+            expiry_s=args.registry_expiry,
+            ha_listen=args.ha_listen,
+            master_ha=args.master_ha,
+            secret_file=args.ha_secret_file,
+            sync_timeout_s=args.sync_timeout,
+        )
+    elif args.ha_listen or args.master_ha:
+        raise SystemExit(
+            "replication needs cluster membership: give --cluster and --node"
+        )
     cfg.auth_window_s = args.auth_window
     cfg.dedupe_window_ms = args.dedupe_window_ms
     cfg.auth_offsets_min = tuple(int(x) for x in args.auth_offsets.split(",") if x)

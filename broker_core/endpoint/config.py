@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 #: How often a waiting long poll looks for appends by other processes.
 APPEND_WATCH_S = 0.002
@@ -50,3 +51,5 @@ class EndpointConfig:
     auth_offsets_min: tuple[int, ...] = ()
     #: TLS port beside the plaintext one: (host:port, cert file, key file)
     tls: tuple[str, str, str] | None = None
+    #: cluster membership (``broker_core.cluster.node.NodeConfig``); None: alone
+    node: Any = None

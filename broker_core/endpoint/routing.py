@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,17 @@ from broker_core.validation import (
 
 if TYPE_CHECKING:
     from broker_core.endpoint.server import Endpoint
+
+log = logging.getLogger(__name__)
+
+
+def _endpoints(addresses: list[str]) -> pb.Endpoints:
+    """``host:port`` strings as the route's endpoints."""
+    out = pb.Endpoints(scheme=pb.IPv4)
+    for a in addresses:
+        host, _, port = a.rpartition(":")
+        out.addresses.append(pb.Address(host=host, port=int(port)))
+    return out
 
 
 class Routing:
@@ -54,17 +66,66 @@ class Routing:
         asked: pb.Endpoints | None = None,
         permission: int = pb.READ_WRITE,
     ) -> pb.MessageQueue:
+        node = self.ep.node
         return pb.MessageQueue(
             topic=pb.Resource(name=topic),
             id=qid,
             permission=permission,
-            broker=pb.Broker(name="broker-a", id=0, endpoints=self.endpoints(asked)),
+            broker=pb.Broker(
+                name=node.cfg.name if node is not None else "broker-a",
+                id=0,
+                endpoints=self.endpoints(asked),
+            ),
             accept_message_types=ALL_TYPES,
         )
 
     def route(self, topic: str, asked: pb.Endpoints | None) -> list[pb.MessageQueue]:
-        """The topic's real queues, as RocketMQ's route has them: queue ids below
-        both counts are read-write, the rest read-only or write-only."""
+        """The topic's queues: in a cluster every serving node's (from the
+        route registry), else this store's."""
+        if self.ep.node is not None:
+            queues = self.cluster_route(topic, asked)
+            if queues:
+                return queues
+            # Not registered yet (just created) or the registry is away: what
+            # this node has, so that its own clients keep working.
+        return self.local_route(topic, asked)
+
+    def cluster_route(
+        self, topic: str, asked: pb.Endpoints | None, readable_only: bool = False
+    ) -> list[pb.MessageQueue]:
+        """The cluster's queues of ``topic``, each with its node's endpoints
+        (this node's as the client asked for it)."""
+        node = self.ep.node
+        try:
+            entries = node.route(topic)
+        except Exception as exc:  # noqa: BLE001 - registry away
+            log.warning("route registry unavailable: %s", exc)
+            return []
+        out = []
+        for e in entries:
+            perm = {6: pb.READ_WRITE, 4: pb.READ, 2: pb.WRITE}[e.perm]
+            if readable_only and not e.perm & 4:
+                continue
+            if e.node.name == node.cfg.name and e.node.broker_id == node.current_id():
+                endpoints = self.endpoints(asked)
+            else:
+                endpoints = _endpoints(e.node.endpoints)
+            out.append(
+                pb.MessageQueue(
+                    topic=pb.Resource(name=topic),
+                    id=e.queue_id,
+                    permission=perm,
+                    broker=pb.Broker(name=e.node.name, id=0, endpoints=endpoints),
+                    accept_message_types=ALL_TYPES,
+                )
+            )
+        return out
+
+    def local_route(
+        self, topic: str, asked: pb.Endpoints | None
+    ) -> list[pb.MessageQueue]:
+        """This store's queues of the topic, as RocketMQ's route has them: queue
+        ids below both counts are read-write, the rest read-only or write-only."""
         cfg = self.ep.store.topics.topics.get(topic)
         reads = cfg.read_queue_nums if cfg else 1
         writes = cfg.write_queue_nums if cfg else 1
@@ -91,6 +152,10 @@ class Routing:
                     await self.ep.on_writer(self.ep.broker.create_topic, topic)
                 except Exception:  # noqa: BLE001 - created concurrently
                     pass
+                if self.ep.node is not None:
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, self.ep.node.announce
+                    )
         except ValidationError as exc:
             return spb.QueryRouteResponse(status=status(C.ILLEGAL_TOPIC, str(exc)))
         return spb.QueryRouteResponse(
@@ -101,13 +166,18 @@ class Routing:
         topic = request.topic.name
         if not topic or not self.ep.topic_exists(topic):
             return spb.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND))
-        # One assignment for this broker: a Receive pops from every queue of
-        # the topic (pop consumption), so consumers never need a rebalance.
+        # One assignment per broker: a Receive pops from every queue of the
+        # topic (pop consumption), so consumers never need a rebalance. In a
+        # cluster, one for each node serving the topic.
+        queues = [self.queue(topic, 0, request.endpoints)]
+        if self.ep.node is not None:
+            by_broker: dict[str, pb.MessageQueue] = {}
+            for q in self.cluster_route(topic, request.endpoints, readable_only=True):
+                by_broker.setdefault(q.broker.name, q)
+            queues = list(by_broker.values()) or queues
         return spb.QueryAssignmentResponse(
             status=status(C.OK),
-            assignments=[
-                pb.Assignment(message_queue=self.queue(topic, 0, request.endpoints))
-            ],
+            assignments=[pb.Assignment(message_queue=q) for q in queues],
         )
 
     async def Heartbeat(self, request, context):  # noqa: N802

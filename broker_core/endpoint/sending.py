@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import zlib
 from collections import OrderedDict
@@ -47,6 +48,11 @@ if TYPE_CHECKING:
 #: What one SendMessage call gets back from the writer: its result entries,
 #: how many messages were stored, how many were retries, the topics to wake.
 SendOutcome = tuple[list[Any], int, int, set[str]]
+
+
+#: Why a slave refuses a write (its routes are read-only; a client that
+#: still sends here after a failover learns it and routes to the masters).
+SLAVE_REFUSES = "this node is a slave: send to a master of the cluster"
 
 
 @dataclass(slots=True)
@@ -187,6 +193,8 @@ class Sending:
             return spb.SendMessageResponse(
                 status=status(C.BAD_REQUEST, "no message in the request")
             )
+        if not self.ep.writable():
+            return spb.SendMessageResponse(status=status(C.FORBIDDEN, SLAVE_REFUSES))
         cid = client_id_of(context)
         sender = self.ep.clients.get(cid) if cid else None
         if sender is not None:
@@ -219,6 +227,18 @@ class Sending:
         if outcome is None:
             outcome = await self.group.submit((request.messages, cid))
         entries, sent, deduplicated, woken = outcome
+        node = self.ep.node
+        if node is not None and node.sync and sent:
+            # SYNC_MASTER: answered once a slave has the log up to here.
+            end = self.ep.store.max_physical_offset()
+            loop = asyncio.get_running_loop()
+            if not await loop.run_in_executor(None, node.wait_replicated, end):
+                for e in entries:
+                    if e.status.code == C.OK:
+                        e.status.CopyFrom(status(C.SLAVE_PERSISTENCE_TIMEOUT, (
+                            "stored on the master but no slave confirmed it in "
+                            f"{node.cfg.sync_timeout_s:g} s"
+                        )))  # fmt: skip
         self.ep.counters["sent"] += sent
         self.ep.counters["retries_deduplicated"] += deduplicated
         for topic in woken:

@@ -86,6 +86,9 @@ class Endpoint:
         #: the Redis relay to the other workers' producers (``--workers``)
         self.peers: Any = None
         self.ports: set[int] = {cfg.port}
+        #: cluster membership and replication (``ClusterNode``); None: alone
+        self.node: Any = None
+        self._master_services = False
         self.counters = {
             "sent": 0,
             "received": 0,
@@ -227,12 +230,25 @@ class Endpoint:
             loop.create_task(self._persist_loop()),
             loop.create_task(self._watch_appends()),
         ]
+        if self.node is None or self.node.is_master:
+            self.start_master_services()
+
+    def start_master_services(self) -> None:
+        """Embedded delay delivery and transaction check: once per store (worker
+        0 of ``serve --workers N``), and only on a master (a slave's start when
+        it is promoted)."""
+        if self._master_services:
+            return
+        self._master_services = True
         if self.cfg.embedded_timers and self.cfg.worker in (None, 0):
-            # Once per store: in worker 0 of ``serve --workers N``.
             self.delays.start()
             t = threading.Thread(target=self._check_loop, daemon=True, name="tx-check")
             t.start()
             self.threads.append(t)
+
+    def writable(self) -> bool:
+        """Whether this node takes writes (not a slave)."""
+        return self.node is None or self.node.is_master
 
     def _check_loop(self) -> None:
         period = 1.0
@@ -360,6 +376,11 @@ class Endpoint:
 
     def close(self) -> None:
         self.stop_event.set()
+        if self.node is not None:
+            try:
+                self.node.close()
+            except Exception:  # noqa: BLE001
+                log.exception("endpoint close: leaving the cluster failed")
         if self.relay is not None:
             self.relay.close()
         for t in self.threads:
@@ -505,6 +526,10 @@ async def serve(
 
     broker = Broker.open(store_dir, **(store_options or {}))
     endpoint = Endpoint(broker, cfg)
+    if cfg.node is not None:
+        from broker_core.cluster.node import ClusterNode
+
+        endpoint.node = ClusterNode(broker.store, cfg.node)
     limit = max(16 << 20, endpoint.max_body * 2 + (1 << 20))
     server = grpc.aio.server(
         options=[
@@ -537,6 +562,12 @@ async def serve(
         endpoint.ports.add(tls_port)
         print(f"broker_core gRPC endpoint TLS on {listen}", flush=True)
     await server.start()
+    if endpoint.node is not None:
+        loop = asyncio.get_running_loop()
+        endpoint.node.on_promoted.append(
+            lambda: loop.call_soon_threadsafe(endpoint.start_master_services)
+        )
+        endpoint.node.start()
     await endpoint.start_background()
     if cfg.worker is not None:
         from broker_core.endpoint.workers import announce

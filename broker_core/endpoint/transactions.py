@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from broker_core.endpoint.sending import SLAVE_REFUSES
 from broker_core.endpoint.wire import (
     SYSTEM_PROPS,
     C,
@@ -67,6 +68,8 @@ class Transactions:
             return spb.EndTransactionResponse(
                 status=status(C.INVALID_TRANSACTION_ID, "transaction id is empty")
             )
+        if not self.ep.writable():
+            return spb.EndTransactionResponse(status=status(C.FORBIDDEN, SLAVE_REFUSES))
         res = {
             pb.COMMIT: TransactionResolution.COMMIT,
             pb.ROLLBACK: TransactionResolution.ROLLBACK,

@@ -1,0 +1,281 @@
+"""One node of a cluster: the endpoint's membership, routes and replication.
+
+A node is one store and its gRPC endpoint (RocketMQ 5's "local mode" proxy),
+named (``--node broker-a``) in a cluster (``--cluster``). ``ClusterNode``
+keeps it registered in the route registry (``registry.Heartbeat``), answers
+the endpoint's route questions from the registry (cached, refreshed when a
+node announces a change and at least every ``ROUTE_TTL_S``), and runs the
+node's side of replication:
+
+* a master with ``--ha-listen`` serves its log to slaves (``ha.HAServer``);
+  ``SYNC_MASTER`` answers a send only once a slave has it
+  (``wait_replicated``);
+* a slave (``--master-ha HOST:PORT``) follows its master in-process
+  (``ha.SlaveFollower``), serves reads of what it replicated, refuses writes,
+  and runs no transaction check or timers;
+* a slave is promoted by ``python -m broker_core promote STORE`` (or
+  ``promote()``): the node notices the role file change within
+  ``ROLE_POLL_S``, stops following, becomes a master (its registration says
+  so at once: clients send to it again) and starts the master services (the
+  check and the timers, whose state is derived from the replicated log).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from broker_core.cluster.registry import (
+    MASTER_ROLES,
+    PERM_READ,
+    PERM_WRITE,
+    Heartbeat,
+    NodeInfo,
+    RouteEntry,
+    RouteRegistry,
+    TopicQueues,
+)
+
+log = logging.getLogger(__name__)
+
+ROUTE_TTL_S = 1.0
+ROLE_POLL_S = 0.5
+
+
+@dataclass
+class NodeConfig:
+    cluster: str
+    name: str
+    registry_url: str
+    #: "host:port" the clients use for this node (routes carry it)
+    advertise: str
+    broker_id: int = 0
+    role: str = "ASYNC_MASTER"
+    expiry_s: float = 10.0
+    #: "host:port" to serve this master's log to slaves on; empty: none
+    ha_listen: str = ""
+    #: a slave's master HA address
+    master_ha: str = ""
+    secret_file: str = ""
+    #: SYNC_MASTER: how long a send waits for a slave
+    sync_timeout_s: float = 3.0
+    admin: str = ""
+
+
+class ClusterNode:
+    """Membership, routes and replication of one endpoint (module doc)."""
+
+    def __init__(self, store: Any, cfg: NodeConfig) -> None:
+        from broker_core.ha.role import Role, read_role
+
+        self.store = store  # the node's MessageStore
+        self.cfg = cfg
+        self.registry = RouteRegistry(cfg.registry_url, cfg.cluster, cfg.expiry_s)
+        self.started_ms = int(time.time() * 1000)
+        self.ha_server: Any = None
+        self.follower: Any = None
+        self._secret = b""
+        if cfg.ha_listen or cfg.master_ha:
+            from broker_core.ha.protocol import read_secret
+
+            if not cfg.secret_file:
+                raise ValueError("replication needs --ha-secret-file")
+            self._secret = read_secret(cfg.secret_file)
+        recorded = read_role(store.root)
+        if cfg.master_ha and "promoted_at_offset" in recorded:
+            # Promoted earlier: a master now, whatever the start flags say.
+            log.warning(
+                "%s was promoted (config/role.json): not following %s",
+                store.root, cfg.master_ha,
+            )  # fmt: skip
+            cfg.master_ha = ""
+        if not cfg.master_ha and recorded["role"] == Role.SLAVE.value:
+            raise ValueError(
+                f"{store.root} is a slave's store (config/role.json): give "
+                "--master-ha, or promote it first (python -m broker_core promote)"
+            )
+        self._routes: dict[str, tuple[float, list[RouteEntry]]] = {}
+        self._nodes_cache: tuple[float, list[NodeInfo]] = (0.0, [])
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._unsubscribe: Callable[[], None] | None = None
+        self.on_promoted: list[Callable[[], None]] = []
+        self.heartbeat = Heartbeat(self.registry, self.describe)
+        self._role_thread: threading.Thread | None = None
+
+    # -- role ------------------------------------------------------------------
+    @property
+    def role(self) -> str:
+        from broker_core.ha.role import read_role
+
+        return str(read_role(self.store.root)["role"])
+
+    @property
+    def is_master(self) -> bool:
+        return self.role in MASTER_ROLES
+
+    def current_id(self) -> int:
+        """The broker id this node registers: 0 as a master, 1+ as a slave."""
+        return 0 if self.is_master else max(1, self.cfg.broker_id)
+
+    @property
+    def sync(self) -> bool:
+        return self.role == "SYNC_MASTER" and self.ha_server is not None
+
+    # -- lifecycle -------------------------------------------------------------
+    def start(self) -> ClusterNode:
+        if self.cfg.master_ha:
+            from broker_core.ha.slave import SlaveFollower
+
+            self.follower = SlaveFollower(
+                self.store, self.cfg.master_ha, self._secret,
+                self.cfg.cluster, self.cfg.name,
+            ).start()  # fmt: skip
+        else:
+            self._become_master_services()
+        self.heartbeat.start()
+        self._unsubscribe = self.registry.subscribe(lambda _m: self.invalidate())
+        self._role_thread = threading.Thread(
+            target=self._watch_role, name="cluster-role", daemon=True
+        )
+        self._role_thread.start()
+        return self
+
+    def _become_master_services(self) -> None:
+        from broker_core.ha.master import HAServer
+        from broker_core.ha.role import Role, read_role, write_role
+
+        recorded = read_role(self.store.root)
+        wanted = self.cfg.role if self.cfg.role in MASTER_ROLES else "ASYNC_MASTER"
+        if recorded["role"] not in MASTER_ROLES or (
+            recorded["role"] != wanted and "promoted_at_offset" not in recorded
+        ):
+            write_role(self.store.root, Role(wanted))
+        if self.cfg.ha_listen and self.ha_server is None:
+            self.ha_server = HAServer(
+                self.store, self.cfg.ha_listen, self._secret,
+                self.cfg.cluster, self.cfg.name,
+            ).start()  # fmt: skip
+
+    def _watch_role(self) -> None:
+        while not self._stop.wait(ROLE_POLL_S):
+            if self.follower is not None and self.is_master:
+                self._promoted()
+
+    def promote(self, role: str = "SYNC_MASTER") -> None:
+        """Promote this slave here (the CLI's ``promote`` does the same from
+        outside through the role file)."""
+        from broker_core.ha.role import Role
+
+        if self.follower is None:
+            raise ValueError("this node is not a slave")
+        self.follower.promote(Role(role))
+        self._promoted()
+
+    def _promoted(self) -> None:
+        with self._lock:
+            follower, self.follower = self.follower, None
+        if follower is None:
+            return
+        follower.stop()
+        log.warning("node %s promoted to %s", self.cfg.name, self.role)
+        self.cfg.master_ha = ""
+        self._become_master_services()
+        self.heartbeat.beat()
+        for callback in self.on_promoted:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001
+                log.exception("a promotion callback failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        self.heartbeat.stop(unregister=True)
+        if self.follower is not None:
+            self.follower.stop()
+        if self.ha_server is not None:
+            self.ha_server.stop()
+
+    # -- registration ------------------------------------------------------------
+    def describe(self) -> NodeInfo:
+        """This node as the registry should see it now."""
+        store = self.store
+        topics = {}
+        for t in store.list_topics():
+            perm = int(getattr(t, "perm", PERM_READ | PERM_WRITE) or 0)
+            topics[t.topic_name] = TopicQueues(
+                t.read_queue_nums, t.write_queue_nums, perm or PERM_READ | PERM_WRITE
+            )
+        role = self.role
+        status = self.follower.status() if self.follower is not None else {}
+        return NodeInfo(
+            cluster=self.cfg.cluster,
+            name=self.cfg.name,
+            broker_id=0 if role in MASTER_ROLES else max(1, self.cfg.broker_id),  # noqa: E501
+            role=role,
+            endpoints=[self.cfg.advertise],
+            admin=self.cfg.admin,
+            ha=self.cfg.ha_listen if self.ha_server is not None else "",
+            topics=topics,
+            log_end=store.max_physical_offset(),
+            master_log_end=int(status.get("master_offset") or 0),
+            started_ms=self.started_ms,
+        )
+
+    # -- routes ------------------------------------------------------------------
+    def invalidate(self) -> None:
+        with self._lock:
+            self._routes.clear()
+            self._nodes_cache = (0.0, [])
+
+    def nodes(self) -> list[NodeInfo]:
+        now = time.monotonic()
+        with self._lock:
+            at, nodes = self._nodes_cache
+        if now - at < ROUTE_TTL_S and nodes:
+            return nodes
+        nodes = self.registry.nodes()
+        with self._lock:
+            self._nodes_cache = (now, nodes)
+        return nodes
+
+    def route(self, topic: str) -> list[RouteEntry]:
+        """The cluster's queues of ``topic`` (may be empty: unknown topic)."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._routes.get(topic)
+        if cached is not None and now - cached[0] < ROUTE_TTL_S:
+            return cached[1]
+        entries = self.registry.route(topic, self.nodes())
+        with self._lock:
+            self._routes[topic] = (now, entries)
+        return entries
+
+    def announce(self) -> None:
+        """Register now (a topic was created here): routes elsewhere follow."""
+        self.heartbeat.beat()
+        self.invalidate()
+
+    # -- replication ---------------------------------------------------------------
+    def wait_replicated(self, offset: int) -> bool:
+        """For SYNC_MASTER: whether a slave has the log up to ``offset`` within
+        the node's sync timeout."""
+        if self.ha_server is None:
+            return True
+        return bool(self.ha_server.wait_replicated(offset, self.cfg.sync_timeout_s))
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cfg.cluster,
+            "node": self.cfg.name,
+            "role": self.role,
+            "registry_error": self.heartbeat.last_error,
+            "slaves": self.ha_server.replication_status() if self.ha_server else [],
+            "following": self.follower.status() if self.follower else None,
+        }
