@@ -86,6 +86,12 @@ def master(store: str, addr: str, secret_file: str, out: str, opts: dict) -> Non
         k += 1
         if pause:
             time.sleep(pause)
+    final = int(opts.get("final_delay_ms", 0))
+    if ds is not None and final:
+        r = ds.send_delayed(Message("HA-D", b"delayed-final"), delay_ms=final)
+        os.write(
+            fd, (json.dumps({"kind": "delayed", "msg_id": r.msg_id}) + "\n").encode()
+        )
     print("DONE", b.store.max_physical_offset(), flush=True)
     stop.wait()
     srv.stop()
