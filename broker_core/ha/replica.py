@@ -11,18 +11,21 @@ its own offset): a chunk that fails is refused whole, nothing of it visible.
 from __future__ import annotations
 
 import logging
+import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker_core import recovery
-from broker_core.dispatch import decode_dispatch
+from broker_core.dispatch import queue_unit_fields
 from broker_core.errors import ReplicationError
 from broker_core.metadata import TopicConfig
 from broker_core.record import (
     BLANK,
     BLANK_MAGIC,
-    PHYSICAL_OFFSET_AT,
+    SKIP_MAGIC,
     RecordCheck,
     check_record,
+    intact,
 )
 
 if TYPE_CHECKING:
@@ -30,20 +33,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: One consume-queue unit to write: (topic, queue id, queue offset, log offset,
-#: size, tag code).
-Unit = tuple[str, int, int, int, int, int]
+#: One consume-queue unit to write: (queue offset, log offset, size, tag code).
+Unit = tuple[int, int, int, int]
 
 
 def check_chunk(
-    data: bytes | memoryview, start: int, segment_size: int, delay_ms: object
-) -> tuple[int, list[Unit]]:
-    """Validate a chunk of log that starts at ``start``; return its end and units.
+    data: bytes | memoryview,
+    start: int,
+    segment_size: int,
+    delay_ms: Callable[[int], int],
+) -> tuple[int, dict[tuple[str, int], list[Unit]]]:
+    """Validate a chunk of log that starts at ``start``; return its end and the
+    consume-queue units of its records, by queue.
 
-    The chunk must lie in one segment and hold whole records, each with its own
-    offset and intact CRCs (the ``__CRC32#`` record CRC required), optionally
-    closed by the segment's blank marker, after which the log goes on at the
-    next segment (the returned end). Raises ``ReplicationError`` otherwise.
+    The chunk must lie in one segment and hold whole records, each at its own
+    offset with intact CRCs (the ``__CRC32#`` record CRC required, so every
+    byte is covered: ``record.intact``), optionally closed by the segment's
+    blank marker, after which the log goes on at the next segment (the
+    returned end). Raises ``ReplicationError`` otherwise.
     """
     view = memoryview(data)
     n = len(view)
@@ -52,37 +59,37 @@ def check_chunk(
         raise ReplicationError("an empty chunk")
     if start + n > seg_end:
         raise ReplicationError(f"a chunk at {start} of {n} bytes crosses a segment")
-    units: list[Unit] = []
+    units: dict[tuple[str, int], list[Unit]] = {}
     pos = 0
     while pos < n:
         off = start + pos
-        if n - pos >= 8:
-            total, magic = BLANK.unpack_from(view, pos)
-            if magic == BLANK_MAGIC:
-                # The marker alone comes: the rest of the segment is filler.
-                if off + total != seg_end or pos + 8 != n:
-                    raise ReplicationError(
-                        f"a misplaced end-of-segment marker at {off}"
-                    )
-                return seg_end, units
-        chk = check_record(view, pos, n, True, True)
-        if chk.status is RecordCheck.SKIP:
-            pos += chk.size  # a range the master quarantined: kept as it is
+        if n - pos < 8:
+            raise ReplicationError(f"a torn record at {off}")
+        total, magic = BLANK.unpack_from(view, pos)
+        if magic == BLANK_MAGIC:
+            # The marker alone comes: the rest of the segment is filler.
+            if off + total != seg_end or pos + 8 != n:
+                raise ReplicationError(f"a misplaced end-of-segment marker at {off}")
+            return seg_end, units
+        if magic == SKIP_MAGIC:  # a range the master quarantined: kept as it is
+            chk = check_record(view, pos, n, False)
+            if chk.status is not RecordCheck.SKIP:
+                raise ReplicationError(f"a torn quarantine marker at {off}")
+            pos += chk.size
             continue
-        if chk.status is not RecordCheck.OK:
-            raise ReplicationError(
-                f"the record at {off} fails its checks ({chk.status.value})"
+        if not 0 < total <= n - pos or not intact(view, pos, total, off):
+            raise ReplicationError(f"the record at {off} fails its checks")
+        if off + total + 8 > seg_end:
+            raise ReplicationError(f"the record at {off} leaves no room for a blank")
+        try:
+            topic, qid, qoff, sysflag, size, code = queue_unit_fields(
+                view, pos, delay_ms
             )
-        phys = int.from_bytes(view[pos + PHYSICAL_OFFSET_AT : pos + 36], "big")
-        if phys != off or off + chk.size + 8 > seg_end:
-            raise ReplicationError(f"the record at {off} is not at its own offset")
-        req = decode_dispatch(view, pos, delay_ms)  # type: ignore[arg-type]
-        if req.sysflag & 0xC in (0, 8):
-            units.append(
-                (req.topic, req.queue_id, req.consume_queue_offset, off,
-                 req.msg_size, req.tags_code)
-            )  # fmt: skip
-        pos += chk.size
+        except (ValueError, IndexError, struct.error):
+            raise ReplicationError(f"the record at {off} is malformed") from None
+        if sysflag & 0xC in (0, 8):
+            units.setdefault((topic, qid), []).append((qoff, off, size, code))
+        pos += total
     return start + n, units
 
 
@@ -111,21 +118,27 @@ def apply_chunk(store: MessageStore, start: int, data: bytes | memoryview) -> in
         # Readers may read the records from now on; their queue units follow.
         state.commit_pos = end
         cqs = store.cqs
-        for topic, qid, qoff, off, size, code in units:
+        for (topic, qid), lst in units.items():
             cq = cqs.get(topic, qid)
-            if qoff != cq.max_offset():
+            first = lst[0][0]
+            if first != cq.max_offset() or lst[-1][0] - first != len(lst) - 1:
                 log.warning(
-                    "replica queue %s/%d: unit %d written at end %d",
-                    topic, qid, qoff, cq.max_offset(),
+                    "replica queue %s/%d: units %d..%d written at end %d",
+                    topic, qid, first, lst[-1][0], cq.max_offset(),
                 )  # fmt: skip
-            cq.put_units(qoff, [(off, size, code)])
+                for qoff, off, size, code in lst:
+                    cq.put_units(qoff, [(off, size, code)])
+            else:
+                cq.put_units(first, [(off, size, code) for _q, off, size, code in lst])
         state.dispatched_pos = end
     if store.dispatch.has_dispatchers:
         store.dispatch.run()
     return end
 
 
-def _ensure_topics(store: MessageStore, units: list[Unit]) -> None:
+def _ensure_topics(
+    store: MessageStore, units: dict[tuple[str, int], list[Unit]]
+) -> None:
     """Give every queue in ``units`` a topic config (append lock held).
 
     Topics come from the master's ``topics.json`` by config sync, which may
@@ -135,7 +148,7 @@ def _ensure_topics(store: MessageStore, units: list[Unit]) -> None:
     registry.reload()
     limits = registry.queue_limits
     need: dict[str, int] = {}
-    for topic, qid, *_ in units:
+    for topic, qid in units:
         if limits.get(topic, 0) <= qid:
             need[topic] = max(need.get(topic, 0), qid + 1)
     if not need:

@@ -12,6 +12,7 @@ from _hahelpers import SETTINGS, log_bytes, queue_units
 from broker_core import Broker, Message
 from broker_core.errors import ReplicationError
 from broker_core.ha.master import chunk_extent
+from broker_core.schedule import DelayService
 
 
 @pytest.fixture
@@ -40,12 +41,16 @@ def test_chunks_across_segments_rebuild_identical_queues(
     pair: tuple[Broker, Broker],
 ) -> None:
     m, s = pair
+    DelayService(m).close()  # its send hook stays: DELAY parks in the schedule topic
     for i in range(0, 1200, 40):
         m.send_batch(
             [
-                Message("Q", b"x" * (i % 700) + b"%d" % j, keys=f"k{j}")
+                Message(
+                    "Q", b"x" * (i % 700) + b"%d" % j, keys=f"k{j}", tags=f"t{j % 5}"
+                )
                 for j in range(i, i + 40)
             ]
+            + [Message("Q", b"later", properties={"DELAY": str(1 + i % 3)})]
         )
     end = m.store.max_physical_offset()
     assert end > 3 * SETTINGS["segment_size"]
@@ -54,7 +59,11 @@ def test_chunks_across_segments_rebuild_identical_queues(
     assert s.store.max_physical_offset() == end
     seg = SETTINGS["segment_size"]
     assert log_bytes(s.store.root, end, seg) == log_bytes(m.store.root, end, seg)
-    assert queue_units(s.store.root) == queue_units(m.store.root)
+    units = queue_units(m.store.root)
+    assert queue_units(s.store.root) == units
+    # Tag codes and the schedule queue's due times came out the same.
+    assert len({code for _o, _s, code in units[("Q", 1)]}) >= 5
+    assert units[("SCHEDULE_TOPIC_XXXX", 1)]
     got = s.pull("g", "Q", 2, 0, 5).messages
     assert [x.body for x in got] == [x.body for x in m.pull("g", "Q", 2, 0, 5).messages]
 
