@@ -1,7 +1,7 @@
 """Replication benchmark: a master appending at full speed with a slave following.
 
 Usage: python bench/replication.py [--messages 300000] [--batch 32] [--size 1024]
-[--dir DIR] [--json out.json]
+[--rate MSG_PER_S] [--sync-sends 2000] [--dir DIR] [--json out.json]
 
 Three runs on fresh stores, the slave always in its own process
 (``python -m broker_core replicate``) over loopback:
@@ -10,7 +10,10 @@ Three runs on fresh stores, the slave always in its own process
 2. the master appends with a slave following: its append rate, and the
    replication lag sampled every 10 ms in the master (bytes: master end minus
    the slave's acked end; ms: age of the oldest byte not yet acked);
-3. a fresh slave catches up with run 2's finished log: the slave's apply rate.
+3. a fresh slave catches up with run 2's finished log: the slave's apply rate;
+   then single sends each waiting for ``wait_replicated`` (a SYNC_MASTER send).
+
+``--rate`` paces run 2 (msg/s) to see the lag under a load the pair sustains.
 
 Prints the load average before and after (the figures depend on it) and a
 table, then the JSON result.
@@ -48,15 +51,22 @@ def _percentile(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p / 100 * len(s)))]
 
 
-def _append(b: Broker, n: int, batch: int, size: int, marks: list | None) -> float:
-    """Append ``n`` messages; return seconds. ``marks`` gets (time, log end)."""
+def _append(
+    b: Broker, n: int, batch: int, size: int, marks: list | None, rate: float = 0
+) -> float:
+    """Append ``n`` messages (at ``rate`` msg/s, 0: full speed); return seconds.
+    ``marks`` gets (time, log end) after each batch."""
     body = os.urandom(size)
     if b.store.topic_config("Bench") is None:
         b.create_topic("Bench", 8)
     msgs = [Message("Bench", body, queue_id=q % 8) for q in range(batch)]
     t0 = time.perf_counter()
     store = b.store
-    for _ in range(n // batch):
+    for k in range(n // batch):
+        if rate:
+            ahead = t0 + k * batch / rate - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
         b.send_batch(msgs)
         if marks is not None:
             marks.append((time.perf_counter(), store.max_physical_offset()))
@@ -95,7 +105,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     secret.write_bytes(SECRET)
     n, batch, size = args.messages, args.batch, args.size
     res: dict[str, Any] = {
-        "messages": n, "batch": batch, "body_bytes": size,
+        "messages": n, "batch": batch, "body_bytes": size, "rate": args.rate,
         "loadavg_before": os.getloadavg(), "cpus": os.cpu_count(),
     }  # fmt: skip
     try:
@@ -134,7 +144,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
                 t = threading.Thread(target=sample, daemon=True)
                 t.start()
-                secs = _append(b, n, batch, size, marks)
+                secs = _append(b, n, batch, size, marks, args.rate)
                 end = b.store.max_physical_offset()
                 drain = _wait_acked(srv, end, 600)
                 stop.set()
@@ -168,6 +178,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 t1 = time.perf_counter()
                 _wait_acked(srv, end, 600)
                 t2 = time.perf_counter()
+                # SYNC_MASTER: one send, then wait until the slave has it.
+                lat = []
+                for i in range(args.sync_sends):
+                    t = time.perf_counter()
+                    r = b.send(Message("Bench", b"sync-%d" % i, queue_id=0))
+                    if not srv.wait_replicated(r.commit_log_offset + 1, 5.0):
+                        raise SystemExit("a sync send was not replicated in 5 s")
+                    lat.append((time.perf_counter() - t) * 1000)
             finally:
                 slave.terminate()
                 slave.wait(timeout=60)
@@ -177,6 +195,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "start_to_connected_s": t1 - t0,
             "msgs_per_s": n / (t2 - t1),
             "mb_per_s": end / (t2 - t1) / 1e6,
+        }
+        res["sync_send_ms"] = {
+            "sends": len(lat),
+            "p50": _percentile(lat, 50),
+            "p99": _percentile(lat, 99),
+            "max": max(lat, default=0.0),
         }
     finally:
         res["loadavg_after"] = os.getloadavg()
@@ -208,6 +232,8 @@ def _table(r: dict[str, Any]) -> str:
         _rate("slave apply (catch-up)", c),
         _pcts("lag bytes", lb, ",.0f"),
         _pcts("lag ms", lm, ".1f"),
+        _pcts("sync send", r["sync_send_ms"], ".2f")
+        + f"  ms: send + wait_replicated, {r['sync_send_ms']['sends']} sends",
         f"slave done {w['drain_after_last_append_s'] * 1000:.0f} ms after the last "
         f"append ({w['samples']} samples)",
     ]  # fmt: skip
@@ -219,6 +245,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--messages", type=int, default=300_000)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument(
+        "--rate", type=float, default=0, help="msg/s of run 2 (0: full speed)"
+    )
+    ap.add_argument("--sync-sends", type=int, default=2000)
     ap.add_argument("--dir", default=None, help="work directory (kept)")
     ap.add_argument("--json", default=None, help="also write the result here")
     args = ap.parse_args(argv)
