@@ -14,6 +14,7 @@ import json
 import logging
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,7 @@ def add_commands(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.cmd == "promote":
-        print(json.dumps(write_role(args.store_dir, Role(args.role), promoted=True)))
-        return 0
+        return _promote(Path(args.store_dir), Role(args.role))
     if args.cmd == "ha-status":
         root = Path(args.store_dir)
         out: dict[str, Any] = {"role": read_role(root)}
@@ -60,6 +60,29 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     return _replicate(args)
+
+
+def _promote(root: Path, role: Role, timeout_s: float = 15.0) -> int:
+    """Write the new role, then wait for a running ``replicate`` to stop
+    following: only then may anything else append to the store."""
+    record = write_role(root, role, promoted=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        path = root / STATUS_FILE
+        try:
+            status = json.loads(path.read_bytes())
+            # Written every second while it runs: an old file is a dead process's.
+            fresh = time.time() - path.stat().st_mtime < 3.0
+        except (FileNotFoundError, ValueError):
+            break
+        if not status.get("following") or not fresh:
+            break
+        time.sleep(0.1)
+    else:
+        print(f"the replicate process of {root} is still following after {timeout_s}s")
+        return 1
+    print(json.dumps(record))
+    return 0
 
 
 def _store_settings(root: Path, given: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -32,7 +33,7 @@ from broker_core.ha.protocol import (
     parse_address,
     welcome_mac,
 )
-from broker_core.ha.role import Role, write_role
+from broker_core.ha.role import ROLE_FILE, Role, read_role, write_role
 
 if TYPE_CHECKING:
     from broker_core.store import MessageStore
@@ -43,6 +44,10 @@ BACKOFF_MIN_S = 0.1
 BACKOFF_MAX_S = 5.0
 #: A master silent this long (it heartbeats every second) is taken for dead.
 READ_TIMEOUT_S = 10.0
+
+
+class _Promoted(Exception):
+    """The role file no longer says SLAVE: stop following."""
 
 
 class SlaveFollower:
@@ -71,6 +76,8 @@ class SlaveFollower:
         self.refused_chunks = 0
         self._conn: Conn | None = None
         self._progressed = False
+        self._role_sig: tuple[int, int, int] | None = None
+        self._is_slave = True
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -118,6 +125,7 @@ class SlaveFollower:
         return {
             "master": self.master,
             "connected": self.connected,
+            "following": self._thread is not None and self._thread.is_alive(),
             "replicated_offset": end,
             "master_offset": self.master_end,
             "lag_bytes": max(0, self.master_end - end)
@@ -131,12 +139,33 @@ class SlaveFollower:
             "last_error": self.last_error,
         }
 
+    def _still_slave(self) -> bool:
+        """Whether ``config/role.json`` still says SLAVE (re-read when it changes).
+
+        ``promote`` in another process rewrites it: from then on writers may
+        append to the store, so this follower must neither apply another chunk
+        nor cut the log back to a master that is still alive.
+        """
+        path = self.store.root / "config" / ROLE_FILE
+        try:
+            st = os.stat(path)
+            sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            sig = None
+        if sig != self._role_sig:
+            self._role_sig = sig
+            self._is_slave = read_role(self.store.root)["role"] == Role.SLAVE.value
+        return self._is_slave
+
     # -- following -----------------------------------------------------------
     def _run(self) -> None:
         backoff = BACKOFF_MIN_S
         while not self._stop.is_set():
             try:
                 self._follow()
+            except _Promoted:
+                log.warning("the store was promoted: no longer following")
+                self._stop.set()
             except (OSError, ReplicationError, StoreError) as exc:
                 if not self._stop.is_set():
                     self.last_error = f"{type(exc).__name__}: {exc}"
@@ -191,6 +220,8 @@ class SlaveFollower:
             str(answer.get("mac", "")), welcome_mac(self.secret, nonce, answer)
         ):
             raise ReplicationError("the master did not prove it knows the secret")
+        if not self._still_slave():
+            raise _Promoted()
         truncate_to = answer.get("truncate_to")
         if truncate_to is not None:
             if store.replica_truncate(int(truncate_to)):
@@ -214,6 +245,8 @@ class SlaveFollower:
             kind, payload = conn.recv()
             self.last_heard_at = time.time()
             if kind is Frame.DATA:
+                if not self._still_slave():
+                    raise _Promoted()
                 at = OFFSET.unpack_from(payload)[0]
                 try:
                     end = store.replica_append(at, memoryview(payload)[OFFSET.size :])
