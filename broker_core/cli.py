@@ -163,7 +163,12 @@ def main(argv: list[str]) -> int:
     from broker_core.endpoint.cli import add_arguments as _serve_args
 
     _serve_args(sub.add_parser("serve", help="run the RocketMQ 5 gRPC endpoint"))
+    from broker_core.ha import cli as ha_cli
+
+    ha_cli.add_commands(sub)
     args, rest = ap.parse_known_args(argv)
+    if args.cmd in ha_cli.COMMANDS:
+        return ha_cli.run(args)
     if args.cmd == "serve":
         from broker_core.endpoint.cli import run as serve_run
 

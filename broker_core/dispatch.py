@@ -177,3 +177,36 @@ def decode_dispatch(
         reconsume_times=reconsume,
         properties=props,
     )
+
+
+_TAGS_AT = f"\x02{PROPERTY_TAGS}\x01".encode()
+_DELAY_AT = f"\x02{PROPERTY_DELAY}\x01".encode()
+
+
+def queue_unit_fields(
+    view: memoryview, pos: int, delay_ms: Callable[[int], int]
+) -> tuple[str, int, int, int, int, int]:
+    """Return ``(topic, queue_id, queue_offset, sysflag, size, tags_code)`` of
+    the validated record at ``view[pos:]``: what a consume-queue unit needs.
+
+    The replica's reader (``ha.replica``): like ``index_keys`` it finds the two
+    properties it needs in the raw bytes instead of decoding them all.
+    """
+    head = HEADER.unpack_from(view, pos)
+    sysflag = head[7]
+    if sysflag & 0x30:  # IPv6 hosts shift the later fields: the general path
+        req = decode_dispatch(view, pos, delay_ms)
+        return (req.topic, req.queue_id, req.consume_queue_offset, sysflag,
+                req.msg_size, req.tags_code)  # fmt: skip
+    topic, ppos, plen = _topic_and_properties(view, pos, head[1], sysflag, head[16])
+    raw = b"\x02" + bytes(view[ppos : ppos + plen])
+    props = {}
+    tags = _property(raw, _TAGS_AT)
+    if tags:
+        props[PROPERTY_TAGS] = tags
+    if topic == SCHEDULE_TOPIC:
+        delay = _property(raw, _DELAY_AT)
+        if delay:
+            props[PROPERTY_DELAY] = delay
+    code = compute_tags_code(topic, props, head[11], delay_ms)
+    return topic, head[3], head[5], sysflag, head[0], code

@@ -193,3 +193,11 @@ class FilterSyntaxError(FilterError):
 
 class FilterEvaluationError(FilterError):
     code = "filter_evaluation"
+
+
+class ReplicationError(StoreError):
+    """Master/slave replication failed: a refused handshake, a chunk that does
+    not fit the replica's log, or bytes that fail their checks (nothing of it
+    was applied)."""
+
+    code = "replication"

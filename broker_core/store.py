@@ -610,6 +610,25 @@ class MessageStore:
         if not outer and dispatch.has_dispatchers:
             dispatch.run()
 
+    # -- replication (``broker_core.ha``) -----------------------------------
+    def replica_append(self, start: int, data: bytes | memoryview) -> int:
+        """Append a master's raw log bytes at ``start``; return the new log end.
+
+        For an HA slave (``ha.replica.apply_chunk``): ``start`` must equal the
+        commit position; the records are checked whole before any is visible.
+        Raises ``ReplicationError`` (nothing applied) or ``StoreError``.
+        """
+        from broker_core.ha.replica import apply_chunk
+
+        return apply_chunk(self, start, data)
+
+    def replica_truncate(self, end: int) -> bool:
+        """Cut the log, its queue units and index entries at ``end``
+        (``ha.replica.truncate``); False if the log ends at or before it."""
+        from broker_core.ha.replica import truncate
+
+        return truncate(self, end)
+
     # -- reading -------------------------------------------------------------
     def max_physical_offset(self) -> int:
         """The log offset after the last record visible to readers."""

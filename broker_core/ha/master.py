@@ -1,0 +1,365 @@
+"""The master's HA server: streams its commit log to slaves (RocketMQ ``HAService``).
+
+Each slave gets a connection of its own: a handshake (``protocol.py``), then a
+sender thread that streams log bytes from the slave's offset to the commit
+position and on as appends arrive, and a reader thread that takes the slave's
+acks. ``wait_replicated`` is what a SYNC_MASTER send waits on;
+``replication_status`` is what an operator looks at.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from broker_core.errors import ReplicationError
+from broker_core.ha.configsync import ConfigWatcher
+from broker_core.ha.protocol import (
+    CHUNK_BYTES,
+    FRAME,
+    HANDSHAKE_TIMEOUT_S,
+    OFFSET,
+    PROTOCOL_VERSION,
+    Conn,
+    Frame,
+    hello_mac,
+    macs_equal,
+    new_nonce,
+    parse_address,
+    welcome_mac,
+)
+from broker_core.record import (
+    BLANK,
+    BLANK_MAGIC,
+    PHYSICAL_OFFSET_AT,
+    RecordCheck,
+    check_record,
+)
+
+if TYPE_CHECKING:
+    from broker_core.store import MessageStore
+
+log = logging.getLogger(__name__)
+
+#: How often a caught-up sender looks at the commit position again. Appends may
+#: come from other processes of the store, so there is no in-process wake-up.
+POLL_S = 0.001
+HEARTBEAT_S = 1.0
+CONFIG_SYNC_S = 1.0
+
+
+@dataclass
+class SlaveLink:
+    """One connected slave, as the master sees it."""
+
+    address: str
+    conn: Conn
+    start: int
+    acked: int = -1
+    sent: int = 0
+    connected_at: float = field(default_factory=time.time)
+    last_ack_at: float = 0.0
+    closed: bool = False
+
+
+def chunk_extent(
+    view: memoryview, pos: int, limit: int, max_bytes: int
+) -> tuple[int, bool]:
+    """Return how many bytes from ``pos`` make whole records, and whether they
+    end with the segment's blank marker; ``limit`` is the commit position in
+    the segment. A record larger than ``max_bytes`` is sent whole."""
+    p = pos
+    while p + 8 <= limit:
+        total, magic = BLANK.unpack_from(view, p)
+        if magic == BLANK_MAGIC:
+            return p + 8 - pos, True
+        if total <= 8 or p + total > limit:
+            if p == pos:
+                raise ReplicationError(f"no whole record at master offset {p}")
+            break
+        if p + total - pos > max_bytes and p > pos:
+            break
+        p += total
+    return p - pos, False
+
+
+class HAServer:
+    """Serve the commit log of ``store`` to slaves that know ``secret``.
+
+    ``listen`` is ``"host:port"`` (port 0 picks one: see ``address``);
+    ``cluster`` and ``broker`` must match what slaves announce.
+    """
+
+    def __init__(
+        self,
+        store: MessageStore,
+        listen: str,
+        secret: bytes,
+        cluster: str = "DefaultCluster",
+        broker: str = "broker-a",
+        chunk_bytes: int = CHUNK_BYTES,
+    ) -> None:
+        self.store = store
+        self.secret = secret
+        self.cluster = cluster
+        self.broker = broker
+        self.chunk_bytes = chunk_bytes
+        host, port = parse_address(listen)
+        self._sock = socket.create_server((host, port), reuse_port=False)
+        self._sock.settimeout(0.2)
+        bound = self._sock.getsockname()
+        self.address = f"{bound[0]}:{bound[1]}"
+        self._links: list[SlaveLink] = []
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle -----------------------------------------------------------
+    def start(self) -> HAServer:
+        self._spawn(self._accept_loop, "ha-accept")
+        return self
+
+    def stop(self) -> None:
+        """Stop listening and drop every slave connection."""
+        self._stop.set()
+        self._sock.close()
+        with self._cond:
+            links = list(self._links)
+        for link in links:
+            self._drop(link)
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=5)
+
+    def _spawn(self, target: Any, name: str, *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads = [x for x in self._threads if x.is_alive()]
+        self._threads.append(t)
+        t.start()
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sock, addr = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._spawn(self._serve, f"ha-slave-{addr[0]}:{addr[1]}", sock, addr)
+
+    # -- one slave -----------------------------------------------------------
+    def _serve(self, sock: socket.socket, addr: tuple[str, int]) -> None:
+        conn = Conn(sock)
+        address = f"{addr[0]}:{addr[1]}"
+        try:
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            start = self._handshake(conn, address)
+            if start is None:
+                return
+            sock.settimeout(None)
+        except (OSError, ReplicationError) as exc:
+            log.warning("HA handshake with %s failed: %s", address, exc)
+            conn.close()
+            return
+        link = SlaveLink(address, conn, start, acked=start, sent=start)
+        link.last_ack_at = time.time()
+        with self._cond:
+            self._links.append(link)
+            self._cond.notify_all()
+        log.info("slave %s follows from offset %d", address, start)
+        self._spawn(self._read_acks, f"ha-acks-{address}", link)
+        try:
+            self._stream(link)
+        except (OSError, ReplicationError) as exc:
+            if not link.closed:
+                log.warning("HA stream to %s ended: %s", address, exc)
+        finally:
+            self._drop(link)
+
+    def _handshake(self, conn: Conn, address: str) -> int | None:
+        """Authenticate the slave; return where to stream from (None: refused)."""
+        nonce = new_nonce()
+        conn.send_json(Frame.CHALLENGE, {"version": PROTOCOL_VERSION, "nonce": nonce})
+        _, hello = conn.recv_json(Frame.HELLO)
+        mac = str(hello.get("mac", ""))
+        if not macs_equal(mac, hello_mac(self.secret, nonce, hello)):
+            return self._refuse(conn, address, "authentication failed")
+        if hello.get("version") != PROTOCOL_VERSION:
+            return self._refuse(
+                conn,
+                address,
+                f"protocol version {hello.get('version')} is not {PROTOCOL_VERSION}",
+            )
+        if (hello.get("cluster"), hello.get("broker")) != (self.cluster, self.broker):
+            return self._refuse(
+                conn,
+                address,
+                f"slave of {hello.get('cluster')}/{hello.get('broker')}, "
+                f"this is {self.cluster}/{self.broker}",
+            )
+        seg = self.store.config.segment_size
+        if hello.get("segment_size") != seg:
+            return self._refuse(
+                conn, address, f"segment size {hello.get('segment_size')} is not {seg}"
+            )
+        slave_end = int(hello.get("log_end", 0))
+        end = self.store.state.dispatched_pos
+        truncate_to = None
+        if slave_end > end:
+            truncate_to = start = end
+        else:
+            start = slave_end
+            reason = self._not_a_boundary(start, end)
+            if reason:
+                return self._refuse(conn, address, reason)
+        welcome = {"start": start, "truncate_to": truncate_to, "master_end": end}
+        welcome["mac"] = welcome_mac(self.secret, str(hello.get("nonce", "")), welcome)
+        conn.send_json(Frame.WELCOME, welcome)
+        return start
+
+    def _not_a_boundary(self, start: int, end: int) -> str | None:
+        """Why the master cannot stream from ``start`` (None if it can)."""
+        commitlog = self.store.commitlog
+        first = commitlog.first_offset()
+        if start < first:
+            return f"the slave's end {start} is before the master's log start {first}"
+        if start == end or start % commitlog.segment_size == 0:
+            return None
+        seg = commitlog.segments.segment(start)
+        if seg is not None:
+            pos = start - seg.base
+            chk = check_record(seg.view, pos, min(seg.size, end - seg.base), False)
+            if chk.status in (RecordCheck.OK, RecordCheck.BLANK, RecordCheck.SKIP):
+                phys = int.from_bytes(
+                    seg.view[pos + PHYSICAL_OFFSET_AT : pos + 36], "big"
+                )
+                if chk.status is not RecordCheck.OK or phys == start:
+                    return None
+        return (
+            f"the slave's end {start} is not a record boundary of the master's log "
+            "(the logs diverged)"
+        )
+
+    def _refuse(self, conn: Conn, address: str, reason: str) -> None:
+        log.warning("HA slave %s refused: %s", address, reason)
+        try:
+            conn.send_json(Frame.REFUSE, {"reason": reason})
+        finally:
+            conn.close()
+        return None
+
+    def _stream(self, link: SlaveLink) -> None:
+        store = self.store
+        state = store.state
+        segments = store.commitlog.segments
+        conn = link.conn
+        sock = conn.sock
+        watcher = ConfigWatcher(store.root)
+        pos = link.start
+        next_config = 0.0
+        next_beat = 0.0
+        while not self._stop.is_set() and not link.closed:
+            now = time.monotonic()
+            if now >= next_config:
+                # Offsets are persisted on the flusher's timer; sent when written.
+                for name, content in watcher.changed():
+                    conn.send_json(Frame.CONFIG, {"name": name, "content": content})
+                next_config = now + CONFIG_SYNC_S
+            end = state.dispatched_pos
+            if pos < end:
+                seg = segments.segment(pos)
+                if seg is None:
+                    raise ReplicationError(f"no master segment holds offset {pos}")
+                a = pos - seg.base
+                n, blank = chunk_extent(
+                    seg.view, a, min(seg.size, end - seg.base), self.chunk_bytes
+                )
+                sock.sendall(FRAME.pack(Frame.DATA, OFFSET.size + n) + OFFSET.pack(pos))
+                sock.sendall(seg.view[a : a + n])
+                pos = seg.base + seg.size if blank else pos + n
+                link.sent = pos
+                continue
+            if now >= next_beat:
+                conn.send_offset(Frame.HEARTBEAT, end)
+                next_beat = now + HEARTBEAT_S
+            time.sleep(POLL_S)
+
+    def _read_acks(self, link: SlaveLink) -> None:
+        try:
+            while not link.closed:
+                kind, payload = link.conn.recv()
+                if kind is not Frame.ACK or len(payload) != OFFSET.size:
+                    raise ReplicationError(f"unexpected {kind.name} from the slave")
+                acked = OFFSET.unpack(payload)[0]
+                with self._cond:
+                    link.acked = acked
+                    link.last_ack_at = time.time()
+                    self._cond.notify_all()
+        except (OSError, ReplicationError) as exc:
+            if not link.closed:
+                log.warning("HA slave %s gone: %s", link.address, exc)
+        finally:
+            self._drop(link)
+
+    def _drop(self, link: SlaveLink) -> None:
+        with self._cond:
+            if link.closed:
+                return
+            link.closed = True
+            if link in self._links:
+                self._links.remove(link)
+            self._cond.notify_all()
+        link.conn.close()
+
+    # -- for the endpoint and operators --------------------------------------
+    def wait_replicated(self, offset: int, timeout: float) -> bool:
+        """Wait until a slave has applied the log up to ``offset``.
+
+        ``offset`` is the log end after the append to wait for (the record's
+        offset plus its size). Returns True once a connected slave acked it;
+        False after ``timeout`` seconds, or at once if no slave is connected
+        (RocketMQ's SLAVE_NOT_AVAILABLE): a SYNC_MASTER reports the send failed.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if any(s.acked >= offset for s in self._links):
+                    return True
+                remaining = deadline - time.monotonic()
+                if not self._links or remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+
+    def replication_status(self) -> list[dict[str, Any]]:
+        """Return per slave: address, acked offset, lag in bytes, last ack time."""
+        end = self.store.state.dispatched_pos
+        with self._cond:
+            links = list(self._links)
+        return [
+            {
+                "address": s.address,
+                "acked_offset": s.acked,
+                "sent_offset": s.sent,
+                "master_offset": end,
+                "lag_bytes": max(0, end - s.acked),
+                "last_ack_ms": int(s.last_ack_at * 1000),
+                "connected_since_ms": int(s.connected_at * 1000),
+            }
+            for s in links
+        ]
+
+
+def start_ha_server(
+    store: MessageStore,
+    listen: str,
+    secret: bytes,
+    cluster: str = "DefaultCluster",
+    broker: str = "broker-a",
+) -> HAServer:
+    """Start serving ``store``'s log to slaves on ``listen``; ``stop()`` it at close."""
+    return HAServer(store, listen, secret, cluster, broker).start()

@@ -1,0 +1,195 @@
+"""The slave's side of the log: apply the master's bytes, or cut back to the master.
+
+``apply_chunk`` writes raw commit-log bytes at exactly the master's offsets
+(RocketMQ ``appendToCommitLog`` on an HA slave) and then does what an append
+does: publish the commit position and write the consume-queue units of the
+range, so readers of the slave see the messages; the key index follows through
+the dispatch service. Every record is checked first (magic, sizes, both CRCs,
+its own offset): a chunk that fails is refused whole, nothing of it visible.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from broker_core import recovery
+from broker_core.dispatch import queue_unit_fields
+from broker_core.errors import ReplicationError
+from broker_core.metadata import TopicConfig
+from broker_core.record import (
+    BLANK,
+    BLANK_MAGIC,
+    SKIP_MAGIC,
+    RecordCheck,
+    check_record,
+    intact,
+)
+
+if TYPE_CHECKING:
+    from broker_core.store import MessageStore
+
+log = logging.getLogger(__name__)
+
+#: One consume-queue unit to write: (queue offset, log offset, size, tag code).
+Unit = tuple[int, int, int, int]
+
+
+def check_chunk(
+    data: bytes | memoryview,
+    start: int,
+    segment_size: int,
+    delay_ms: Callable[[int], int],
+) -> tuple[int, dict[tuple[str, int], list[Unit]]]:
+    """Validate a chunk of log that starts at ``start``; return its end and the
+    consume-queue units of its records, by queue.
+
+    The chunk must lie in one segment and hold whole records, each at its own
+    offset with intact CRCs (the ``__CRC32#`` record CRC required, so every
+    byte is covered: ``record.intact``), optionally closed by the segment's
+    blank marker, after which the log goes on at the next segment (the
+    returned end). Raises ``ReplicationError`` otherwise.
+    """
+    view = memoryview(data)
+    n = len(view)
+    seg_end = start - start % segment_size + segment_size
+    if n == 0:
+        raise ReplicationError("an empty chunk")
+    if start + n > seg_end:
+        raise ReplicationError(f"a chunk at {start} of {n} bytes crosses a segment")
+    units: dict[tuple[str, int], list[Unit]] = {}
+    pos = 0
+    while pos < n:
+        off = start + pos
+        if n - pos < 8:
+            raise ReplicationError(f"a torn record at {off}")
+        total, magic = BLANK.unpack_from(view, pos)
+        if magic == BLANK_MAGIC:
+            # The marker alone comes: the rest of the segment is filler.
+            if off + total != seg_end or pos + 8 != n:
+                raise ReplicationError(f"a misplaced end-of-segment marker at {off}")
+            return seg_end, units
+        if magic == SKIP_MAGIC:  # a range the master quarantined: kept as it is
+            chk = check_record(view, pos, n, False)
+            if chk.status is not RecordCheck.SKIP:
+                raise ReplicationError(f"a torn quarantine marker at {off}")
+            pos += chk.size
+            continue
+        if not 0 < total <= n - pos or not intact(view, pos, total, off):
+            raise ReplicationError(f"the record at {off} fails its checks")
+        if off + total + 8 > seg_end:
+            raise ReplicationError(f"the record at {off} leaves no room for a blank")
+        try:
+            topic, qid, qoff, sysflag, size, code = queue_unit_fields(
+                view, pos, delay_ms
+            )
+        except (ValueError, IndexError, struct.error):
+            raise ReplicationError(f"the record at {off} is malformed") from None
+        if sysflag & 0xC in (0, 8):
+            units.setdefault((topic, qid), []).append((qoff, off, size, code))
+        pos += total
+    return start + n, units
+
+
+def apply_chunk(store: MessageStore, start: int, data: bytes | memoryview) -> int:
+    """Append the master's log bytes at ``start``; return the new log end.
+
+    ``start`` must equal the replica's commit position. Raises
+    ``ReplicationError`` (nothing applied) if it does not or the bytes fail
+    their checks; ``StoreError`` for a disk fault (the bytes past the commit
+    position are then overwritten by the next chunk or cut by recovery).
+    """
+    store._check_open()
+    end, units = check_chunk(
+        data, start, store.config.segment_size, store.config.delay_ms
+    )
+    state = store.state
+    with state.append_lock:
+        if state.dispatched_pos != state.commit_pos:
+            store._repair_dispatch()
+        if state.commit_pos != start:
+            raise ReplicationError(
+                f"a chunk at {start} does not continue the log at {state.commit_pos}"
+            )
+        _ensure_topics(store, units)
+        store.commitlog.write(start, [bytes(data)])
+        # Readers may read the records from now on; their queue units follow.
+        state.commit_pos = end
+        cqs = store.cqs
+        for (topic, qid), lst in units.items():
+            cq = cqs.get(topic, qid)
+            first = lst[0][0]
+            if first != cq.max_offset() or lst[-1][0] - first != len(lst) - 1:
+                log.warning(
+                    "replica queue %s/%d: units %d..%d written at end %d",
+                    topic, qid, first, lst[-1][0], cq.max_offset(),
+                )  # fmt: skip
+                for qoff, off, size, code in lst:
+                    cq.put_units(qoff, [(off, size, code)])
+            else:
+                cq.put_units(first, [(off, size, code) for _q, off, size, code in lst])
+        state.dispatched_pos = end
+    if store.dispatch.has_dispatchers:
+        store.dispatch.run()
+    return end
+
+
+def _ensure_topics(
+    store: MessageStore, units: dict[tuple[str, int], list[Unit]]
+) -> None:
+    """Give every queue in ``units`` a topic config (append lock held).
+
+    Topics come from the master's ``topics.json`` by config sync, which may
+    lag the log: a queue must be readable as soon as its units exist.
+    """
+    registry = store.topic_registry
+    registry.reload()
+    limits = registry.queue_limits
+    need: dict[str, int] = {}
+    for topic, qid in units:
+        if limits.get(topic, 0) <= qid:
+            need[topic] = max(need.get(topic, 0), qid + 1)
+    if not need:
+        return
+    topics = registry.table.topics
+    for topic, n in need.items():
+        cfg = topics.get(topic)
+        if cfg is None:
+            n = max(n, store.config.default_queue_nums)
+            topics[topic] = TopicConfig(topic, n, n)
+        else:
+            cfg.read_queue_nums = max(cfg.read_queue_nums, n)
+            cfg.write_queue_nums = max(cfg.write_queue_nums, n)
+    registry.save()
+
+
+def truncate(store: MessageStore, end: int) -> bool:
+    """Cut the replica's log at ``end`` (a master that restarted shorter).
+
+    Consume-queue units and index entries past ``end`` go too, as recovery
+    cuts them; records below ``end`` are read with their CRCs checked from now
+    on. Returns False if the log already ends at or before ``end``.
+    """
+    store._check_open()
+    state = store.state
+    with state.append_lock:
+        if state.dispatched_pos != state.commit_pos:
+            store._repair_dispatch()
+        if state.commit_pos <= end:
+            return False
+        log.warning("replica log cut from %d to the master's end %d",
+                    state.commit_pos, end)  # fmt: skip
+        parts = store.parts
+        with state.index_lock:
+            store.commitlog.truncate(end)
+            for topic, qid in store.cqs.on_disk():
+                store.cqs.get(topic, qid).truncate_beyond(end)
+            store.index.truncate_beyond(end)
+            state.reset(end, min(state.flushed_pos, end), min(state.indexed_pos, end))
+        store._trusted_ends.clear()
+        store._own_end = -1
+        store.commitlog.flush(max(0, end - end % store.config.segment_size), end)
+        recovery.write_progress(parts)
+    return True
