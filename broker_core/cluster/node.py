@@ -86,7 +86,7 @@ class ClusterNode:
                 raise ValueError("replication needs --ha-secret-file")
             self._secret = read_secret(cfg.secret_file)
         recorded = read_role(store.root)
-        if cfg.master_ha and "promoted_at_offset" in recorded:
+        if cfg.master_ha and _promoted(recorded):
             # Promoted earlier: a master now, whatever the start flags say.
             log.warning(
                 "%s was promoted (config/role.json): not following %s",
@@ -152,7 +152,7 @@ class ClusterNode:
         recorded = read_role(self.store.root)
         wanted = self.cfg.role if self.cfg.role in MASTER_ROLES else "ASYNC_MASTER"
         if recorded["role"] not in MASTER_ROLES or (
-            recorded["role"] != wanted and "promoted_at_offset" not in recorded
+            recorded["role"] != wanted and not _promoted(recorded)
         ):
             write_role(self.store.root, Role(wanted))
         if self.cfg.ha_listen and self.ha_server is None:
@@ -279,3 +279,8 @@ class ClusterNode:
             "slaves": self.ha_server.replication_status() if self.ha_server else [],
             "following": self.follower.status() if self.follower else None,
         }
+
+
+def _promoted(role_record: dict[str, Any]) -> bool:
+    """Whether a role record is a promoted slave's (a master for good)."""
+    return bool(role_record.get("promoted")) or "promoted_at_offset" in role_record

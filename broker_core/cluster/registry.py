@@ -218,7 +218,19 @@ class RouteRegistry:
             on_change(data.decode() if isinstance(data, bytes) else str(data))
 
         pubsub.subscribe(**{f"{self.prefix}:events": handler})
-        thread = pubsub.run_in_thread(sleep_time=0.5, daemon=True)
+        def failed(exc: BaseException, pubsub_: Any, thread_: Any) -> None:
+            # Redis away: say so once, keep trying (routes are then re-read
+            # every ROUTE_TTL_S by the nodes anyway).
+            log.warning("registry events unavailable: %s", exc)
+            time.sleep(1.0)
+            try:
+                pubsub_.subscribe(**{f"{self.prefix}:events": handler})
+            except Exception:  # noqa: BLE001 - still away: next round
+                pass
+
+        thread = pubsub.run_in_thread(
+            sleep_time=0.5, daemon=True, exception_handler=failed
+        )
 
         def stop() -> None:
             thread.stop()

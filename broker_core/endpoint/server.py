@@ -245,6 +245,7 @@ class Endpoint:
             t = threading.Thread(target=self._check_loop, daemon=True, name="tx-check")
             t.start()
             self.threads.append(t)
+            log.info("embedded delay delivery and transaction check started")
 
     def writable(self) -> bool:
         """Whether this node takes writes (not a slave)."""

@@ -148,6 +148,11 @@ class CheckRunner:
         cfg = svc.config
         t0 = time.monotonic()
         result.indexed_records = svc.index.catch_up(deadline=t0 + (deadline - t0) / 2)
+        if svc.ledger.table.applied_pos < svc.store.max_physical_offset():
+            # Records this process did not write through the ledger (appended
+            # by a replica link, now promoted): fold them before reading states.
+            with svc.store.exclusive_appends():
+                svc.ledger.catch_up()
         now = int(time.time() * 1000) if now_ms is None else now_ms
         reserved_ms = int(cfg.file_reserved_hours * 3600 * 1000)
         table = svc.ledger.table

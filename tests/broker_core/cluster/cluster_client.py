@@ -1,0 +1,128 @@
+"""The official RocketMQ Python client against a cluster, run as a subprocess
+(its stubs never share an interpreter with the tests). Usage:
+
+    python cluster_client.py send ACCESS TOPIC COUNT PREFIX [DELAY_MS]
+    python cluster_client.py consume ACCESS GROUP TOPIC COUNT TIMEOUT_S
+    python cluster_client.py half ACCESS TOPIC BODY           (left pending)
+    python cluster_client.py checker ACCESS TOPIC SECONDS     (commits checks)
+
+The last line printed is ``RESULT <json>``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
+
+
+def _cfg(access: str) -> ClientConfiguration:
+    return ClientConfiguration(access, Credentials("", ""), request_timeout=3)
+
+
+def _broker(receipt) -> str:
+    """The broker name of the queue a message went to (``broker.topic.qid``)."""
+    return str(receipt.message_queue).split(".", 1)[0]
+
+
+def _msg(topic: str, body: str, delay_ms: int = 0) -> Message:
+    m = Message()
+    m.topic = topic
+    m.body = body.encode()
+    m.keys = body
+    if delay_ms:
+        m.delivery_timestamp = int(time.time() * 1000) + delay_ms
+    return m
+
+
+def send(access: str, topic: str, count: str, prefix: str, delay_ms: str = "0"):
+    p = Producer(_cfg(access), (topic,))
+    p.startup()
+    brokers: Counter = Counter()
+    sent, failed = [], []
+    try:
+        for i in range(int(count)):
+            body = f"{prefix}-{i}"
+            try:
+                receipt = p.send(_msg(topic, body, int(delay_ms)))
+            except Exception as exc:  # noqa: BLE001 - reported
+                failed.append(f"{body}: {exc}")
+                continue
+            sent.append(body)
+            brokers[_broker(receipt)] += 1
+    finally:
+        p.shutdown()
+    return {"sent": sent, "failed": failed, "brokers": dict(brokers)}
+
+
+def consume(access: str, group: str, topic: str, count: str, timeout: str):
+    c = SimpleConsumer(_cfg(access), group, {topic: FilterExpression("*")},
+                       await_duration=2)  # fmt: skip
+    c.startup()
+    got: list[str] = []
+    received: list[int] = []
+    try:
+        end = time.time() + float(timeout)
+        while len(got) < int(count) and time.time() < end:
+            try:
+                batch = c.receive(32, 20)
+            except Exception:  # noqa: BLE001 - a node away: try the next queue
+                time.sleep(0.2)
+                continue
+            for m in batch:
+                got.append(m.body.decode())
+                received.append(int(time.time() * 1000))
+                c.ack(m)
+    finally:
+        c.shutdown()
+    return {"bodies": got, "received_ms": received}
+
+
+class _Commit(TransactionChecker):
+    def __init__(self) -> None:
+        self.checked: list[str] = []
+
+    def check(self, message):
+        self.checked.append(message.body.decode())
+        return TransactionResolution.COMMIT
+
+
+def half(access: str, topic: str, body: str):
+    checker = _Commit()
+    p = Producer(_cfg(access), (topic,), checker=checker)
+    p.startup()
+    tx = p.begin_transaction()
+    receipt = p.send(_msg(topic, body), tx)
+    p.shutdown()  # gone before deciding: the half stays pending
+    return {"broker": _broker(receipt), "id": receipt.message_id}
+
+
+def checker(access: str, topic: str, seconds: str):
+    c = _Commit()
+    p = Producer(_cfg(access), (topic,), checker=c)
+    p.startup()
+    end = time.time() + float(seconds)
+    try:
+        while time.time() < end and not c.checked:
+            time.sleep(0.2)
+        time.sleep(1.0)  # let the EndTransaction go out
+    finally:
+        p.shutdown()
+    return {"checked": c.checked}
+
+
+if __name__ == "__main__":
+    result = globals()[sys.argv[1]](*sys.argv[2:])
+    print("RESULT " + json.dumps(result), flush=True)
