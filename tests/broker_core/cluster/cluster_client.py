@@ -2,7 +2,7 @@
 (its stubs never share an interpreter with the tests). Usage:
 
     python cluster_client.py send ACCESS TOPIC COUNT PREFIX [DELAY_MS]
-    python cluster_client.py consume ACCESS GROUP TOPIC COUNT TIMEOUT_S
+    python cluster_client.py consume ACCESS GROUP TOPIC COUNT TIMEOUT_S [PREFIXES]
     python cluster_client.py half ACCESS TOPIC BODY           (left pending)
     python cluster_client.py checker ACCESS TOPIC SECONDS     (commits checks)
 
@@ -67,7 +67,12 @@ def send(access: str, topic: str, count: str, prefix: str, delay_ms: str = "0"):
     return {"sent": sent, "failed": failed, "brokers": dict(brokers)}
 
 
-def consume(access: str, group: str, topic: str, count: str, timeout: str):
+def consume(
+    access: str, group: str, topic: str, count: str, timeout: str, prefixes: str = ""
+):
+    """Receive and ack until ``count`` bodies starting with one of the
+    comma-separated ``prefixes`` (any body without) arrived, or ``timeout``."""
+    wanted = tuple(p for p in prefixes.split(",") if p) or ("",)
     c = SimpleConsumer(_cfg(access), group, {topic: FilterExpression("*")},
                        await_duration=2)  # fmt: skip
     c.startup()
@@ -75,7 +80,7 @@ def consume(access: str, group: str, topic: str, count: str, timeout: str):
     received: list[int] = []
     try:
         end = time.time() + float(timeout)
-        while len(got) < int(count) and time.time() < end:
+        while sum(b.startswith(wanted) for b in got) < int(count) and time.time() < end:
             try:
                 batch = c.receive(32, 20)
             except Exception:  # noqa: BLE001 - a node away: try the next queue
