@@ -218,6 +218,7 @@ class RouteRegistry:
             on_change(data.decode() if isinstance(data, bytes) else str(data))
 
         pubsub.subscribe(**{f"{self.prefix}:events": handler})
+
         def failed(exc: BaseException, pubsub_: Any, thread_: Any) -> None:
             # Redis away: say so once, keep trying (routes are then re-read
             # every ROUTE_TTL_S by the nodes anyway).

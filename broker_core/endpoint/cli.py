@@ -149,6 +149,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="SYNC_MASTER: seconds a send waits for a slave, then "
         "SLAVE_PERSISTENCE_TIMEOUT",
     )
+    a = p.add_argument_group("admin API", "the console's way in (docs/cluster.md)")
+    a.add_argument("--admin-listen", default="", help="serve the admin API here")
+    a.add_argument(
+        "--admin-token-file",
+        default=os.environ.get("ADMIN_TOKEN_FILE", ""),
+        help="file holding the bearer token the admin API requires",
+    )
+    a.add_argument("--admin-tls-cert", default=None)
+    a.add_argument("--admin-tls-key", default=None)
+    a.add_argument(
+        "--admin-advertise",
+        default=None,
+        help="URL the console uses for this node's admin API (default: "
+        "http(s)://--admin-listen)",
+    )
     p.add_argument(
         "--auth",
         action="append",
@@ -242,6 +257,20 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         raise SystemExit(
             "replication needs cluster membership: give --cluster and --node"
         )
+    if args.admin_listen:
+        try:
+            token = open(args.admin_token_file).read().strip()
+        except OSError as exc:
+            raise SystemExit(f"--admin-listen needs --admin-token-file: {exc}") from exc
+        tls = (
+            (args.admin_tls_cert, args.admin_tls_key)
+            if args.admin_tls_cert and args.admin_tls_key
+            else None
+        )
+        cfg.admin = (args.admin_listen, token, tls)
+        if cfg.node is not None:
+            scheme = "https" if tls else "http"
+            cfg.node.admin = args.admin_advertise or f"{scheme}://{args.admin_listen}"
     cfg.auth_window_s = args.auth_window
     cfg.dedupe_window_ms = args.dedupe_window_ms
     cfg.auth_offsets_min = tuple(int(x) for x in args.auth_offsets.split(",") if x)

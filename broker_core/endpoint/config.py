@@ -53,3 +53,5 @@ class EndpointConfig:
     tls: tuple[str, str, str] | None = None
     #: cluster membership (``broker_core.cluster.node.NodeConfig``); None: alone
     node: Any = None
+    #: the admin API: (listen HOST:PORT, token, TLS (cert, key) or None)
+    admin: tuple[str, str, tuple[str, str] | None] | None = None

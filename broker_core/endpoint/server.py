@@ -563,6 +563,13 @@ async def serve(
         endpoint.ports.add(tls_port)
         print(f"broker_core gRPC endpoint TLS on {listen}", flush=True)
     await server.start()
+    admin = None
+    if cfg.admin is not None:
+        from broker_core.cluster.admin import AdminServer
+
+        listen, token, tls = cfg.admin
+        admin = AdminServer(endpoint, listen, token, tls).start()
+        log.info("admin API on %s://%s", admin.scheme, admin.address)
     if endpoint.node is not None:
         loop = asyncio.get_running_loop()
         endpoint.node.on_promoted.append(
@@ -591,6 +598,8 @@ async def serve(
     try:
         await stop.wait()
     finally:
+        if admin is not None:
+            admin.stop()
         await server.stop(grace=1)
         try:
             endpoint.close()

@@ -1,0 +1,231 @@
+"""A node's admin API: what the console does to a node, over authenticated HTTP.
+
+``serve --admin-listen HOST:PORT --admin-token-file F`` starts it in the
+endpoint's process (``AdminServer``), so a console on another host manages
+the node without touching its files. Every request carries ``Authorization:
+Bearer <token>`` (compared in constant time); with ``--admin-tls-cert`` and
+``--admin-tls-key`` it is served over TLS. JSON in, JSON out; errors are
+``{"error": ...}`` with 400 (bad input), 401 (no or wrong token), 404 (no such
+thing), 409 (a conflicting decision: commit of a rolled-back half) or 503 (a
+slave asked to decide).
+
+First slice, what the cluster console needs:
+
+* ``GET /v1/node``: name, cluster, role, log end, replication (slaves of a
+  master with their lag; a slave's master and its lag);
+* ``GET /v1/halves?state=PENDING&topic=&producer_group=&page=&page_size=``;
+* ``POST /v1/halves/<transaction id>/commit`` and ``.../rollback`` with
+  ``{"operator": name}``: the operator's decision, recorded in the log with
+  that name (the console audits it on its side too);
+* ``GET /v1/topics``: topics with their queue counts and depths.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import ssl
+import threading
+import urllib.parse
+from dataclasses import asdict, is_dataclass
+from enum import Enum
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_DECIDE = re.compile(r"^/v1/halves/([0-9A-Fa-f]{1,64})/(commit|rollback)$")
+_MAX_BODY = 64 * 1024
+
+
+class AdminError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _jsonable(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {k: _jsonable(v) for k, v in asdict(value).items()}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+class AdminServer:
+    """Serve the admin API of the endpoint ``ep`` (module doc)."""
+
+    def __init__(
+        self,
+        ep: Any,
+        listen: str,
+        token: str,
+        tls: tuple[str, str] | None = None,
+    ) -> None:
+        if not token:
+            raise ValueError("the admin API needs a token (--admin-token-file)")
+        self.ep = ep
+        self.token = token
+        host, _, port = listen.rpartition(":")
+        server = ThreadingHTTPServer((host, int(port)), self._handler())
+        server.daemon_threads = True
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(tls[0], tls[1])
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+        self.server = server
+        self.address = f"{host}:{server.server_address[1]}"
+        self.scheme = "https" if tls else "http"
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="admin-api", daemon=True
+        )
+
+    def start(self) -> AdminServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- the API ---------------------------------------------------------------
+    def node(self) -> dict[str, Any]:
+        ep = self.ep
+        out: dict[str, Any] = {
+            "log_end": ep.store.max_physical_offset(),
+            "counters": dict(ep.counters),
+        }
+        if ep.node is not None:
+            out.update(ep.node.status())
+        else:
+            out.update(role="ASYNC_MASTER", node="", cluster="")
+        return out
+
+    def halves(self, query: dict[str, str]) -> dict[str, Any]:
+        try:
+            page = int(query.get("page", "1"))
+            size = min(500, int(query.get("page_size", "50")))
+        except ValueError as exc:
+            raise AdminError(400, f"page and page_size are numbers: {exc}") from exc
+        found = self.ep.tx.list_halves(
+            state=query.get("state") or "PENDING",
+            topic=query.get("topic") or None,
+            producer_group=query.get("producer_group") or None,
+            page=page,
+            page_size=size,
+        )
+        return {
+            "total": getattr(found, "total", None),
+            "page": page,
+            "items": [_jsonable(h) for h in found.items],
+        }
+
+    def decide(self, tid: str, verb: str, body: dict[str, Any]) -> dict[str, Any]:
+        from broker_core.errors import TransactionError, UnknownTransactionError
+
+        if not self.ep.writable():
+            raise AdminError(503, "this node is a slave: decide on its master")
+        operator = str(body.get("operator") or "")
+        if not operator:
+            raise AdminError(400, "operator: who decides (a name) is required")
+        action = self.ep.tx.commit if verb == "commit" else self.ep.tx.rollback
+        try:
+            result = action(tid, operator=operator)
+        except UnknownTransactionError as exc:
+            raise AdminError(404, str(exc)) from exc
+        except TransactionError as exc:  # decided otherwise, or not allowed
+            raise AdminError(409, str(exc)) from exc
+        return {"transaction_id": tid, "verb": verb, "result": _jsonable(result)}
+
+    def topics(self) -> dict[str, Any]:
+        store = self.ep.store
+        out = []
+        for t in store.list_topics():
+            depths = {q: store.max_offset(t.topic_name, q) for q in range(t.queue_nums)}
+            out.append(
+                {
+                    "topic": t.topic_name,
+                    "read_queues": t.read_queue_nums,
+                    "write_queues": t.write_queue_nums,
+                    "perm": t.perm,
+                    "depths": depths,
+                }
+            )
+        return {"topics": out}
+
+    # -- HTTP --------------------------------------------------------------------
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            server_version = "broker-core-admin/1"
+
+            def log_message(self, fmt: str, *args: Any) -> None:
+                log.debug("admin %s " + fmt, self.client_address[0], *args)
+
+            def _reply(self, code: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload, default=str).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _authorized(self) -> bool:
+                given = self.headers.get("Authorization", "")
+                want = f"Bearer {api.token}"
+                return hmac.compare_digest(given.encode(), want.encode())
+
+            def _run(self, method: str) -> None:
+                if not self._authorized():
+                    self._reply(401, {"error": "a valid bearer token is required"})
+                    return
+                url = urllib.parse.urlsplit(self.path)
+                query = dict(urllib.parse.parse_qsl(url.query))
+                try:
+                    if method == "GET" and url.path == "/v1/node":
+                        out = api.node()
+                    elif method == "GET" and url.path == "/v1/halves":
+                        out = api.halves(query)
+                    elif method == "GET" and url.path == "/v1/topics":
+                        out = api.topics()
+                    elif method == "POST" and (m := _DECIDE.match(url.path)):
+                        out = api.decide(m.group(1), m.group(2), self._body())
+                    else:
+                        raise AdminError(404, f"no {method} {url.path}")
+                except AdminError as exc:
+                    self._reply(exc.code, {"error": str(exc)})
+                    return
+                except Exception as exc:  # noqa: BLE001 - reported, not raised
+                    log.exception("admin %s %s failed", method, url.path)
+                    self._reply(500, {"error": f"{type(exc).__name__}: {exc}"})
+                    return
+                self._reply(200, out)
+
+            def _body(self) -> dict[str, Any]:
+                size = int(self.headers.get("Content-Length") or 0)
+                if size > _MAX_BODY:
+                    raise AdminError(400, "request body too large")
+                raw = self.rfile.read(size) if size else b"{}"
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError as exc:
+                    raise AdminError(400, f"the body is not JSON: {exc}") from exc
+                if not isinstance(body, dict):
+                    raise AdminError(400, "the body must be a JSON object")
+                return body
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._run("GET")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._run("POST")
+
+        return Handler
