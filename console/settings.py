@@ -110,6 +110,7 @@ INSTALLED_APPS = [
     "console.transactions",
     "console.reports",
     "console.overview",
+    "console.cluster",
 ]
 
 MIDDLEWARE = [
@@ -220,6 +221,11 @@ LIVE_REFRESH_SECONDS = env.float("LIVE_REFRESH_SECONDS", default=15.0)
 # The health banner on every page is recomputed at most this often (seconds).
 HEALTH_BANNER_TTL = env.float("HEALTH_BANNER_TTL", default=5.0)
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+# A cluster of nodes (docs/cluster.md): its name, the route registry's Redis and
+# the file holding the nodes' admin API token. Empty BROKER_CLUSTER: one node.
+BROKER_CLUSTER = env.str("BROKER_CLUSTER", default="")
+REGISTRY_URL = env.str("REGISTRY_URL", default="")
+CLUSTER_ADMIN_TOKEN_FILE = env.str("CLUSTER_ADMIN_TOKEN_FILE", default="")
 SPARK_MASTER = env.str("SPARK_MASTER", default="local[*]")
 REPORTS_DIR = Path(env.str("REPORTS_DIR", default=str(VAR_DIR / "reports")))
 # Where the reports' Parquet export of the log and the runs' results live: a

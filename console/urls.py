@@ -36,6 +36,7 @@ urlpatterns = [
     path("delays/", include("console.delays.urls")),
     path("transactions/", include("console.transactions.urls")),
     path("reports/", include("console.reports.urls")),
+    path("cluster/", include("console.cluster.urls")),
     path("users/", include("console.accounts.urls")),
     path("account/", include("console.accounts.account_urls")),
     path("producer-groups/", include("console.transactions.producer_urls")),

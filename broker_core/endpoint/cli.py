@@ -285,5 +285,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         "disk_space_warning_ratio": args.disk_ratio,
         "scrub_interval_s": args.scrub_interval,
     }
+    if cfg.node is not None:
+        # Message and transaction ids carry the store's host: distinct per
+        # node, so that two nodes never hand out the same id.
+        store_options["store_host"] = cfg.node.advertise
     asyncio.run(serve(args.store, cfg, store_options=store_options))
     return 0

@@ -1,123 +1,14 @@
-"""Hosts for cluster tests: network namespaces joined by a bridge.
-
-Each ``Host`` is a network namespace with its own address on a private bridge
-(198.51.100.0/24, a documentation range nothing routes); processes started
-on it see only its interface, so nodes talk to each other over a real
-network path, and killing a host kills every process in its namespace. The
-test process itself stays in the root namespace at 198.51.100.1, where the
-official clients run. Needs root (CI runs as root); elsewhere the tests skip
-saying why.
-"""
+"""The ``network`` fixture: hosts as network namespaces (``tests/netns.py``)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
-import time
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-SUBNET = "198.51.100"
+from tests.netns import Network, netns_unavailable, wait_port
 
-
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
-
-
-class Host:
-    """One network namespace with an address on the bridge."""
-
-    def __init__(self, net: Network, name: str, address: str) -> None:
-        self.net = net
-        self.name = name
-        self.netns = f"{net.tag}-{name}"
-        self.address = address
-        self.procs: list[subprocess.Popen] = []
-
-    def popen(self, args: list[str], log: Path, **kw) -> subprocess.Popen:
-        """Start ``args`` on this host, output to ``log``."""
-        out = open(log, "ab")  # closed with the process's end (kept by Popen)
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.netns, *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            **kw,
-        )
-        out.close()
-        self.procs.append(proc)
-        return proc
-
-    def pids(self) -> list[int]:
-        found = _ip("netns", "pids", self.netns, check=False).stdout.split()
-        return [int(p) for p in found]
-
-    def kill(self) -> None:
-        """SIGKILL every process of the host: a machine that dies."""
-        for pid in self.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-        self.procs.clear()
-
-
-class Network:
-    """A bridge in the root namespace and the hosts attached to it."""
-
-    def __init__(self) -> None:
-        self.tag = f"rmq{uuid.uuid4().hex[:5]}"
-        self.bridge = f"{self.tag}br"
-        self.hosts: dict[str, Host] = {}
-        _ip("link", "add", self.bridge, "type", "bridge")
-        _ip("addr", "add", f"{SUBNET}.1/24", "dev", self.bridge)
-        _ip("link", "set", self.bridge, "up")
-
-    def host(self, name: str) -> Host:
-        host = Host(self, name, f"{SUBNET}.{10 + len(self.hosts)}")
-        veth = f"{self.tag}v{len(self.hosts)}"
-        _ip("netns", "add", host.netns)
-        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0",
-            "netns", host.netns)  # fmt: skip
-        _ip("link", "set", veth, "master", self.bridge, "up")
-        for args in (
-            ("addr", "add", f"{host.address}/24", "dev", "eth0"),
-            ("link", "set", "eth0", "up"),
-            ("link", "set", "lo", "up"),
-        ):
-            _ip("-n", host.netns, *args)
-        self.hosts[name] = host
-        return host
-
-    def close(self) -> None:
-        for host in self.hosts.values():
-            host.kill()
-            _ip("netns", "del", host.netns, check=False)
-        _ip("link", "del", self.bridge, check=False)
-
-
-def netns_unavailable() -> str | None:
-    """Why namespaces cannot be made here, or None."""
-    if os.geteuid() != 0:
-        return "network namespaces need root (CI runs as root)"
-    if shutil.which("ip") is None:
-        return "no `ip` command (Debian's iproute2)"
-    probe = f"rmqprobe{os.getpid()}"
-    done = _ip("netns", "add", probe, check=False)
-    if done.returncode != 0:
-        return f"cannot create a network namespace: {done.stderr.strip()}"
-    _ip("netns", "del", probe, check=False)
-    return None
+__all__ = ["Network", "network", "wait_port"]
 
 
 @pytest.fixture
@@ -130,17 +21,3 @@ def network() -> Iterator[Network]:
         yield net
     finally:
         net.close()
-
-
-def wait_port(host: str, port: int, timeout: float = 30.0) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)

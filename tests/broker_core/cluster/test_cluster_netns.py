@@ -22,9 +22,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import Network, wait_port
 
-from broker_core import Broker
+from tests.netns import Cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.protocol, pytest.mark.services]
 
@@ -63,59 +62,8 @@ def node_client(*args: str) -> dict:
     return json.loads(lines[-1][len("RESULT ") :])
 
 
-class Cluster:
-    def __init__(self, net: Network, tmp: Path) -> None:
-        self.net, self.tmp = net, tmp
-        self.registry = net.host("registry")
-        self.a, self.b, self.s = net.host("a"), net.host("b"), net.host("s")
-        self.secret = tmp / "ha.secret"
-        self.secret.write_text("cluster-test-secret\n")
-        self.registry_url = f"redis://{self.registry.address}:6379/0"
-        self.registry.popen(
-            [shutil.which("redis-server") or "redis-server", "--bind",
-             self.registry.address, "--port", "6379", "--save", "", "--appendonly",
-             "no", "--protected-mode", "no"],
-            tmp / "redis.log",
-        )  # fmt: skip
-        wait_port(self.registry.address, 6379)
-
-    def store(self, name: str, topic_queues: int | None = 4) -> Path:
-        path = self.tmp / f"store-{name}"
-        with Broker.open(str(path)) as broker:
-            if topic_queues:
-                broker.create_topic(TOPIC, topic_queues, topic_queues)
-        return path
-
-    def serve(self, host, store: Path, node: str, *extra: str) -> None:
-        host.popen(
-            [sys.executable, "-m", "broker_core", "serve", "--store", str(store),
-             "--listen", f"{host.address}:8081", "--cluster", "c1", "--node", node,
-             "--registry", self.registry_url, "--registry-expiry", str(EXPIRY),
-             "--embedded-timers", "--transaction-timeout-ms", "1000",
-             "--check-interval-ms", "4000", "--no-redis-relay", *extra],
-            self.tmp / f"{host.name}.log", cwd=ROOT,
-        )  # fmt: skip
-        wait_port(host.address, 8081)
-
-    def access(self, host) -> str:
-        return f"{host.address}:8081"
-
-    def nodes(self) -> list[dict]:
-        from broker_core.cluster import RouteRegistry
-
-        reg = RouteRegistry(self.registry_url, "c1", EXPIRY)
-        return [{"key": n.key, "role": n.role, "log_end": n.log_end,
-                 "master_log_end": n.master_log_end} for n in reg.nodes()]  # fmt: skip
-
-    def wait_nodes(self, want: set[str], timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while {n["key"] for n in self.nodes()} != want:
-            assert time.monotonic() < deadline, (self.nodes(), want)
-            time.sleep(0.2)
-
-
 def test_cluster_routes_replication_failover_and_promotion(network, tmp_path):
-    c = Cluster(network, tmp_path)
+    c = Cluster(network, tmp_path, TOPIC, EXPIRY)
     c.serve(c.a, c.store("a"), "broker-a", "--role", "SYNC_MASTER",
             "--ha-listen", f"{c.a.address}:10912",
             "--ha-secret-file", str(c.secret))  # fmt: skip

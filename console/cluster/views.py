@@ -1,0 +1,55 @@
+"""The cluster page: nodes, replication lag, and every master's pending halves
+with commit (admins) and roll back (operators), each sent to its node."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from console.cluster import services
+from console.ui.permissions import viewer_required
+from console.ui.roles import ADMIN, OPERATOR, has_role
+
+
+@viewer_required
+def cluster(request: HttpRequest) -> HttpResponse:
+    context = {"enabled": services.enabled(), "cluster": "", "nodes": [],
+               "halves": [], "errors": []}  # fmt: skip
+    if context["enabled"]:
+        from django.conf import settings
+
+        context["cluster"] = settings.BROKER_CLUSTER
+        try:
+            views = services.nodes()
+        except Exception as exc:  # noqa: BLE001 - the registry is away
+            context["errors"] = [f"route registry: {exc}"]
+            views = []
+        context["nodes"] = views
+        context["halves"], errors = services.pending_halves(views)
+        context["errors"] += errors
+    context["can_commit"] = has_role(request.user, ADMIN)
+    context["can_rollback"] = has_role(request.user, OPERATOR)
+    return render(request, "cluster/cluster.html", context)
+
+
+@require_POST
+@viewer_required
+def decide(request: HttpRequest, node: str, transaction_id: str, verb: str):
+    need = ADMIN if verb == "commit" else OPERATOR
+    if not has_role(request.user, need):
+        messages.error(request, f"{verb} needs the {need} role")
+        return redirect("cluster:overview")
+    if verb == "commit" and request.POST.get("confirm") != "COMMIT":
+        messages.error(request, "Type COMMIT to confirm a commit.")
+        return redirect("cluster:overview")
+    try:
+        services.decide(node, transaction_id, verb, request.user,
+                        request.POST.get("reason", ""), request)  # fmt: skip
+    except (services.NodeUnavailable, ValueError) as exc:
+        messages.error(request, f"{verb} of {transaction_id} on {node} failed: {exc}")
+    else:
+        done = "Committed" if verb == "commit" else "Rolled back"
+        messages.success(request, f"{done} {transaction_id} on {node}.")
+    return redirect("cluster:overview")
