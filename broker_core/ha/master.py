@@ -32,6 +32,7 @@ from broker_core.ha.protocol import (
     parse_address,
     welcome_mac,
 )
+from broker_core.ha.replica import fingerprint, last_fingerprint
 from broker_core.record import (
     BLANK,
     BLANK_MAGIC,
@@ -210,14 +211,31 @@ class HAServer:
         slave_end = int(hello.get("log_end", 0))
         end = self.store.state.dispatched_pos
         truncate_to = None
+        check = None
         if slave_end > end:
+            # The slave cuts back to here once it has checked that its record
+            # before the cut is the master's.
             truncate_to = start = end
+            check = last_fingerprint(self.store, end)
         else:
             start = slave_end
             reason = self._not_a_boundary(start, end)
+            theirs = hello.get("last_record")
+            if not reason and isinstance(theirs, dict):
+                ours = fingerprint(self.store, int(theirs.get("offset", -1)))
+                if ours != theirs:
+                    reason = (
+                        f"the slave's record at {theirs.get('offset')} is not the "
+                        "master's (the logs diverged)"
+                    )
             if reason:
                 return self._refuse(conn, address, reason)
-        welcome = {"start": start, "truncate_to": truncate_to, "master_end": end}
+        welcome = {
+            "start": start,
+            "truncate_to": truncate_to,
+            "check": check,
+            "master_end": end,
+        }
         welcome["mac"] = welcome_mac(self.secret, str(hello.get("nonce", "")), welcome)
         conn.send_json(Frame.WELCOME, welcome)
         return start

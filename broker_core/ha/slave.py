@@ -33,6 +33,7 @@ from broker_core.ha.protocol import (
     parse_address,
     welcome_mac,
 )
+from broker_core.ha.replica import fingerprint, last_fingerprint
 from broker_core.ha.role import ROLE_FILE, Role, read_role, write_role
 
 if TYPE_CHECKING:
@@ -209,6 +210,7 @@ class SlaveFollower:
             "broker": self.broker,
             "segment_size": store.config.segment_size,
             "log_end": log_end,
+            "last_record": last_fingerprint(store, log_end),
             "nonce": nonce,
         }
         hello["mac"] = hello_mac(self.secret, str(challenge.get("nonce", "")), hello)
@@ -223,6 +225,14 @@ class SlaveFollower:
         if not self._still_slave():
             raise _Promoted()
         truncate_to = answer.get("truncate_to")
+        check = answer.get("check")
+        if truncate_to is not None and check is not None:
+            mine = fingerprint(store, int(check.get("offset", -1)))
+            if mine != check:
+                raise ReplicationError(
+                    f"the record at {check.get('offset')} is not the master's: the "
+                    "logs diverged below the master's end, not cutting back"
+                )
         if truncate_to is not None:
             if store.replica_truncate(int(truncate_to)):
                 self.truncations += 1
