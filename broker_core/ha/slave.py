@@ -269,6 +269,8 @@ class SlaveFollower:
                 self.config.log_advanced(end)
             elif kind is Frame.HEARTBEAT:
                 self.master_end = OFFSET.unpack(payload)[0]
+                # An idle link acks too: the master takes silence for death.
+                conn.send_offset(Frame.ACK, store.state.commit_pos)
             elif kind is Frame.CONFIG:
                 try:
                     msg = json.loads(payload)
