@@ -152,3 +152,31 @@ def test_sigkilled_master_restarts_and_the_slave_resumes_without_gaps_or_duplica
         # at least every batch it acknowledged.
         assert first == list(range(len(first))) and len(first) >= acked
         assert [x for x in seqs if x >= 10**7] == list(range(10**7, 10**7 + 3000))
+
+
+@pytest.mark.slow
+def test_sigkilled_slave_restarts_and_resumes_from_its_own_log(tmp_path: Path) -> None:
+    mdir, sdir, out = tmp_path / "master", tmp_path / "slave", tmp_path / "acts"
+    secret = secret_file(tmp_path)
+    addr = f"127.0.0.1:{free_port()}"
+    master = start_master(
+        mdir, addr, secret, out, count=15_000, batch=20, pause_s=0.002
+    )
+    slave = start_replicate(sdir, addr, secret)
+    try:
+        wait_for(
+            lambda: slave_status(sdir).get("replicated_offset", 0) > 400_000,
+            60,
+            "the slave to replicate 400 KB",
+        )
+        slave.send_signal(signal.SIGKILL)  # mid-apply, as likely as not
+        slave.wait()
+        slave = start_replicate(sdir, addr, secret)
+        _done_end(master)
+        wait_for(lambda: _caught_up(sdir, mdir), 60, "the slave to catch up")
+    finally:
+        _stop(master)
+        _stop(slave)
+    with Broker.open(mdir, **SETTINGS) as m, Broker.open(sdir, **SETTINGS) as s:
+        assert_same_store(m, s)
+        assert sorted(_seqs(s)) == list(range(15_000))
