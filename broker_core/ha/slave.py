@@ -86,6 +86,7 @@ class SlaveFollower:
     def start(self) -> SlaveFollower:
         """Mark the store a slave and follow in a background thread."""
         write_role(self.store.root, Role.SLAVE, master=self.master)
+        self.store.state.replica = True
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="ha-slave", daemon=True)
         self._thread.start()
@@ -111,6 +112,7 @@ class SlaveFollower:
         if role is Role.SLAVE:
             raise ValueError("promote to SYNC_MASTER or ASYNC_MASTER")
         self.stop()
+        self.store.state.replica = False
         end = self.store.state.commit_pos
         log.warning("promoted to %s at log offset %d", role.value, end)
         return write_role(
@@ -166,6 +168,7 @@ class SlaveFollower:
                 self._follow()
             except _Promoted:
                 log.warning("the store was promoted: no longer following")
+                self.store.state.replica = False
                 self._stop.set()
             except (OSError, ReplicationError, StoreError) as exc:
                 if not self._stop.is_set():

@@ -12,7 +12,7 @@ import pytest
 from _hahelpers import SECRET, SETTINGS, assert_same_store, wait_for
 
 from broker_core import Broker, Message
-from broker_core.errors import ReplicationError
+from broker_core.errors import ReplicaReadOnlyError, ReplicationError
 from broker_core.ha import HAServer, Role, SlaveFollower, read_role, start_ha_server
 
 
@@ -230,6 +230,12 @@ def test_promotion_marks_the_store_writable(
     end = _send(master, 50)
     wait_for(lambda: slave.store.max_physical_offset() == end, 10, "catch-up")
     assert read_role(slave.store.root)["role"] == "SLAVE"
+    # A slave takes appends from its master only, in every process.
+    with pytest.raises(ReplicaReadOnlyError):
+        slave.send(Message("A", b"too early"))
+    with Broker.open(slave.store.root, **SETTINGS) as other:
+        with pytest.raises(ReplicaReadOnlyError):
+            other.send(Message("A", b"too early"))
     rec = f.promote(Role.SYNC_MASTER)
     assert rec["role"] == "SYNC_MASTER" and rec["promoted_at_offset"] == end
     assert read_role(slave.store.root)["role"] == "SYNC_MASTER"
