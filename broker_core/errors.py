@@ -195,6 +195,13 @@ class FilterEvaluationError(FilterError):
     code = "filter_evaluation"
 
 
+class ReplicaReadOnlyError(StoreError):
+    """The store is a slave following a master: it takes no client appends
+    until it is promoted (nothing was appended)."""
+
+    code = "replica_read_only"
+
+
 class ReplicationError(StoreError):
     """Master/slave replication failed: a refused handshake, a chunk that does
     not fit the replica's log, or bytes that fail their checks (nothing of it

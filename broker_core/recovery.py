@@ -77,6 +77,10 @@ def _boundary_near(store: StoreParts, target: int, floor: int) -> int:
     return best
 
 
+#: Public name for replication (``ha.replica.last_record``).
+boundary_near = _boundary_near
+
+
 def recover(store: StoreParts, verify_all: bool = False) -> RecoveryInfo:
     """Repair the store after the previous run; call with the append lock, alone.
 

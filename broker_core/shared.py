@@ -30,11 +30,13 @@ STATE_MAGIC = 0x524D5153544F5245  # "RMQSTORE"
 # 40 topics_version | 48 offsets_version: bumped when the JSON files change
 # 56 trusted_from: the log end when this run's recovery finished; records at or
 #    past it were appended by live processes (see ``trusted_from``)
+# 64 replica: 1 while the store follows a master (``ha``): client appends refused
 _Q = struct.Struct("@q")
 _MAGIC_AT, _COMMIT_AT, _DISPATCHED_AT, _FLUSHED_AT, _INDEXED_AT = 0, 8, 16, 24, 32
-_TOPICS_V_AT, _OFFSETS_V_AT, _TRUSTED_AT = 40, 48, 56
+_TOPICS_V_AT, _OFFSETS_V_AT, _TRUSTED_AT, _REPLICA_AT = 40, 48, 56, 64
 # Public names for the store's append path, which reads and writes ``mm`` directly.
 COMMIT_AT, DISPATCHED_AT, TOPICS_V_AT = _COMMIT_AT, _DISPATCHED_AT, _TOPICS_V_AT
+REPLICA_AT = _REPLICA_AT
 
 
 def read_commit_pos(root: Path) -> int:
@@ -197,6 +199,19 @@ class SharedState:
         the page cache without the check (the scrubber re-checks them).
         """
         return int(_Q.unpack_from(self._mm, _TRUSTED_AT)[0])
+
+    @property
+    def replica(self) -> bool:
+        """Whether the store follows a master: only replicated bytes are appended.
+
+        Set by the HA follower, cleared by a promotion; every process that has
+        the store open sees it on its next append.
+        """
+        return bool(self._get(_REPLICA_AT))
+
+    @replica.setter
+    def replica(self, value: bool) -> None:
+        self._set(_REPLICA_AT, int(value))
 
     @property
     def commit_pos(self) -> int:

@@ -31,6 +31,7 @@ from broker_core.errors import (
     InvalidOffsetError,
     InvalidQueueError,
     MessageTooLargeError,
+    ReplicaReadOnlyError,
     StoreClosedError,
     StoreError,
 )
@@ -72,6 +73,7 @@ from broker_core.shared import (
     _Q,
     COMMIT_AT,
     DISPATCHED_AT,
+    REPLICA_AT,
     TOPICS_V_AT,
     SharedState,
 )
@@ -503,6 +505,10 @@ class MessageStore:
         if not lock.acquire(blocking):
             raise AppendBusyError("the append lock is held")
         try:
+            if qunpack(mm, REPLICA_AT)[0]:
+                raise ReplicaReadOnlyError(
+                    "this store is a slave: it takes appends from its master only"
+                )
             pos = qunpack(mm, COMMIT_AT)[0]
             if qunpack(mm, DISPATCHED_AT)[0] != pos:
                 self._repair_dispatch()

@@ -81,6 +81,14 @@ def _promote(root: Path, role: Role, timeout_s: float = 15.0) -> int:
     else:
         print(f"the replicate process of {root} is still following after {timeout_s}s")
         return 1
+    from broker_core.shared import SharedState
+
+    # Whether or not a follower ran: every process sees the store writable now.
+    state = SharedState(root)
+    try:
+        state.replica = False
+    finally:
+        state.close()
     print(json.dumps(record))
     return 0
 

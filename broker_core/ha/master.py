@@ -32,6 +32,7 @@ from broker_core.ha.protocol import (
     parse_address,
     welcome_mac,
 )
+from broker_core.ha.replica import fingerprint, last_fingerprint
 from broker_core.record import (
     BLANK,
     BLANK_MAGIC,
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 #: come from other processes of the store, so there is no in-process wake-up.
 POLL_S = 0.001
 HEARTBEAT_S = 1.0
+LINK_TIMEOUT_S = 10.0
 CONFIG_SYNC_S = 1.0
 
 
@@ -161,7 +163,9 @@ class HAServer:
             start = self._handshake(conn, address)
             if start is None:
                 return
-            sock.settimeout(None)
+            # A slave acks every chunk and every heartbeat: silence this long,
+            # or a send that cannot go out, means it is gone.
+            sock.settimeout(LINK_TIMEOUT_S)
         except (OSError, ReplicationError) as exc:
             log.warning("HA handshake with %s failed: %s", address, exc)
             conn.close()
@@ -186,41 +190,62 @@ class HAServer:
         nonce = new_nonce()
         conn.send_json(Frame.CHALLENGE, {"version": PROTOCOL_VERSION, "nonce": nonce})
         _, hello = conn.recv_json(Frame.HELLO)
-        mac = str(hello.get("mac", ""))
-        if not macs_equal(mac, hello_mac(self.secret, nonce, hello)):
-            return self._refuse(conn, address, "authentication failed")
-        if hello.get("version") != PROTOCOL_VERSION:
-            return self._refuse(
-                conn,
-                address,
-                f"protocol version {hello.get('version')} is not {PROTOCOL_VERSION}",
-            )
-        if (hello.get("cluster"), hello.get("broker")) != (self.cluster, self.broker):
-            return self._refuse(
-                conn,
-                address,
-                f"slave of {hello.get('cluster')}/{hello.get('broker')}, "
-                f"this is {self.cluster}/{self.broker}",
-            )
-        seg = self.store.config.segment_size
-        if hello.get("segment_size") != seg:
-            return self._refuse(
-                conn, address, f"segment size {hello.get('segment_size')} is not {seg}"
-            )
         slave_end = int(hello.get("log_end", 0))
         end = self.store.state.dispatched_pos
-        truncate_to = None
+        reason = self._refusal(nonce, hello, slave_end, end)
+        if reason:
+            log.warning("HA slave %s refused: %s", address, reason)
+            try:
+                conn.send_json(Frame.REFUSE, {"reason": reason})
+            finally:
+                conn.close()
+            return None
+        truncate_to = check = None
+        start = slave_end
         if slave_end > end:
+            # The slave cuts back to here once it has checked that its record
+            # before the cut is the master's.
             truncate_to = start = end
-        else:
-            start = slave_end
-            reason = self._not_a_boundary(start, end)
-            if reason:
-                return self._refuse(conn, address, reason)
-        welcome = {"start": start, "truncate_to": truncate_to, "master_end": end}
+            check = last_fingerprint(self.store, end)
+        welcome: dict[str, Any] = {
+            "start": start,
+            "truncate_to": truncate_to,
+            "check": check,
+            "master_end": end,
+        }
         welcome["mac"] = welcome_mac(self.secret, str(hello.get("nonce", "")), welcome)
         conn.send_json(Frame.WELCOME, welcome)
         return start
+
+    def _refusal(
+        self, nonce: str, hello: dict[str, Any], slave_end: int, end: int
+    ) -> str | None:
+        """Why the slave that said ``hello`` may not follow (None: it may)."""
+        if not macs_equal(
+            str(hello.get("mac", "")), hello_mac(self.secret, nonce, hello)
+        ):
+            return "authentication failed"
+        if hello.get("version") != PROTOCOL_VERSION:
+            return f"protocol version {hello.get('version')} is not {PROTOCOL_VERSION}"
+        if (hello.get("cluster"), hello.get("broker")) != (self.cluster, self.broker):
+            return (
+                f"slave of {hello.get('cluster')}/{hello.get('broker')}, "
+                f"this is {self.cluster}/{self.broker}"
+            )
+        seg = self.store.config.segment_size
+        if hello.get("segment_size") != seg:
+            return f"segment size {hello.get('segment_size')} is not {seg}"
+        if slave_end > end:
+            return None  # cut back, once the slave has checked the master's record
+        reason = self._not_a_boundary(slave_end, end)
+        theirs = hello.get("last_record")
+        if not reason and isinstance(theirs, dict):
+            if fingerprint(self.store, int(theirs.get("offset", -1))) != theirs:
+                reason = (
+                    f"the slave's record at {theirs.get('offset')} is not the "
+                    "master's (the logs diverged)"
+                )
+        return reason
 
     def _not_a_boundary(self, start: int, end: int) -> str | None:
         """Why the master cannot stream from ``start`` (None if it can)."""
@@ -244,14 +269,6 @@ class HAServer:
             f"the slave's end {start} is not a record boundary of the master's log "
             "(the logs diverged)"
         )
-
-    def _refuse(self, conn: Conn, address: str, reason: str) -> None:
-        log.warning("HA slave %s refused: %s", address, reason)
-        try:
-            conn.send_json(Frame.REFUSE, {"reason": reason})
-        finally:
-            conn.close()
-        return None
 
     def _stream(self, link: SlaveLink) -> None:
         store = self.store

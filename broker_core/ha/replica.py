@@ -193,3 +193,53 @@ def truncate(store: MessageStore, end: int) -> bool:
         store.commitlog.flush(max(0, end - end % store.config.segment_size), end)
         recovery.write_progress(parts)
     return True
+
+
+def last_record(store: MessageStore, end: int) -> int | None:
+    """Return the offset of the last record that ends by ``end`` (None: none).
+
+    A consume queue gives a record start near ``end`` (as recovery finds
+    one); the walk from there reads record headers only.
+    """
+    if end <= 0:
+        return None
+    size = store.config.segment_size
+    floor = (end - 1) - (end - 1) % size
+    seg = store.commitlog.segments.segment(floor)
+    if seg is None:
+        return None
+    pos = recovery.boundary_near(store.parts, end - 1, floor) - seg.base
+    limit = min(seg.size, end - seg.base)
+    last = None
+    while pos < limit:
+        chk = check_record(seg.view, pos, limit, False)
+        if chk.status in (RecordCheck.OK, RecordCheck.SKIP):
+            if chk.status is RecordCheck.OK:
+                last = seg.base + pos
+            pos += chk.size
+            continue
+        break
+    return last
+
+
+def fingerprint(store: MessageStore, offset: int) -> dict[str, object] | None:
+    """Return what identifies the record at ``offset``: its size and record CRC.
+
+    Two logs with the same fingerprint at the same offset hold the same record
+    there (the ``__CRC32#`` CRC covers every byte, the offset included).
+    """
+    seg = store.commitlog.segments.segment(offset)
+    if seg is None:
+        return None
+    pos = offset - seg.base
+    chk = check_record(seg.view, pos, seg.size, False)
+    if chk.status is not RecordCheck.OK:
+        return None
+    tail = bytes(seg.view[pos + chk.size - 20 : pos + chk.size])
+    return {"offset": offset, "size": chk.size, "crc": tail.hex()}
+
+
+def last_fingerprint(store: MessageStore, end: int) -> dict[str, object] | None:
+    """Return the fingerprint of the last record before ``end`` (None: none)."""
+    at = last_record(store, end)
+    return None if at is None else fingerprint(store, at)

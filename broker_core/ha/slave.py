@@ -33,6 +33,7 @@ from broker_core.ha.protocol import (
     parse_address,
     welcome_mac,
 )
+from broker_core.ha.replica import fingerprint, last_fingerprint
 from broker_core.ha.role import ROLE_FILE, Role, read_role, write_role
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class SlaveFollower:
     def start(self) -> SlaveFollower:
         """Mark the store a slave and follow in a background thread."""
         write_role(self.store.root, Role.SLAVE, master=self.master)
+        self.store.state.replica = True
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="ha-slave", daemon=True)
         self._thread.start()
@@ -110,6 +112,7 @@ class SlaveFollower:
         if role is Role.SLAVE:
             raise ValueError("promote to SYNC_MASTER or ASYNC_MASTER")
         self.stop()
+        self.store.state.replica = False
         end = self.store.state.commit_pos
         log.warning("promoted to %s at log offset %d", role.value, end)
         return write_role(
@@ -165,6 +168,7 @@ class SlaveFollower:
                 self._follow()
             except _Promoted:
                 log.warning("the store was promoted: no longer following")
+                self.store.state.replica = False
                 self._stop.set()
             except (OSError, ReplicationError, StoreError) as exc:
                 if not self._stop.is_set():
@@ -209,6 +213,7 @@ class SlaveFollower:
             "broker": self.broker,
             "segment_size": store.config.segment_size,
             "log_end": log_end,
+            "last_record": last_fingerprint(store, log_end),
             "nonce": nonce,
         }
         hello["mac"] = hello_mac(self.secret, str(challenge.get("nonce", "")), hello)
@@ -223,6 +228,14 @@ class SlaveFollower:
         if not self._still_slave():
             raise _Promoted()
         truncate_to = answer.get("truncate_to")
+        check = answer.get("check")
+        if truncate_to is not None and check is not None:
+            mine = fingerprint(store, int(check.get("offset", -1)))
+            if mine != check:
+                raise ReplicationError(
+                    f"the record at {check.get('offset')} is not the master's: the "
+                    "logs diverged below the master's end, not cutting back"
+                )
         if truncate_to is not None:
             if store.replica_truncate(int(truncate_to)):
                 self.truncations += 1
@@ -259,6 +272,8 @@ class SlaveFollower:
                 self.config.log_advanced(end)
             elif kind is Frame.HEARTBEAT:
                 self.master_end = OFFSET.unpack(payload)[0]
+                # An idle link acks too: the master takes silence for death.
+                conn.send_offset(Frame.ACK, store.state.commit_pos)
             elif kind is Frame.CONFIG:
                 try:
                     msg = json.loads(payload)

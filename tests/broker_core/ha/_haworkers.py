@@ -5,8 +5,10 @@ Opens the store, serves HA on ADDR, prints READY, then appends ``count``
 messages (-1: until killed) in batches over topics HA-A (4 queues), HA-B (8)
 and HA-C (2); with ``services`` it also sends transaction halves (committed,
 rolled back or left pending) and delayed messages, delivering them in the
-background. Each acknowledged action is appended to OUT as a JSON line before
-the next, so a SIGKILL loses nothing the test was told about. Prints
+background; with ``sync`` a batch counts as acknowledged (and is recorded)
+only once ``wait_replicated`` says a slave has it. Each acknowledged action
+is appended to OUT as a JSON line before the next, so a SIGKILL loses nothing
+the test was told about. Prints
 ``DONE <log end>`` and serves until SIGTERM.
 """
 
@@ -62,6 +64,11 @@ def master(store: str, addr: str, secret_file: str, out: str, opts: dict) -> Non
             body = b"m%08d." % j + b"x" * (j % 300)
             msgs.append(Message(topic, body, keys=f"k{j}", queue_id=(j // 3) % qn))
         rs = b.send_batch(msgs)
+        if opts.get("sync"):
+            # SYNC_MASTER: acknowledged only once a slave has applied it.
+            if not srv.wait_replicated(b.store.max_physical_offset(), 5.0):
+                i += n
+                continue
         lines = [
             json.dumps(
                 {"kind": "msg", "seq": i, "n": n, "end": rs[-1].commit_log_offset}

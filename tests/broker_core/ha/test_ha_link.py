@@ -12,7 +12,7 @@ import pytest
 from _hahelpers import SECRET, SETTINGS, assert_same_store, wait_for
 
 from broker_core import Broker, Message
-from broker_core.errors import ReplicationError
+from broker_core.errors import ReplicaReadOnlyError, ReplicationError
 from broker_core.ha import HAServer, Role, SlaveFollower, read_role, start_ha_server
 
 
@@ -230,6 +230,12 @@ def test_promotion_marks_the_store_writable(
     end = _send(master, 50)
     wait_for(lambda: slave.store.max_physical_offset() == end, 10, "catch-up")
     assert read_role(slave.store.root)["role"] == "SLAVE"
+    # A slave takes appends from its master only, in every process.
+    with pytest.raises(ReplicaReadOnlyError):
+        slave.send(Message("A", b"too early"))
+    with Broker.open(slave.store.root, **SETTINGS) as other:
+        with pytest.raises(ReplicaReadOnlyError):
+            other.send(Message("A", b"too early"))
     rec = f.promote(Role.SYNC_MASTER)
     assert rec["role"] == "SYNC_MASTER" and rec["promoted_at_offset"] == end
     assert read_role(slave.store.root)["role"] == "SYNC_MASTER"
@@ -237,3 +243,65 @@ def test_promotion_marks_the_store_writable(
     assert r.commit_log_offset == end
     assert slave.store.read_message(end).body == b"after"
     wait_for(lambda: not server.replication_status(), 10, "the link to close")
+
+
+def _same_size(b: Broker, n: int, tag: bytes) -> int:
+    b.send_batch([Message("A", tag + b"%06d" % i, queue_id=0) for i in range(n)])
+    return b.store.max_physical_offset()
+
+
+def test_a_slave_whose_log_diverged_at_a_common_boundary_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The master lost its tail and appended past the slave's end: with records
+    of one size the slave's end is a boundary of both logs, but not the same
+    record below it."""
+    mdir, copy = tmp_path / "master", tmp_path / "short"
+    with Broker.open(mdir, **SETTINGS) as m:
+        m.create_topic("A", 1)
+        _same_size(m, 300, b"old-")
+    shutil.copytree(mdir, copy)
+    slave = Broker.open(tmp_path / "slave", **SETTINGS)
+    try:
+        with Broker.open(mdir, **SETTINGS) as m:
+            srv = start_ha_server(m.store, "127.0.0.1:0", SECRET)
+            f = _follow(slave, srv)
+            end = _same_size(m, 200, b"gone")
+            wait_for(lambda: slave.store.max_physical_offset() == end, 20, "catch-up")
+            f.stop()
+            srv.stop()
+        with Broker.open(copy, **SETTINGS) as m:
+            longer = _same_size(m, 400, b"new-")
+            assert longer > end
+            srv = start_ha_server(m.store, "127.0.0.1:0", SECRET)
+            f = _follow(slave, srv)
+            try:
+                wait_for(lambda: f.status()["last_error"], 10, "a refusal")
+                err = f.status()["last_error"]
+                assert "slave's record at" in err and "diverged" in err
+                assert slave.store.max_physical_offset() == end
+            finally:
+                f.stop()
+                srv.stop()
+    finally:
+        slave.close()
+
+
+def test_a_slave_ahead_with_another_history_is_not_cut_back(tmp_path: Path) -> None:
+    with Broker.open(tmp_path / "master", **SETTINGS) as m:
+        _send(m, 200)
+        srv = start_ha_server(m.store, "127.0.0.1:0", SECRET)
+        # Another master's log, longer: cutting it back would keep a prefix
+        # that is not this master's.
+        with Broker.open(tmp_path / "slave", **SETTINGS) as s:
+            _send(s, 600, start=10_000)
+            before = s.store.max_physical_offset()
+            f = _follow(s, srv)
+            try:
+                wait_for(lambda: f.status()["last_error"], 10, "a refusal")
+                assert "diverged" in f.status()["last_error"]
+                assert s.store.max_physical_offset() == before
+                assert f.status()["truncations"] == 0
+            finally:
+                f.stop()
+        srv.stop()

@@ -152,3 +152,61 @@ def test_sigkilled_master_restarts_and_the_slave_resumes_without_gaps_or_duplica
         # at least every batch it acknowledged.
         assert first == list(range(len(first))) and len(first) >= acked
         assert [x for x in seqs if x >= 10**7] == list(range(10**7, 10**7 + 3000))
+
+
+@pytest.mark.slow
+def test_sigkilled_slave_restarts_and_resumes_from_its_own_log(tmp_path: Path) -> None:
+    mdir, sdir, out = tmp_path / "master", tmp_path / "slave", tmp_path / "acts"
+    secret = secret_file(tmp_path)
+    addr = f"127.0.0.1:{free_port()}"
+    master = start_master(
+        mdir, addr, secret, out, count=15_000, batch=20, pause_s=0.002
+    )
+    slave = start_replicate(sdir, addr, secret)
+    try:
+        wait_for(
+            lambda: slave_status(sdir).get("replicated_offset", 0) > 400_000,
+            60,
+            "the slave to replicate 400 KB",
+        )
+        slave.send_signal(signal.SIGKILL)  # mid-apply, as likely as not
+        slave.wait()
+        slave = start_replicate(sdir, addr, secret)
+        _done_end(master)
+        wait_for(lambda: _caught_up(sdir, mdir), 60, "the slave to catch up")
+    finally:
+        _stop(master)
+        _stop(slave)
+    with Broker.open(mdir, **SETTINGS) as m, Broker.open(sdir, **SETTINGS) as s:
+        assert_same_store(m, s)
+        assert sorted(_seqs(s)) == list(range(15_000))
+
+
+@pytest.mark.slow
+def test_every_send_a_sync_master_acknowledged_is_on_its_slave(tmp_path: Path) -> None:
+    mdir, sdir, out = tmp_path / "master", tmp_path / "slave", tmp_path / "acts"
+    secret = secret_file(tmp_path)
+    addr = f"127.0.0.1:{free_port()}"
+    slave = start_replicate(sdir, addr, secret)
+    master = start_master(mdir, addr, secret, out, count=-1, batch=10, sync=True)
+    try:
+        wait_for(
+            lambda: out.exists() and len(out.read_text().splitlines()) > 500,
+            60,
+            "500 acknowledged batches",
+        )
+        master.send_signal(signal.SIGKILL)  # mid-stream
+        master.wait()
+    finally:
+        _stop(master)
+        _stop(slave)
+    acked = [
+        (a["seq"], a["n"])
+        for a in map(json.loads, out.read_text().splitlines())
+        if a["kind"] == "msg"
+    ]
+    with Broker.open(sdir, **SETTINGS) as s:
+        have = set(_seqs(s))
+    missing = [seq for seq, n in acked for j in range(seq, seq + n) if j not in have]
+    assert not missing, f"{len(missing)} acknowledged messages not on the slave"
+    assert len(acked) > 500
