@@ -226,6 +226,10 @@ REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 BROKER_CLUSTER = env.str("BROKER_CLUSTER", default="")
 REGISTRY_URL = env.str("REGISTRY_URL", default="")
 CLUSTER_ADMIN_TOKEN_FILE = env.str("CLUSTER_ADMIN_TOKEN_FILE", default="")
+# Celery per node (console/core/nodes.py): the nodes beat schedules the timers
+# for, each on queue node.<name>; and the node this process's store belongs to.
+CLUSTER_NODES = env.list("CLUSTER_NODES", default=[])
+BROKER_NODE = env.str("BROKER_NODE", default="")
 SPARK_MASTER = env.str("SPARK_MASTER", default="local[*]")
 REPORTS_DIR = Path(env.str("REPORTS_DIR", default=str(VAR_DIR / "reports")))
 # Where the reports' Parquet export of the log and the runs' results live: a
@@ -329,6 +333,26 @@ CELERY_BEAT_SCHEDULE["reports-reap"] = {
     "schedule": timedelta(seconds=REPORTS_REAP_INTERVAL),
     "options": {"expires": REPORTS_REAP_INTERVAL},
 }
+if CLUSTER_NODES:
+    # One check and one delay tick per node, on that node's queue: a slow node
+    # never delays another (its worker: BROKER_NODE=<name>, -Q node.<name>).
+    CELERY_TASK_QUEUES += tuple(Queue(f"node.{n}") for n in CLUSTER_NODES)
+    for _task, _key, _every in (
+        ("delays.deliver_due", "delays-deliver-due", DELAY_TICK_INTERVAL),
+        (
+            "transactions.run_check",
+            "transactions-run-check",
+            TRANSACTION_CHECK_INTERVAL,
+        ),
+    ):
+        del CELERY_BEAT_SCHEDULE[_key]
+        for _node in CLUSTER_NODES:
+            CELERY_BEAT_SCHEDULE[f"{_key}-{_node}"] = {
+                "task": _task,
+                "schedule": timedelta(seconds=_every),
+                "kwargs": {"node": _node},
+                "options": {"expires": _every, "queue": f"node.{_node}"},
+            }
 if REPORTS_EXPORT_INTERVAL > 0:
     # Reports read an incremental Parquet export of the log; keeping it current
     # here means a scheduled report decodes only the last interval's records.

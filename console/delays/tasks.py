@@ -15,17 +15,24 @@ from django.conf import settings
 from redis.exceptions import LockError
 
 from console.brokerlink import get_delay_service
+from console.core import nodes
 from console.core.health import redis_client
 
 LOCK_KEY = "delays:deliver_due"
 
 
 @shared_task(name="delays.deliver_due")
-def deliver_due() -> dict[str, Any]:
-    """Deliver every delayed message that falls due during this tick window."""
+def deliver_due(node: str | None = None) -> dict[str, Any]:
+    """Deliver every delayed message that falls due during this tick window
+    (on ``node``'s store: ``console.core.nodes``)."""
+    why = nodes.skip_reason(node)
+    if why:
+        return {"skipped": True, "why": why}
     interval = float(settings.DELAY_TICK_INTERVAL)
     lock = redis_client().lock(
-        LOCK_KEY, timeout=interval * 3 + 10, blocking_timeout=interval + 1
+        nodes.lock_key(LOCK_KEY, node),
+        timeout=interval * 3 + 10,
+        blocking_timeout=interval + 1,
     )
     if not lock.acquire():
         return {"skipped": True}

@@ -17,6 +17,7 @@ from django.conf import settings
 from redis.exceptions import LockError
 
 from console.brokerlink import get_transaction_service
+from console.core import nodes
 from console.core.health import redis_client
 from console.transactions.services import publish_stuck_counts
 
@@ -24,11 +25,17 @@ LOCK_KEY = "transactions:run_check"
 
 
 @shared_task(name="transactions.run_check")
-def run_check() -> dict[str, Any]:
-    """Check back the half messages that are due; return the run's summary."""
+def run_check(node: str | None = None) -> dict[str, Any]:
+    """Check back the half messages that are due (on ``node``'s store:
+    ``console.core.nodes``); return the run's summary."""
+    why = nodes.skip_reason(node)
+    if why:
+        return {"status": "SKIPPED", "why": why}
     interval = float(settings.TRANSACTION_CHECK_INTERVAL)
     budget = max(1.0, interval * 0.8)
-    lock = redis_client().lock(LOCK_KEY, timeout=budget + 30, blocking=False)
+    lock = redis_client().lock(
+        nodes.lock_key(LOCK_KEY, node), timeout=budget + 30, blocking=False
+    )
     if not lock.acquire():
         return {"status": "BUSY"}
     try:
