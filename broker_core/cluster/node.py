@@ -98,6 +98,8 @@ class ClusterNode:
                 f"{store.root} is a slave's store (config/role.json): give "
                 "--master-ha, or promote it first (python -m broker_core promote)"
             )
+        self._role = ""
+        self.refresh_role()
         self._routes: dict[str, tuple[float, list[RouteEntry]]] = {}
         self._nodes_cache: tuple[float, list[NodeInfo]] = (0.0, [])
         self._lock = threading.Lock()
@@ -110,9 +112,16 @@ class ClusterNode:
     # -- role ------------------------------------------------------------------
     @property
     def role(self) -> str:
+        """The store's role (``config/role.json``), as last read: at start,
+        every ``ROLE_POLL_S`` and at promotion; sends ask it on the event
+        loop, so it is not read from disk each time."""
+        return self._role
+
+    def refresh_role(self) -> str:
         from broker_core.ha.role import read_role
 
-        return str(read_role(self.store.root)["role"])
+        self._role = str(read_role(self.store.root)["role"])
+        return self._role
 
     @property
     def is_master(self) -> bool:
@@ -137,6 +146,7 @@ class ClusterNode:
             ).start()  # fmt: skip
         else:
             self._become_master_services()
+        self.refresh_role()
         self.heartbeat.start()
         self._unsubscribe = self.registry.subscribe(lambda _m: self.invalidate())
         self._role_thread = threading.Thread(
@@ -155,6 +165,7 @@ class ClusterNode:
             recorded["role"] != wanted and not _promoted(recorded)
         ):
             write_role(self.store.root, Role(wanted))
+        self.refresh_role()
         if self.cfg.ha_listen and self.ha_server is None:
             self.ha_server = HAServer(
                 self.store, self.cfg.ha_listen, self._secret,
@@ -163,6 +174,7 @@ class ClusterNode:
 
     def _watch_role(self) -> None:
         while not self._stop.wait(ROLE_POLL_S):
+            self.refresh_role()
             if self.follower is not None and self.is_master:
                 self._promoted()
 
@@ -174,6 +186,7 @@ class ClusterNode:
         if self.follower is None:
             raise ValueError("this node is not a slave")
         self.follower.promote(Role(role))
+        self.refresh_role()
         self._promoted()
 
     def _promoted(self) -> None:

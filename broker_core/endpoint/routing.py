@@ -158,9 +158,15 @@ class Routing:
                     )
         except ValidationError as exc:
             return spb.QueryRouteResponse(status=status(C.ILLEGAL_TOPIC, str(exc)))
-        return spb.QueryRouteResponse(
-            status=status(C.OK), message_queues=self.route(topic, request.endpoints)
-        )
+        if self.ep.node is not None:
+            # The registry is across the network: off the event loop.
+            loop = asyncio.get_running_loop()
+            queues = await loop.run_in_executor(
+                None, self.route, topic, request.endpoints
+            )
+        else:
+            queues = self.route(topic, request.endpoints)
+        return spb.QueryRouteResponse(status=status(C.OK), message_queues=queues)
 
     async def QueryAssignment(self, request, context):  # noqa: N802
         topic = request.topic.name
@@ -172,7 +178,10 @@ class Routing:
         queues = [self.queue(topic, 0, request.endpoints)]
         if self.ep.node is not None:
             by_broker: dict[str, pb.MessageQueue] = {}
-            for q in self.cluster_route(topic, request.endpoints, readable_only=True):
+            found = await asyncio.get_running_loop().run_in_executor(
+                None, self.cluster_route, topic, request.endpoints, True
+            )
+            for q in found:
                 by_broker.setdefault(q.broker.name, q)
             queues = list(by_broker.values()) or queues
         return spb.QueryAssignmentResponse(

@@ -172,8 +172,10 @@ class SlaveFollower:
                 self._stop.set()
             except (OSError, ReplicationError, StoreError) as exc:
                 if not self._stop.is_set():
-                    self.last_error = f"{type(exc).__name__}: {exc}"
-                    log.warning("HA: following %s: %s", self.master, exc)
+                    error = f"{type(exc).__name__}: {exc}"
+                    if error != self.last_error:  # once per kind, not per retry
+                        log.warning("HA: following %s: %s", self.master, exc)
+                    self.last_error = error
             finally:
                 if self._progressed:
                     backoff = BACKOFF_MIN_S  # it applied log: start over
