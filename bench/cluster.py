@@ -26,7 +26,8 @@ phase, per message; client CPU each client's own over its loop.
    alternate between the nodes; routes spread the sends over both. Messages
    the consumers left behind (a consumer stops after five empty long polls)
    are drained afterwards (untimed, for up to 60 s) so that "lost" means
-   lost.
+   lost; "stored" is what the nodes' queues hold afterwards (more than was
+   sent: a send stored twice, e.g. a client retry on the other node).
 2. Replication under load: broker-a ASYNC_MASTER (``--ha-listen``) with a
    slave following (``--master-ha``); the largest client count sends at full
    speed while a thread samples every 10 ms the master's log end and the
@@ -454,6 +455,15 @@ def bench_scale(a, tmp: Path, base: str, nodes: int, counts: list[int]) -> dict:
         out["node_errors"] = node_errors(c)
     finally:
         c.stop()
+    from broker_core import Broker
+
+    for n, t in topics.items():  # stored on the nodes: more than sent = a
+        stored = 0  # send stored twice (a client retry on another node)
+        for k in keys:
+            with Broker.open(str(c.stores[k])) as broker:
+                stored += sum(broker.store.max_offset(t, q) for q in range(4))
+        if str(n) in out:
+            out[str(n)]["stored"] = stored
     return out
 
 
@@ -692,7 +702,7 @@ def print_tables(res: dict) -> None:
     print("\n1. Scale-out (official Python client; server CPU summed over nodes)")
     print(
         f"{'nodes':>5}{'clients':>8}  {'phase':<12}{'msg/s':>9}{'server us/msg':>15}"
-        f"{'client us/msg':>15}{'msgs':>8}{'errors':>8}  lost/dup"
+        f"{'client us/msg':>15}{'msgs':>8}{'errors':>8}  stored | lost/dup"
     )
     for nodes in ("1", "2"):
         for n, run in res["scale"][nodes].items():
@@ -705,6 +715,7 @@ def print_tables(res: dict) -> None:
                     f"{fmt(r['server_cpu_us_per_msg']):>15}"
                     f"{fmt(r['client_cpu_us_per_msg']):>15}{r['messages']:>8}"
                     f"{r['errors']:>8}"
+                    + (f"  {run.get('stored', '-')}" if kind == "send" else "")
                     + (
                         f"  {run['lost']}/{run['duplicates']}"
                         f" ({run['not_received_in_phase']} left, drained after)"
