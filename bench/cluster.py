@@ -1,0 +1,870 @@
+"""The broker as a cluster: throughput over nodes, replication lag, failover.
+
+    .venv/bin/python bench/cluster.py [--messages N] [--clients 1,4]
+        [--body 1024] [--window 256] [--registry redis://127.0.0.1:6379/11]
+        [--json out.json]
+
+Everything runs on 127.0.0.1 (each node on ports of its own, no network
+namespaces): ``python -m broker_core serve --cluster ... --registry ...``
+processes on temporary stores, registered in a route registry in Redis (a
+cluster name of its own per section of each run; its keys are deleted at the
+end). Clients are the official RocketMQ Python client, several processes, run
+with bench/grpc.py's helpers and measured its way (imported, not copied):
+its ``rmq_send`` worker (``send_async``, at most ``--window`` in flight per
+process); SimpleConsumers receiving batches of 32 and acknowledging each
+message (``recv_acked`` here: grpc.py's receive loop, but the phase ends at
+the last ack instead of after every consumer's final empty long polls, and
+the message ids come back, so lost and duplicated messages are counted);
+server CPU is the utime+stime from /proc of every node process over the
+phase, per message; client CPU each client's own over its loop.
+
+1. Scale-out: ONE master (broker-a) and TWO masters (broker-a, broker-b),
+   the topic created beforehand with 4 queues on each node
+   (``Broker.open(dir).create_topic(topic, 4, 4)``); for each ``--clients``
+   count N, N processes send ``--messages`` in total (1 KiB bodies), then N
+   consumers receive and ack them. With two nodes the clients' access points
+   alternate between the nodes; routes spread the sends over both. Messages
+   the consumers left behind (a consumer stops after five empty long polls)
+   are drained afterwards (untimed, for up to 60 s) so that "lost" means
+   lost; "stored" is what the nodes' queues hold afterwards (more than was
+   sent: a send stored twice, e.g. a client retry on the other node).
+2. Replication under load: broker-a ASYNC_MASTER (``--ha-listen``) with a
+   slave following (``--master-ha``); the largest client count sends at full
+   speed while a thread samples every 10 ms the master's log end and the
+   slave's replicated end. Both are read from the stores' shared state
+   (``broker_core.shared.read_commit_pos``): the registry's NodeInfo.log_end
+   is refreshed only at each heartbeat (every expiry/3 s, 3.3 s by default),
+   far too coarse for 10 ms samples. Reported: lag in bytes p50/p99/max
+   during the load, and the time the slave needs after the last send was
+   acknowledged to reach the master's final end. Then SYNC_MASTER: the send
+   rate (full speed, largest client count) and the latency of single
+   sequential sends (p50/p99, one process) with a slave following, and
+   without one (a SYNC_MASTER without ``--ha-listen`` answers at once).
+3. Failover: two masters with ``--registry-expiry`` 3 s and 10 s (the
+   default); broker-a's process is SIGKILLed, then (a) the time until
+   ``RouteRegistry.route(topic)`` (polled every 50 ms) no longer has
+   broker-a, and (b) the time until a fresh official-client producer (a new
+   one per attempt, through broker-b's access point, 16 sends each) has all
+   its sends succeed, all on broker-b.
+
+Prints a table (with the load average at the start and the end: the figures
+depend on what else runs on the machine) and writes JSON (``--json``, else
+to stdout). Temporary stores are removed, started processes stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# This directory holds grpc.py: keep it off sys.path so that the client's
+# "import grpc" finds grpcio.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+SECRET = "bench-cluster-ha-secret-0123456789"
+
+
+def _load_grpc_bench():
+    """bench/grpc.py as a module (its name would shadow grpcio's)."""
+    spec = importlib.util.spec_from_file_location("bench_grpc", Path(_HERE, "grpc.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bg = _load_grpc_bench()
+
+
+def pct(xs: list[float], p: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(p / 100 * len(s)))]
+
+
+# -- client workers of this script (each in its own process) --------------------
+def lat_send(ep: str, topic: str, n: int, body: int) -> dict:
+    """``n`` sequential sends (each waits for its answer): their latency."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    p = Producer(ClientConfiguration(ep, Credentials(), request_timeout=10), (topic,))
+    p.startup()
+    payload = b"x" * body
+    lat, errors, first = [], 0, ""
+    cpu0, t0 = time.process_time(), time.time()
+    for _ in range(n):
+        m = Message()
+        m.topic = topic
+        m.body = payload
+        s = time.perf_counter()
+        try:
+            p.send(m)
+        except Exception as exc:  # noqa: BLE001 - counted
+            errors += 1
+            first = first or str(exc)[:200]
+            continue
+        lat.append((time.perf_counter() - s) * 1000)
+    t1, cpu1 = time.time(), time.process_time()
+    p.shutdown()
+    return {
+        "done": len(lat),
+        "errors": errors,
+        "t0": t0,
+        "t1": t1,
+        "cpu_s": cpu1 - cpu0,
+        "p50_ms": pct(lat, 50),
+        "p99_ms": pct(lat, 99),
+        "first_error": first,
+    }
+
+
+def recv_acked(ep: str, topic: str, group: str, total: int, deadline_s: float) -> dict:
+    """bench/grpc.py's rmq_recv, but the phase ends with the last ack (its
+    t1 includes the final empty long polls of every consumer, which with
+    several consumers dominate a short phase), and returns the message ids
+    (lost and duplicated messages are counted over all consumers)."""
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    from rocketmq import (
+        ClientConfiguration,
+        Credentials,
+        FilterExpression,
+        SimpleConsumer,
+    )
+
+    c = SimpleConsumer(
+        ClientConfiguration(ep, Credentials()),
+        group,
+        {topic: FilterExpression("*")},
+        await_duration=1,
+    )
+    c.startup()
+    pool = ThreadPoolExecutor(16)
+    ids, acks, empty = [], [], 0
+
+    def ack(m) -> float:
+        c.ack(m)
+        return time.time()
+
+    cpu0, t0 = time.process_time(), time.time()
+    while time.time() - t0 < deadline_s and len(ids) < total:
+        try:
+            msgs = c.receive(32, 30)
+        except Exception:  # noqa: BLE001 - "no new message" after a long poll
+            msgs = []
+        if not msgs:
+            empty += 1
+            # Patient: the phase ends at the last ack, not here, and with two
+            # nodes a receive can come back empty while the other node's
+            # queues still hold messages.
+            if (empty >= 5 and ids) or empty >= 8:
+                break
+            continue
+        empty = 0
+        acks += [pool.submit(ack, m) for m in msgs]
+        ids += [m.message_id for m in msgs]
+    cpu1 = time.process_time()
+    wait(acks)
+    ok = [f.result() for f in acks if f.exception() is None]
+    c.shutdown()
+    return {
+        "done": len(ids),
+        "errors": len(acks) - len(ok),
+        "t0": t0,
+        "t1": max(ok, default=t0),
+        "cpu_s": cpu1 - cpu0,
+        "ids": ids,
+    }
+
+
+def failover_probe(ep: str, topic: str, per: int, deadline_s: float) -> dict:
+    """Print READY, wait for the kill time on stdin, then make a fresh
+    producer per attempt and send ``per`` messages until all succeed on
+    broker-b; report when (from the kill) and what the attempts saw."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    print("READY", flush=True)
+    killed = float(sys.stdin.readline())
+    attempts = []
+    while time.time() - killed < deadline_s:
+        start = time.time() - killed
+        ok, brokers, first = 0, {}, ""
+        try:
+            p = Producer(
+                ClientConfiguration(ep, Credentials(), request_timeout=3), (topic,)
+            )
+            p.startup()
+            try:
+                for i in range(per):
+                    m = Message()
+                    m.topic = topic
+                    m.body = f"probe-{len(attempts)}-{i}".encode()
+                    try:
+                        r = p.send(m)
+                    except Exception as exc:  # noqa: BLE001 - counted
+                        first = first or str(exc)[:160]
+                        continue
+                    ok += 1
+                    b = str(r.message_queue).split(".", 1)[0]
+                    brokers[b] = brokers.get(b, 0) + 1
+            finally:
+                p.shutdown()
+        except Exception as exc:  # noqa: BLE001 - startup failed: next attempt
+            first = first or f"startup: {str(exc)[:160]}"
+        end = time.time() - killed
+        attempts.append(
+            {
+                "start_s": round(start, 2),
+                "end_s": round(end, 2),
+                "ok": ok,
+                "brokers": brokers,
+                "error": first,
+            }
+        )
+        if ok == per and set(brokers) == {"broker-b"}:
+            return {"all_ok_s": end, "attempts": attempts}
+        time.sleep(0.05)
+    return {"all_ok_s": None, "attempts": attempts}
+
+
+WORKERS = {
+    "recv_acked": (recv_acked, (str, str, str, int, float)),
+    "lat_send": (lat_send, (str, str, int, int)),
+    "failover_probe": (failover_probe, (str, str, int, float)),
+}
+
+
+def spawn(name: str, *args: object, home: str, stdin=None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [PY, os.path.abspath(__file__), "_worker", name, *map(str, args)],
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=home,
+        env=dict(os.environ, HOME=home),
+    )
+
+
+def result_of(p: subprocess.Popen, timeout: float = 600) -> dict:
+    out, _ = p.communicate(timeout=timeout)
+    lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+    if not lines:
+        raise RuntimeError(f"worker failed: {out[-2000:]}")
+    return json.loads(lines[-1][7:])
+
+
+# -- the cluster -------------------------------------------------------------------
+class Cluster:
+    """Nodes of one cluster on 127.0.0.1, each ``serve`` a process of its own."""
+
+    def __init__(self, tmp: Path, registry: str, cluster: str, expiry: float = 10):
+        self.tmp, self.registry_url, self.name = tmp, registry, cluster
+        self.expiry = expiry
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.ports: dict[str, int] = {}
+        self.stores: dict[str, Path] = {}
+        self.secret = tmp / "ha.secret"
+        self.secret.write_text(SECRET + "\n")
+
+    def store(self, key: str, topics: list[str], queues: int = 4) -> Path:
+        from broker_core import Broker
+
+        path = self.tmp / f"{self.name}-{key}"
+        with Broker.open(str(path)) as broker:
+            for t in topics:
+                broker.create_topic(t, queues, queues)
+        self.stores[key] = path
+        return path
+
+    def start(self, key: str, node: str, *extra: str) -> None:
+        """Start a node (``key`` names its store); wait_up() waits for it."""
+        port = bg.free_port()
+        log = open(self.tmp / f"{self.name}-{key}.log", "w")  # noqa: SIM115
+        self.procs[key] = subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "broker_core",
+                "serve",
+                "--store",
+                str(self.stores[key]),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--cluster",
+                self.name,
+                "--node",
+                node,
+                "--registry",
+                self.registry_url,
+                "--registry-expiry",
+                str(self.expiry),
+                "--no-redis-relay",
+                *extra,
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self.ports[key] = port
+
+    def ep(self, key: str) -> str:
+        return f"127.0.0.1:{self.ports[key]}"
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values() if p.poll() is None]
+
+    def registry(self):
+        from broker_core.cluster import RouteRegistry
+
+        return RouteRegistry(self.registry_url, self.name, self.expiry)
+
+    def wait_up(self, want: set[str], timeout: float = 60) -> None:
+        for key, port in self.ports.items():
+            bg.wait_port(port, self.procs[key])
+        reg = self.registry()
+        deadline = time.monotonic() + timeout
+        while {n.key for n in reg.nodes()} != want:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nodes {want} did not register: {self.log_tail()}")
+            time.sleep(0.1)
+
+    def log_tail(self) -> str:
+        return "\n".join(
+            f"[{k}] " + Path(self.tmp / f"{self.name}-{k}.log").read_text()[-1500:]
+            for k in self.procs
+        )
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def node_errors(c: Cluster) -> list[str]:
+    """Tracebacks and ERROR lines in the nodes' logs (reported, not raised)."""
+    out = []
+    for k in c.procs:
+        for ln in Path(c.tmp / f"{c.name}-{k}.log").read_text().splitlines():
+            if " ERROR " in ln or ln.startswith("Traceback"):
+                out.append(f"{c.name}/{k}: {ln[:200]}")
+    return out
+
+
+def measure(name: str, args: list[list[object]], home: str, pids: list[int]) -> dict:
+    """bench/grpc.py's phase (workers of either script), keeping the load's
+    start and end times, and the message ids received (if any)."""
+    c0 = bg.proc_cpu(pids)
+    if name in WORKERS:
+        rs = [result_of(p) for p in [spawn(name, *x, home=home) for x in args]]
+    else:
+        rs = bg.run_workers(name, args, home)
+    c1 = bg.proc_cpu(pids)
+    done = sum(r["done"] for r in rs)
+    t0, t1 = min(r["t0"] for r in rs), max(r["t1"] for r in rs)
+    cpu = None if c0 is None or c1 is None else (c1 - c0) / max(1, done) * 1e6
+    return {
+        "messages": done,
+        "errors": sum(r["errors"] for r in rs),
+        "msg_per_s": round(done / (t1 - t0), 1) if t1 > t0 else None,
+        "server_cpu_us_per_msg": None if cpu is None else round(cpu, 1),
+        "client_cpu_us_per_msg": round(
+            sum(r["cpu_s"] for r in rs) / max(1, done) * 1e6, 1
+        ),
+        "t0": t0,
+        "t1": t1,
+        "ids": [i for r in rs for i in r.get("ids", [])],
+    }
+
+
+# -- 1. scale-out ------------------------------------------------------------------
+def bench_scale(a, tmp: Path, base: str, nodes: int, counts: list[int]) -> dict:
+    c = Cluster(tmp, a.registry, f"{base}-scale{nodes}")
+    keys = ["a", "b"][:nodes]
+    topics = {n: f"Scale{nodes}x{n}" for n in counts}
+    out: dict = {}
+    try:
+        for k in keys:
+            c.store(k, list(topics.values()))
+            c.start(k, f"broker-{k}")
+        c.wait_up({f"broker-{k}:0" for k in keys})
+        for n in counts:
+            t = topics[n]
+            eps = [c.ep(keys[i % nodes]) for i in range(n)]
+            per = a.messages // n
+            send = measure(
+                "rmq_send",
+                [[ep, t, per, a.body, a.window] for ep in eps],
+                str(tmp),
+                c.pids(),
+            )
+            recv = measure(
+                "recv_acked",
+                [[ep, t, f"G{t}", send["messages"], 120] for ep in eps],
+                str(tmp),
+                c.pids(),
+            )
+            ids = recv.pop("ids")
+            send.pop("ids")
+            missing = send["messages"] - len(set(ids))
+            drained: list[str] = []
+            end = time.time() + 60  # past the 30 s invisible time of a receive
+            while missing > len(set(drained)) and time.time() < end:
+                # left behind by the consumers' stop rule, or lost?
+                left = missing - len(set(drained))
+                drained += result_of(
+                    spawn("recv_acked", eps[0], t, f"G{t}", left, 15, home=str(tmp))
+                )["ids"]
+            unique = len(set(ids + drained))
+            out[str(n)] = {
+                "send": send,
+                "receive_ack": recv,
+                "not_received_in_phase": missing,
+                "drained_after_phase": len(drained),
+                "lost": send["messages"] - unique,
+                "duplicates": len(ids) + len(drained) - unique,
+            }
+            print(
+                f"  {nodes} node(s), {n} client(s): send {send['msg_per_s']} "
+                f"msg/s, receive+ack {recv['msg_per_s']} msg/s",
+                flush=True,
+            )
+        out["node_errors"] = node_errors(c)
+    finally:
+        c.stop()
+    from broker_core import Broker
+
+    for n, t in topics.items():  # stored on the nodes: more than sent = a
+        stored = 0  # send stored twice (a client retry on another node)
+        for k in keys:
+            with Broker.open(str(c.stores[k])) as broker:
+                stored += sum(broker.store.max_offset(t, q) for q in range(4))
+        if str(n) in out:
+            out[str(n)]["stored"] = stored
+    return out
+
+
+# -- 2. replication ----------------------------------------------------------------
+class LagSampler(threading.Thread):
+    """(time, master end, slave end) every 10 ms from the stores' state."""
+
+    def __init__(self, master: Path, slave: Path) -> None:
+        super().__init__(daemon=True)
+        self.master, self.slave = master, slave
+        self.samples: list[tuple[float, int, int]] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        from broker_core.shared import read_commit_pos
+
+        while not self.stop_event.is_set():
+            self.samples.append(
+                (time.time(), read_commit_pos(self.master), read_commit_pos(self.slave))
+            )
+            self.stop_event.wait(0.01)
+
+
+def wait_caught_up(s: LagSampler, target: int, timeout: float = 120) -> float | None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if s.samples and s.samples[-1][2] >= target:
+            return next(t for t, _, sl in s.samples if sl >= target)
+        time.sleep(0.01)
+    return None
+
+
+def bench_async_lag(a, tmp: Path, base: str, clients: int) -> dict:
+    c = Cluster(tmp, a.registry, f"{base}-async")
+    topic = "Replicated"
+    ha = bg.free_port()
+    sampler = None
+    try:
+        c.store("a", [topic])
+        c.store("s", [])
+        c.start(
+            "a",
+            "broker-a",
+            "--role",
+            "ASYNC_MASTER",
+            "--ha-listen",
+            f"127.0.0.1:{ha}",
+            "--ha-secret-file",
+            str(c.secret),
+        )
+        c.start(
+            "s",
+            "broker-a",
+            "--broker-id",
+            "1",
+            "--master-ha",
+            f"127.0.0.1:{ha}",
+            "--ha-secret-file",
+            str(c.secret),
+        )
+        c.wait_up({"broker-a:0", "broker-a:1"})
+        sampler = LagSampler(c.stores["a"], c.stores["s"])
+        sampler.start()
+        per = a.messages // clients
+        send = measure(
+            "rmq_send",
+            [[c.ep("a"), topic, per, a.body, a.window]] * clients,
+            str(tmp),
+            c.pids(),
+        )
+        send.pop("ids")
+        from broker_core.shared import read_commit_pos
+
+        final = read_commit_pos(c.stores["a"])
+        caught = wait_caught_up(sampler, final)
+        reg = {n.key: n for n in c.registry().nodes()}
+        during = [m - s for t, m, s in sampler.samples if send["t0"] <= t <= send["t1"]]
+        out = {
+            "clients": clients,
+            "send": send,
+            "samples": len(during),
+            "lag_bytes_p50": pct(during, 50),
+            "lag_bytes_p99": pct(during, 99),
+            "lag_bytes_max": max(during) if during else None,
+            "catch_up_s": None
+            if caught is None
+            else round(max(0.0, caught - send["t1"]), 3),
+            "master_end": final,
+            "slave_end": read_commit_pos(c.stores["s"]),
+            "registry_log_end": {k: n.log_end for k, n in reg.items()},
+            "registry_heartbeat_s": round(max(0.2, c.expiry / 3), 2),
+            "node_errors": node_errors(c),
+        }
+    finally:
+        if sampler is not None:
+            sampler.stop_event.set()
+        c.stop()
+    return out
+
+
+def bench_sync(a, tmp: Path, base: str, clients: int, slave: bool) -> dict:
+    c = Cluster(tmp, a.registry, f"{base}-sync{int(slave)}")
+    topic = "Synced"
+    try:
+        c.store("a", [topic])
+        want = {"broker-a:0"}
+        if slave:
+            ha = bg.free_port()
+            c.store("s", [])
+            c.start(
+                "a",
+                "broker-a",
+                "--role",
+                "SYNC_MASTER",
+                "--ha-listen",
+                f"127.0.0.1:{ha}",
+                "--ha-secret-file",
+                str(c.secret),
+            )
+            c.start(
+                "s",
+                "broker-a",
+                "--broker-id",
+                "1",
+                "--master-ha",
+                f"127.0.0.1:{ha}",
+                "--ha-secret-file",
+                str(c.secret),
+            )
+            want.add("broker-a:1")
+        else:
+            c.start("a", "broker-a", "--role", "SYNC_MASTER")
+        c.wait_up(want)
+        if slave:  # let the slave connect (a SYNC send fails without one)
+            time.sleep(1.0)
+        per = a.messages // clients
+        rate = measure(
+            "rmq_send",
+            [[c.ep("a"), topic, per, a.body, a.window]] * clients,
+            str(tmp),
+            c.pids(),
+        )
+        rate.pop("ids")
+        lat = result_of(
+            spawn("lat_send", c.ep("a"), topic, a.latency_sends, a.body, home=str(tmp))
+        )
+        out = {
+            "slave": slave,
+            "clients": clients,
+            "send": rate,
+            "latency": {
+                k: lat[k] for k in ("done", "errors", "p50_ms", "p99_ms", "first_error")
+            },
+            "node_errors": node_errors(c),
+        }
+        if slave:
+            from broker_core.shared import read_commit_pos
+
+            time.sleep(0.5)
+            out["master_end"] = read_commit_pos(c.stores["a"])
+            out["slave_end"] = read_commit_pos(c.stores["s"])
+    finally:
+        c.stop()
+    return out
+
+
+# -- 3. failover -------------------------------------------------------------------
+def bench_failover(a, tmp: Path, base: str, expiry: float) -> dict:
+    c = Cluster(tmp, a.registry, f"{base}-fo{int(expiry)}", expiry)
+    topic = "Failover"
+    probe = None
+    try:
+        for k in ("a", "b"):
+            c.store(k, [topic])
+            c.start(k, f"broker-{k}")
+        c.wait_up({"broker-a:0", "broker-b:0"})
+        reg = c.registry()
+        before = {e.node.name for e in reg.route(topic)}
+        probe = spawn(
+            "failover_probe",
+            c.ep("b"),
+            topic,
+            16,
+            60,
+            home=str(tmp),
+            stdin=subprocess.PIPE,
+        )
+        line = probe.stdout.readline()
+        if "READY" not in line:
+            raise RuntimeError(f"failover probe: {line}")
+        # Kill just after a heartbeat would be the worst case; just after
+        # start is arbitrary: note how old broker-a's registration is.
+        age = time.time() * 1000 - reg.find("broker-a", 0).heartbeat_ms
+        c.procs["a"].send_signal(signal.SIGKILL)
+        killed = time.time()
+        probe.stdin.write(f"{killed}\n")
+        probe.stdin.flush()
+        routed_away = None
+        while time.time() - killed < expiry * 3 + 10:
+            if all(e.node.name != "broker-a" for e in reg.route(topic)):
+                routed_away = time.time() - killed
+                break
+            time.sleep(0.05)
+        r = result_of(probe, timeout=120)
+        probe = None
+        return {
+            "expiry_s": expiry,
+            "route_before": sorted(before),
+            "heartbeat_age_at_kill_ms": round(age),
+            "route_without_a_s": None if routed_away is None else round(routed_away, 2),
+            "all_sends_ok_on_b_s": None
+            if r["all_ok_s"] is None
+            else round(r["all_ok_s"], 2),
+            "failed_sends": sum(16 - x["ok"] for x in r["attempts"]),
+            "attempts": r["attempts"],
+            "node_errors": node_errors(c),
+        }
+    finally:
+        if probe is not None and probe.poll() is None:
+            probe.kill()
+            probe.wait()
+        c.stop()
+
+
+# -- output ------------------------------------------------------------------------
+def fmt(v, spec=",.0f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def print_tables(res: dict) -> None:
+    print(
+        f"\nload average at start {res['load_before']}, at end {res['load_after']}"
+        f" ({res['cpus']} CPUs); {res['messages']} messages of {res['body_bytes']} "
+        "bytes per phase"
+    )
+    print("\n1. Scale-out (official Python client; server CPU summed over nodes)")
+    print(
+        f"{'nodes':>5}{'clients':>8}  {'phase':<12}{'msg/s':>9}{'server us/msg':>15}"
+        f"{'client us/msg':>15}{'msgs':>8}{'errors':>8}  stored | lost/dup"
+    )
+    for nodes in ("1", "2"):
+        for n, run in res["scale"][nodes].items():
+            if not n.isdigit():
+                continue
+            for kind in ("send", "receive_ack"):
+                r = run[kind]
+                print(
+                    f"{nodes:>5}{n:>8}  {kind:<12}{fmt(r['msg_per_s']):>9}"
+                    f"{fmt(r['server_cpu_us_per_msg']):>15}"
+                    f"{fmt(r['client_cpu_us_per_msg']):>15}{r['messages']:>8}"
+                    f"{r['errors']:>8}"
+                    + (f"  {run.get('stored', '-')}" if kind == "send" else "")
+                    + (
+                        f"  {run['lost']}/{run['duplicates']}"
+                        f" ({run['not_received_in_phase']} left, drained after)"
+                        if kind != "send" and run["not_received_in_phase"]
+                        else f"  {run['lost']}/{run['duplicates']}"
+                        if kind != "send"
+                        else ""
+                    )
+                )
+    ra = res["replication"]["async"]
+    print(
+        f"\n2. Replication: ASYNC_MASTER + slave, {ra['clients']} client(s) at full "
+        "speed (10 ms samples of the stores' commit positions)"
+    )
+    print(
+        f"   send {fmt(ra['send']['msg_per_s'])} msg/s, server CPU (master+slave) "
+        f"{fmt(ra['send']['server_cpu_us_per_msg'])} us/msg, "
+        f"{ra['send']['errors']} errors"
+    )
+    print(
+        f"   lag bytes p50 {fmt(ra['lag_bytes_p50'])}  p99 {fmt(ra['lag_bytes_p99'])}"
+        f"  max {fmt(ra['lag_bytes_max'])}  over {ra['samples']} samples"
+    )
+    print(
+        f"   slave caught up {fmt(ra['catch_up_s'], '.3f')} s after the last send was "
+        f"acknowledged (master end {ra['master_end']:,}, slave end "
+        f"{ra['slave_end']:,})"
+    )
+    print(
+        f"   registry log_end (heartbeat every {ra['registry_heartbeat_s']} s): "
+        f"{ra['registry_log_end']}"
+    )
+    print(
+        f"   SYNC_MASTER{'':<14}{'send msg/s':>11}{'errors':>8}"
+        f"{'seq. send p50 ms':>18}{'p99 ms':>8}{'errors':>8}"
+    )
+    for label, key in (("with a slave", "sync_slave"), ("without", "sync_alone")):
+        r = res["replication"][key]
+        print(
+            f"   {label:<25}{fmt(r['send']['msg_per_s']):>11}{r['send']['errors']:>8}"
+            f"{fmt(r['latency']['p50_ms'], '.2f'):>18}"
+            f"{fmt(r['latency']['p99_ms'], '.2f'):>8}{r['latency']['errors']:>8}"
+        )
+    print("\n3. Failover: two masters, SIGKILL broker-a")
+    print(
+        f"{'expiry s':>9}{'route w/o broker-a s':>22}{'fresh producer all ok s':>25}"
+        f"{'attempts':>10}{'failed sends':>14}{'heartbeat age at kill ms':>26}"
+    )
+    for r in res["failover"]:
+        print(
+            f"{fmt(r['expiry_s'], 'g'):>9}{fmt(r['route_without_a_s'], '.2f'):>22}"
+            f"{fmt(r['all_sends_ok_on_b_s'], '.2f'):>25}{len(r['attempts']):>10}"
+            f"{r['failed_sends']:>14}{r['heartbeat_age_at_kill_ms']:>26}"
+        )
+    print(
+        "   (a) polls RouteRegistry.route every 50 ms; (b) a fresh producer per "
+        "attempt through broker-b, 16 sends each, all ok and all on broker-b"
+    )
+
+
+def cleanup_redis(url: str, base: str) -> int:
+    import redis
+
+    r = redis.Redis.from_url(url)
+    keys = list(r.scan_iter(match=f"rmq:{base}-*", count=500))
+    if keys:
+        r.delete(*keys)
+    r.close()
+    return len(keys)
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "_worker":
+        fn, types = WORKERS[argv[1]]
+        r = fn(*(t(v) for t, v in zip(types, argv[2:], strict=True)))
+        print("RESULT " + json.dumps(r), flush=True)
+        os._exit(0)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--messages", type=int, default=16000, help="per phase")
+    ap.add_argument("--clients", default="1,4", help="client process counts")
+    ap.add_argument("--body", type=int, default=1024)
+    ap.add_argument("--window", type=int, default=256)
+    ap.add_argument(
+        "--latency-sends",
+        type=int,
+        default=500,
+        help="sequential sends for the SYNC_MASTER latency",
+    )
+    ap.add_argument("--expiries", default="3,10", help="failover registry expiries")
+    ap.add_argument("--registry", default="redis://127.0.0.1:6379/11")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    counts = [int(x) for x in a.clients.split(",") if x]
+    base = f"bench-{uuid.uuid4().hex[:8]}"
+    tmp = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
+    res: dict = {
+        "messages": a.messages,
+        "body_bytes": a.body,
+        "window": a.window,
+        "clients": counts,
+        "cpus": os.cpu_count(),
+        "cluster_prefix": base,
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+    }
+    started = time.time()
+    try:
+        print("1. scale-out", flush=True)
+        res["scale"] = {str(n): bench_scale(a, tmp, base, n, counts) for n in (1, 2)}
+        print("2. replication", flush=True)
+        top = max(counts)
+        res["replication"] = {
+            "async": bench_async_lag(a, tmp, base, top),
+            "sync_slave": bench_sync(a, tmp, base, top, True),
+            "sync_alone": bench_sync(a, tmp, base, top, False),
+        }
+        print("3. failover", flush=True)
+        res["failover"] = [
+            bench_failover(a, tmp, base, float(e)) for e in a.expiries.split(",") if e
+        ]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        res["redis_keys_deleted"] = cleanup_redis(a.registry, base)
+    res["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    res["elapsed_s"] = round(time.time() - started, 1)
+    print_tables(res)
+    errs = [
+        e
+        for part in (
+            res["scale"]["1"],
+            res["scale"]["2"],
+            *res["replication"].values(),
+            *res["failover"],
+        )
+        for e in part.get("node_errors", [])
+    ]
+    print(f"\nnode log errors: {len(errs)}" + "".join(f"\n  {e}" for e in errs[:10]))
+    print(
+        f"elapsed {res['elapsed_s']} s; {res['redis_keys_deleted']} registry keys "
+        "deleted"
+    )
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=2))
+        print(f"JSON: {a.json}")
+    else:
+        print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
