@@ -293,6 +293,14 @@ class Cluster:
         self.stores[key] = path
         return path
 
+    def start_pair(self, role: str, ha: int) -> None:
+        """broker-a as ``role`` serving its log on port ``ha``, and its slave."""
+        secret = ("--ha-secret-file", str(self.secret))
+        self.start("a", "broker-a", "--role", role,
+                   "--ha-listen", f"127.0.0.1:{ha}", *secret)  # fmt: skip
+        self.start("s", "broker-a", "--broker-id", "1",
+                   "--master-ha", f"127.0.0.1:{ha}", *secret)  # fmt: skip
+
     def start(self, key: str, node: str, *extra: str) -> None:
         """Start a node (``key`` names its store); wait_up() waits for it."""
         port = bg.free_port()
@@ -504,26 +512,7 @@ def bench_async_lag(a, tmp: Path, base: str, clients: int) -> dict:
     try:
         c.store("a", [topic])
         c.store("s", [])
-        c.start(
-            "a",
-            "broker-a",
-            "--role",
-            "ASYNC_MASTER",
-            "--ha-listen",
-            f"127.0.0.1:{ha}",
-            "--ha-secret-file",
-            str(c.secret),
-        )
-        c.start(
-            "s",
-            "broker-a",
-            "--broker-id",
-            "1",
-            "--master-ha",
-            f"127.0.0.1:{ha}",
-            "--ha-secret-file",
-            str(c.secret),
-        )
+        c.start_pair("ASYNC_MASTER", ha)
         c.wait_up({"broker-a:0", "broker-a:1"})
         sampler = LagSampler(c.stores["a"], c.stores["s"])
         sampler.start()
@@ -573,26 +562,7 @@ def bench_sync(a, tmp: Path, base: str, clients: int, slave: bool) -> dict:
         if slave:
             ha = bg.free_port()
             c.store("s", [])
-            c.start(
-                "a",
-                "broker-a",
-                "--role",
-                "SYNC_MASTER",
-                "--ha-listen",
-                f"127.0.0.1:{ha}",
-                "--ha-secret-file",
-                str(c.secret),
-            )
-            c.start(
-                "s",
-                "broker-a",
-                "--broker-id",
-                "1",
-                "--master-ha",
-                f"127.0.0.1:{ha}",
-                "--ha-secret-file",
-                str(c.secret),
-            )
+            c.start_pair("SYNC_MASTER", ha)
             want.add("broker-a:1")
         else:
             c.start("a", "broker-a", "--role", "SYNC_MASTER")
