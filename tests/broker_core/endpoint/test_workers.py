@@ -174,3 +174,14 @@ def test_workers_that_cannot_start_stop_the_supervisor(tmp_path):
         )  # fmt: skip
     assert r.returncode == 1
     assert "while starting" in r.stderr
+
+
+def test_a_retried_send_is_recognised_by_the_other_worker(workers):
+    """The same client message id sent to worker 0, then (a retry after its
+    connection broke) to worker 1: the first result, stored once."""
+    w0, w1 = workers["ep"].split(";")
+    first = result(spawn("retry_send", w0, "wr", workers["base"]))
+    time.sleep(0.2)  # the id is shared once the writer thread is free
+    again = result(spawn("retry_send", w1, "wr", workers["base"]))
+    assert first["status"] == "OK" and first["offset"] == 0
+    assert again == first
