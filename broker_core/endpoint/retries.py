@@ -33,6 +33,7 @@ class SharedSends:
         path.parent.mkdir(parents=True, exist_ok=True)
         #: a connection per thread (the event loop's look-ups, the writer's)
         self._local = threading.local()
+        self._pruned_ms = 0
         self._db().executescript(SCHEMA)
 
     def _db(self) -> sqlite3.Connection:
@@ -59,12 +60,14 @@ class SharedSends:
 
     def remember(self, rows: list[tuple[str, str, int, int]], before_ms: int) -> None:
         """Add (topic, id, queue offset, at ms) rows; drop those older than
-        ``before_ms``."""
+        ``before_ms`` (at most once a second)."""
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
         try:
             db.executemany("INSERT OR IGNORE INTO sends VALUES (?,?,?,?)", rows)
-            db.execute("DELETE FROM sends WHERE at < ?", (before_ms,))
+            if before_ms - self._pruned_ms >= 1000:
+                db.execute("DELETE FROM sends WHERE at < ?", (before_ms,))
+                self._pruned_ms = before_ms
         except BaseException:
             db.execute("ROLLBACK")
             raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -88,7 +88,10 @@ class RecentSends:
         self.limit = limit
         self.shared = shared
         #: remembered here, not yet handed to ``shared``
-        self._unshared: list[tuple[str, str, int, int]] = []
+        self._unshared: deque[tuple[str, str, int, int]] = deque()
+        #: a share job is queued or running: what is remembered meanwhile
+        #: goes with it (one transaction for many batches under load)
+        self._sharing = False
         self.started_ms = now_ms()
         #: Whether the log held anything when this run started: if not, no
         #: earlier run can have stored a send this run gets a retry of.
@@ -146,13 +149,17 @@ class RecentSends:
         """Hand the ids remembered since the last call to the other workers,
         in one transaction on ``executor`` (the writer thread: the event loop
         never waits for it)."""
-        if not self._unshared:
+        if not self._unshared or self._sharing:
             return
-        rows, self._unshared = self._unshared, []
-        executor.submit(self._share, rows)
+        self._sharing = True
+        executor.submit(self._share)
 
-    def _share(self, rows: list[tuple[str, str, int, int]]) -> None:
+    def _share(self) -> None:
         assert self.shared is not None
+        self._sharing = False  # what is remembered from now on: a next job
+        rows = []
+        while self._unshared:
+            rows.append(self._unshared.popleft())
         try:
             self.shared.remember(rows, now_ms() - self.window_ms)
         except Exception:  # noqa: BLE001 - only other workers' retries miss them
