@@ -63,9 +63,10 @@ def run(w, name: str, suffix: str = "w") -> dict:
 
 
 def served_by(store) -> dict[str, int]:
-    """client id -> the worker that last served it (``clients.json``)."""
+    """client id -> the worker that last served it (``clients.json``; online
+    or not: the scenario has shut its clients down when this is read)."""
     data = json.loads((store / "clients.json").read_text())
-    return {c["client_id"]: c["worker"] for c in data["clients"] if c.get("online")}
+    return {c["client_id"]: c["worker"] for c in data["clients"]}
 
 
 def test_workers_have_their_own_pids_and_share_the_port(workers):
