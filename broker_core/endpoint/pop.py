@@ -560,7 +560,12 @@ class PopManager:
                     blocked.add(mgroup)
                 m = self._read(topic, qid, off)
                 if m is None:
-                    gone.append((*key, off))
+                    if off < self.store.min_offset(topic, qid):
+                        gone.append((*key, off))  # purged from the log
+                    else:
+                        # Not readable here now: left pending (its group
+                        # stays blocked), never dropped.
+                        log.warning("pop: %s/%d@%d unreadable, kept", topic, qid, off)
                     continue
                 e = Entry(off, m, mgroup, attempts + 1, now + invisible_ms, _nonce())
                 updates.append((e.attempts, e.visible_at, e.nonce, *key, off))
@@ -570,6 +575,10 @@ class PopManager:
         finally:
             cur.close()
         for off, attempts in dead:
+            if self._read(topic, qid, off) is None and off >= self.store.min_offset(
+                topic, qid
+            ):
+                continue  # unreadable now: dead-lettered at a later pop
             self._to_dlq(db, group, topic, qid, off, attempts)
         if gone:
             db.executemany(

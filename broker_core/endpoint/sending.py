@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ from broker_core.endpoint.pop import (
     SHARDING_KEY,
     now_ms,
 )
+from broker_core.endpoint.retries import SharedSends
 from broker_core.endpoint.wire import (
     C,
     client_id_of,
@@ -74,13 +77,27 @@ class RecentSends:
     A client that gets no answer (the endpoint was killed mid-send, a timeout)
     sends again with the same message id. In memory: the ids of this run; for
     ids sent before a restart within the window, the store's index by
-    ``UNIQ_KEY`` answers, so a retry across a restart is caught too.
+    ``UNIQ_KEY`` answers, so a retry across a restart is caught too. A worker
+    of ``serve --workers N`` also shares its ids with the others (``shared``,
+    ``retries.py``): a retry may reach another worker.
     """
 
-    def __init__(self, broker: Broker, window_ms: int, limit: int = 500_000):
+    def __init__(
+        self,
+        broker: Broker,
+        window_ms: int,
+        limit: int = 500_000,
+        shared: SharedSends | None = None,
+    ):
         self.broker = broker
         self.window_ms = window_ms
         self.limit = limit
+        self.shared = shared
+        #: remembered here, not yet handed to ``shared``
+        self._unshared: deque[tuple[str, str, int, int]] = deque()
+        #: a share job is queued or running: what is remembered meanwhile
+        #: goes with it (one transaction for many batches under load)
+        self._sharing = False
         self.started_ms = now_ms()
         #: Whether the log held anything when this run started: if not, no
         #: earlier run can have stored a send this run gets a retry of.
@@ -91,6 +108,8 @@ class RecentSends:
         now = now_ms()
         ids = self._ids
         ids[(topic, msg_id)] = (queue_offset, now)
+        if self.shared is not None:
+            self._unshared.append((topic, msg_id, queue_offset, now))
         while ids and (
             len(ids) > self.limit or next(iter(ids.values()))[1] < now - self.window_ms
         ):
@@ -109,6 +128,15 @@ class RecentSends:
         hit = self._ids.get((topic, msg_id))
         if hit is not None:
             return hit[0] if hit[1] >= now - self.window_ms else None
+        if self.shared is not None:
+            try:
+                earlier = self.shared.find(topic, msg_id, now - self.window_ms)
+            except sqlite3.OperationalError as exc:
+                if not may_block:
+                    raise AppendBusyError(f"a retry check: {exc}") from exc
+                raise
+            if earlier is not None:
+                return earlier
         if now - self.started_ms > self.window_ms or not self.prior_log:
             return None  # everything within the window was sent in this run
         if not may_block:
@@ -123,6 +151,26 @@ class RecentSends:
             return None
         return None
 
+    def share(self, executor: Executor) -> None:
+        """Hand the ids remembered since the last call to the other workers,
+        in one transaction on ``executor`` (the writer thread: the event loop
+        never waits for it)."""
+        if not self._unshared or self._sharing:
+            return
+        self._sharing = True
+        executor.submit(self._share)
+
+    def _share(self) -> None:
+        assert self.shared is not None
+        self._sharing = False  # what is remembered from now on: a next job
+        rows = []
+        while self._unshared:
+            rows.append(self._unshared.popleft())
+        try:
+            self.shared.remember(rows, now_ms() - self.window_ms)
+        except Exception:  # noqa: BLE001 - only other workers' retries miss them
+            log.exception("sharing recent send ids failed")
+
 
 class Sending:
     """SendMessage and RecallMessage: messages into the store."""
@@ -132,7 +180,13 @@ class Sending:
         #: Concurrent SendMessage calls become one job on the writer thread.
         self.group = Coalescer(ep.writer, self._send_requests)
         #: Recent sends by client message id: a retry gets the first result.
-        self.sends = RecentSends(ep.broker, ep.cfg.dedupe_window_ms)
+        self.sends = RecentSends(
+            ep.broker,
+            ep.cfg.dedupe_window_ms,
+            shared=None
+            if ep.cfg.worker is None or ep.cfg.dedupe_window_ms <= 0
+            else SharedSends(ep.store.root / "grpc" / "sends.db"),
+        )
 
     # -- sending -------------------------------------------------------------
     def _to_message(self, m: pb.Message) -> tuple[Message, int]:
@@ -326,6 +380,7 @@ class Sending:
                 offset=r.queue_offset,
                 recall_handle=r.msg_id if delayed else "",
             )
+        self.sends.share(self.ep.writer)
 
     @staticmethod
     def _error_entry(exc: Exception) -> spb.SendResultEntry:

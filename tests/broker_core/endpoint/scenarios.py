@@ -862,9 +862,9 @@ def s_w_handles():
 
 
 def s_w_fifo():
-    """Two consumers of one group, one on each worker, take turns on two
-    message groups: a group's next message only after its previous is
-    acknowledged, whichever worker has it."""
+    """Two consumers of one group, one on each worker, on two message groups:
+    what one worker has in flight blocks its group on the other; then they
+    take turns, each acknowledging what it received."""
     t, g = f"TWF{SUF}", f"GWF{SUF}"
     w0, w1 = _pinned()
     p = Producer(w0, (t,))
@@ -872,40 +872,37 @@ def s_w_fifo():
     for i in range(6):
         for grp in ("g1", "g2"):
             p.send(msg(t, f"{grp}-{i}", group=grp))
-    cs = [_consumer_on(w0, g, t), _consumer_on(w1, g, t)]
-    events = []  # (message group, body, received at, acked at, consumer)
-    lock = threading.Lock()
-    errors = []
+    c0, c1 = _consumer_on(w0, g, t), _consumer_on(w1, g, t)
+    out = {"order": [], "batches": []}
 
-    def run(i):
-        end = time.time() + 40
-        while time.time() < end:
-            with lock:
-                if len(events) >= 12:
-                    return
-            batch = cs[i].receive(32, 10)
-            groups = [m.message_group for m in batch]
-            if len(groups) != len(set(groups)):
-                errors.append(groups)
+    def take(c, ack=True):
+        batch = c.receive(32, 20)
+        out["batches"].append([m.message_group for m in batch])
+        out["order"] += [m.body.decode() for m in batch]
+        if ack:
             for m in batch:
-                received = time.time()
-                time.sleep(0.1)
-                acked_before = time.time()
-                cs[i].ack(m)
-                with lock:
-                    events.append(
-                        (m.message_group, m.body.decode(), received, acked_before, i)
-                    )
+                c.ack(m)
+        return batch
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    for c in cs:
-        c.shutdown()
+    first = take(c0, ack=False)  # worker 0: both groups' first messages
+    out["first"] = sorted(m.body.decode() for m in first)
+    out["blocked_on_1"] = [m.body.decode() for m in take(c1)]
+    for m in first:
+        if m.message_group == "g1":
+            c0.ack(m)
+    out["g1_next_on_1"] = [m.body.decode() for m in take(c1)]
+    for m in first:
+        if m.message_group == "g2":
+            c0.ack(m)
+    end = time.time() + 40
+    turn = 0
+    while len(out["order"]) < 12 and time.time() < end:
+        take((c0, c1)[turn])
+        turn ^= 1
+    c0.shutdown()
+    c1.shutdown()
     p.shutdown()
-    return {"events": events, "errors": errors}
+    return out
 
 
 def s_w_tx():

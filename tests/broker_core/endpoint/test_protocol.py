@@ -53,10 +53,14 @@ def start_server(
     port: int,
     log: Path,
     extra: tuple[str, ...] = (),
-    workers: int = 1,
+    workers: int | None = None,
 ) -> subprocess.Popen:
     """``serve --embedded-timers``; with ``workers`` > 1, check-backs between
-    the workers go through Redis on a channel of this server's own."""
+    the workers go through Redis on a channel of this server's own. The
+    default is ``$ENDPOINT_TEST_WORKERS`` (else 1): every test that starts
+    its server here runs against ``serve --workers N`` with it set."""
+    if workers is None:
+        workers = int(os.environ.get("ENDPOINT_TEST_WORKERS", "1"))
     if workers == 1:
         relay: tuple[str, ...] = ("--no-redis-relay",)
     else:
