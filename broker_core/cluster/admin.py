@@ -17,7 +17,10 @@ First slice, what the cluster console needs:
 * ``POST /v1/halves/<transaction id>/commit`` and ``.../rollback`` with
   ``{"operator": name}``: the operator's decision, recorded in the log with
   that name (the console audits it on its side too);
-* ``GET /v1/topics``: topics with their queue counts and depths.
+* ``GET /v1/topics``: topics with their queue counts and depths;
+* ``POST /v1/topics`` with ``{"topic", "read_queues", "write_queues"}``:
+  create the topic on this node, or change its queue counts (a topic lives on
+  the nodes it is created on; the node announces it at once).
 """
 
 from __future__ import annotations
@@ -159,6 +162,35 @@ class AdminServer:
             )
         return {"topics": out}
 
+    def put_topic(self, body: dict[str, Any]) -> dict[str, Any]:
+        from broker_core.errors import ValidationError
+        from broker_core.validation import validate_topic
+
+        if not self.ep.writable():
+            raise AdminError(503, "this node is a slave: create topics on masters")
+        topic = str(body.get("topic") or "")
+        try:
+            validate_topic(topic)
+            reads = int(body.get("read_queues", 4))
+            writes = int(body.get("write_queues", reads))
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise AdminError(400, str(exc)) from exc
+        if not (1 <= reads <= 1024 and 1 <= writes <= 1024):
+            raise AdminError(400, "queue counts are 1 to 1024")
+        store = self.ep.store
+        if store.topic_config(topic) is None:
+            self.ep.broker.create_topic(topic, reads, writes)
+            done = "created"
+        else:
+            self.ep.broker.update_topic(
+                topic, read_queue_nums=reads, write_queue_nums=writes
+            )
+            done = "updated"
+        if self.ep.node is not None:
+            self.ep.node.announce()
+        return {"topic": topic, "read_queues": reads, "write_queues": writes,
+                "result": done}  # fmt: skip
+
     # -- HTTP --------------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         api = self
@@ -196,6 +228,8 @@ class AdminServer:
                         out = api.halves(query)
                     elif method == "GET" and url.path == "/v1/topics":
                         out = api.topics()
+                    elif method == "POST" and url.path == "/v1/topics":
+                        out = api.put_topic(self._body())
                     elif method == "POST" and (m := _DECIDE.match(url.path)):
                         out = api.decide(m.group(1), m.group(2), self._body())
                     else:

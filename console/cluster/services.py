@@ -162,3 +162,33 @@ def decide(node: str, transaction_id: str, verb: str, actor: Any, reason: str,
         object_id=f"{node}/{transaction_id}",
         reason=reason,
     )
+
+
+def put_topic(nodes: list[str], topic: str, queues: int, actor: Any,
+              request: Any = None) -> dict[str, str]:  # fmt: skip
+    """Create (or resize) ``topic`` with ``queues`` read and write queues on
+    each named master; audited per node (``<node>/<topic>``). Returns node ->
+    "created"/"updated" or the reason it failed."""
+    registry = _registry()
+    out: dict[str, str] = {}
+    for name in nodes:
+        target = registry.find(name)
+        if target is None or not target.is_master:
+            out[name] = "no live master"
+            continue
+        body = {"topic": topic, "read_queues": queues, "write_queues": queues}
+        try:
+            done = audited(
+                lambda t=target, b=body: admin_call(t.admin, "POST", "/v1/topics", b),
+                actor=actor,
+                request=request,
+                action="topic.create",
+                object_type="topic",
+                object_id=f"{name}/{topic}",
+                after=lambda r: r,
+            )
+        except NodeUnavailable as exc:
+            out[name] = f"failed: {exc}"
+        else:
+            out[name] = done["result"]
+    return out

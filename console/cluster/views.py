@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from console.cluster import services
-from console.ui.permissions import viewer_required
+from console.ui.permissions import admin_required, viewer_required
 from console.ui.roles import ADMIN, OPERATOR, has_role
 
 
@@ -32,6 +32,26 @@ def cluster(request: HttpRequest) -> HttpResponse:
     context["can_commit"] = has_role(request.user, ADMIN)
     context["can_rollback"] = has_role(request.user, OPERATOR)
     return render(request, "cluster/cluster.html", context)
+
+
+@require_POST
+@admin_required
+def topic(request: HttpRequest) -> HttpResponse:
+    """Create a topic on the chosen masters with a queue count."""
+    name = request.POST.get("topic", "").strip()
+    chosen = request.POST.getlist("nodes")
+    try:
+        queues = int(request.POST.get("queues", "4"))
+    except ValueError:
+        queues = 0
+    if not name or not chosen or not 1 <= queues <= 1024:
+        messages.error(request, "Give a topic, 1 to 1024 queues and at least one node.")
+        return redirect("cluster:overview")
+    done = services.put_topic(chosen, name, queues, request.user, request)
+    text = "; ".join(f"{n}: {r}" for n, r in done.items())
+    ok = all(r in ("created", "updated") for r in done.values())
+    (messages.success if ok else messages.error)(request, f"Topic {name}: {text}")
+    return redirect("cluster:overview")
 
 
 @require_POST

@@ -107,3 +107,23 @@ def test_admin_api_lists_and_decides_halves(node):
     assert code == 200 and node_info["role"] == "ASYNC_MASTER"
     code, topics = call(base, "GET", "/v1/topics")
     assert code == 200 and "orders" in {t["topic"] for t in topics["topics"]}
+
+
+def test_admin_api_creates_topics(node):
+    base, _ = node
+    body = {"topic": "payments", "read_queues": 2, "write_queues": 2}
+    assert call(base, "POST", "/v1/topics", body) == (
+        200,
+        {**{k: body[k] for k in body}, "result": "created"},
+    )
+    code, out = call(base, "POST", "/v1/topics", {**body, "read_queues": 3,
+                                                   "write_queues": 3})  # fmt: skip
+    assert code == 200 and out["result"] == "updated"
+    _, topics = call(base, "GET", "/v1/topics")
+    got = {t["topic"]: t["read_queues"] for t in topics["topics"]}
+    assert got["payments"] == 3
+    assert call(base, "POST", "/v1/topics", {"topic": "bad topic!"})[0] == 400
+    assert call(base, "POST", "/v1/topics", {"topic": "t", "read_queues": 0})[0] == 400
+    assert (
+        call(base, "POST", "/v1/topics", {"topic": "t", "read_queues": "x"})[0] == 400
+    )

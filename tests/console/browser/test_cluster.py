@@ -113,11 +113,28 @@ def test_console_manages_halves_on_both_masters(
     assert [left.nth(i).get_attribute("data-tid") for i in range(left.count())] == [
         ids["broker-a"]["a2"]
     ]
+    # A topic created on broker-b only, with 2 queues: routes follow.
+    form = page.locator("[data-testid=topic-form]")
+    form.get_by_label("Topic name").fill("payments")
+    form.get_by_label("Queues").fill("2")
+    form.get_by_label("broker-b").check()
+    form.get_by_role("button", name="Create").click()
+    assert "Topic payments: broker-b: created" in page.locator(".flash").inner_text()
+    from broker_core.cluster import RouteRegistry
+
+    route = RouteRegistry(c.registry_url, "c1").route("payments")
+    assert sorted((e.node.name, e.queue_id) for e in route) == [
+        ("broker-b", 0), ("broker-b", 1)
+    ]  # fmt: skip
     audits = {
         (r.action, r.object_id, r.reason, r.status)
         for r in AuditRecord.objects.filter(object_type="transaction")
     }
     assert ("transaction.commit", f"broker-b/{b1}", "", "success") in audits
+    assert ("topic.create", "broker-b/payments", "", "success") in {
+        (r.action, r.object_id, r.reason, r.status)
+        for r in AuditRecord.objects.filter(object_type="topic")
+    }
     assert (
         "transaction.rollback",
         f"broker-a/{a1}",
