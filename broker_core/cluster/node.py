@@ -148,7 +148,11 @@ class ClusterNode:
             self._become_master_services()
         self.refresh_role()
         self.heartbeat.start()
-        self._unsubscribe = self.registry.subscribe(lambda _m: self.invalidate())
+        try:
+            self._unsubscribe = self.registry.subscribe(lambda _m: self.invalidate())
+        except Exception as exc:  # noqa: BLE001 - registry away: poll only
+            log.warning("registry events unavailable (routes re-read every "
+                        "%.0f s): %s", ROUTE_TTL_S, exc)  # fmt: skip
         self._role_thread = threading.Thread(
             target=self._watch_role, name="cluster-role", daemon=True
         )
