@@ -100,6 +100,9 @@ class ClusterNode:
             )
         self._role = ""
         self.refresh_role()
+        if cfg.master_ha:
+            # A slave from the first request on (start() writes the file).
+            self._role = Role.SLAVE.value
         self._routes: dict[str, tuple[float, list[RouteEntry]]] = {}
         self._nodes_cache: tuple[float, list[NodeInfo]] = (0.0, [])
         self._lock = threading.Lock()
