@@ -40,7 +40,7 @@ YOUNG_S = 5.0
 log = logging.getLogger("broker_core.endpoint.workers")
 
 
-def announce(store_root: Path, index: int, ports: dict[str, int]) -> None:
+def announce(store_root: Path, index: int, ports: dict[str, int | None]) -> None:
     """Written by worker ``index`` once it serves: its pid and ports."""
     atomic_write_json(
         store_root / WORKERS_DIR / f"{index}.json",
