@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_core.broker import Broker
+from broker_core.errors import StoreError
 from broker_core.filter import TAG, build_matcher
 from broker_core.message import MessageExt, MessageInner, PullStatus
 from broker_core.metadata import atomic_write_json
@@ -169,12 +170,8 @@ class PopManager:
         self.max_pending = max_pending
         self.path = self.store.root / DB_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = self._connect(timeout=30)
-        self.db.executescript(SCHEMA)
-        #: for callers that must not wait (the event loop's acks): ``Busy``
-        #: at once while another process holds the write lock
-        self.db_nowait = self._connect(timeout=0)
-        self._checkpointer = self._connect(timeout=30)
+        #: (db, db_nowait, checkpointer) once ``pop.db`` is open: see ``_ensure``
+        self._conns: tuple[sqlite3.Connection, ...] | None = None
         self.dlq_count = 0
         self._rr = 0
         #: (topic, queue, offset) -> message, read from the log by this process
@@ -186,8 +183,56 @@ class PopManager:
         #: auto-renew handles (push consumers, G7): (group, topic, qid, offset)
         #: -> (client id, invisible ms, renew until ms, nonce)
         self.renew: dict[tuple[str, str, int, int], tuple[str, int, int, int]] = {}
+        try:
+            self._ensure()
+        except StoreError as exc:
+            # A full disk (no room for the WAL): serve anyway; receives and
+            # acks fail with the reason until the database can be opened.
+            log.warning("%s; consumption resumes once it can be opened", exc)
+
+    def _ensure(self) -> tuple[sqlite3.Connection, ...]:
+        """The open connections, opening ``pop.db`` first if it is not yet
+        (``StoreError`` while it cannot be: no room for it or its WAL)."""
+        conns = self._conns
+        if conns is not None:
+            return conns
+        opened: list[sqlite3.Connection] = []
+        try:
+            opened.append(self._connect(timeout=30))
+            opened[0].executescript(SCHEMA)
+            # for callers that must not wait (the event loop's acks): ``Busy``
+            # at once while another process holds the write lock
+            opened.append(self._connect(timeout=0))
+            opened.append(self._connect(timeout=30))
+        except sqlite3.OperationalError as exc:
+            for db in opened:
+                db.close()
+            raise StoreError(f"pop state {self.path} cannot be opened: {exc}") from exc
+        self._conns = conns = tuple(opened)
         self._import_legacy()
         self.apply_resets()
+        return conns
+
+    def available(self) -> bool:
+        """Whether ``pop.db`` is open (trying to open it if not); the
+        background work (resets, offsets, checkpoints, stats) waits for it."""
+        try:
+            self._ensure()
+        except StoreError:
+            return False
+        return True
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        return self._ensure()[0]
+
+    @property
+    def db_nowait(self) -> sqlite3.Connection:
+        return self._ensure()[1]
+
+    @property
+    def _checkpointer(self) -> sqlite3.Connection:
+        return self._ensure()[2]
 
     def _connect(self, timeout: float) -> sqlite3.Connection:
         # Autocommit (explicit transactions); used by one thread at a time.
@@ -210,8 +255,9 @@ class PopManager:
         return db
 
     def close(self) -> None:
-        for db in (self.db, self.db_nowait, self._checkpointer):
+        for db in self._conns or ():
             db.close()
+        self._conns = None
 
     # -- transactions ---------------------------------------------------------
     @contextlib.contextmanager
@@ -232,7 +278,8 @@ class PopManager:
         """Copy the WAL into the database file (a passive checkpoint: never
         waits for, nor blocks, the other connections). On its own connection,
         so that it runs on any one thread beside the pops."""
-        self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        if self._conns is not None:
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     # -- persistence ---------------------------------------------------------
     def _import_legacy(self) -> None:
@@ -322,6 +369,8 @@ class PopManager:
     def mirror_offsets(self) -> None:
         """Commit each queue's low-water mark (oldest pending offset, else the
         cursor) to the store's consumer offsets, where the console reads lag."""
+        if self._conns is None:
+            return
         rows = self.db.execute(
             "SELECT q.grp, q.topic, q.qid, q.committed, "
             "coalesce((SELECT min(off) FROM pending p WHERE p.grp=q.grp "
@@ -758,6 +807,8 @@ class PopManager:
     def stats(self) -> dict[str, Any]:
         """Per ``group@topic``: pending entries, and those in flight (all
         endpoint processes)."""
+        if self._conns is None:
+            return {}
         return {
             f"{g}@{t}": {"pending": pending, "inflight": inflight}
             for g, t, pending, inflight in self.db.execute(

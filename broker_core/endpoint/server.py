@@ -262,6 +262,8 @@ class Endpoint:
                 log.exception("transaction check failed")
 
     def _persist_pop(self, alive: set[str]) -> None:
+        if not self.pop.available():  # a full disk: nothing to persist into
+            return
         self.pop.apply_resets()
         if self.pop.renew:
             self.pop.renew_due(alive)

@@ -80,8 +80,9 @@ def test_sigkill_during_delivery_neither_loses_nor_duplicates(
     assert not dupes, f"duplicated: {len(dupes)}"
     assert set(got) == sent, f"lost: {len(sent - set(got))}"
     assert sum(lv.backlog for lv in st.levels) == 0 and st.timers.pending == 0
-    # The kills landed in the middle of delivery.
-    assert 0 < seen[0] < seen[-1] < len(sent), seen
+    # The first kill landed in the middle of delivery (under a heavy load a
+    # later child may finish before the watcher sees it pass its point).
+    assert 0 < seen[0] < len(sent) and seen == sorted(seen), seen
 
 
 @pytest.mark.slow
