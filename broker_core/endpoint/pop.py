@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_core.broker import Broker
-from broker_core.errors import StoreError
+from broker_core.errors import StorageIOError, StoreError
 from broker_core.filter import TAG, build_matcher
 from broker_core.message import MessageExt, MessageInner, PullStatus
 from broker_core.metadata import atomic_write_json
@@ -207,7 +207,9 @@ class PopManager:
         except sqlite3.OperationalError as exc:
             for db in opened:
                 db.close()
-            raise StoreError(f"pop state {self.path} cannot be opened: {exc}") from exc
+            raise StorageIOError(
+                f"pop state {self.path} cannot be opened: {exc}"
+            ) from exc
         self._conns = conns = tuple(opened)
         self._import_legacy()
         self.apply_resets()
