@@ -12,24 +12,31 @@ from broker_core.endpoint.pop import PopManager, encode_handle
 N = 2400
 
 
-def _consume(store: str, start: mp.Barrier, out: mp.Queue) -> None:
+def _consume(store: str, start: mp.Barrier, popped: mp.Barrier, out: mp.Queue) -> None:
     """Pop batches of 16 and acknowledge them until three pops found nothing;
-    report the (queue, offset) of every message this process got."""
+    report the (queue, offset) of every message this process got. Both
+    processes pop once before either goes on, so that both take part however
+    the machine schedules them (one could otherwise take all before the other
+    starts)."""
     with Broker.open(store) as b:
         pm = PopManager(b)
         start.wait(timeout=60)  # both pop at once
         got: list[tuple[int, int]] = []
         empty = 0
+        first = True
         while empty < 3:
             batch = pm.pop("G", "T", 16, 60_000, "*", "TAG")
-            if not batch:
+            if batch:
+                empty = 0
+                handles = [encode_handle(q, e.offset, e.nonce, 0) for q, e in batch]
+                errors = pm.ack_all([("G", "T", handles)])[0]
+                assert errors == [None] * len(batch), errors
+                got += [(q, e.offset) for q, e in batch]
+            else:
                 empty += 1
-                continue
-            empty = 0
-            handles = [encode_handle(q, e.offset, e.nonce, 0) for q, e in batch]
-            errors = pm.ack_all([("G", "T", handles)])[0]
-            assert errors == [None] * len(batch), errors
-            got += [(q, e.offset) for q, e in batch]
+            if first:
+                popped.wait(timeout=60)
+                first = False
         pm.close()
     out.put(got)
 
@@ -42,8 +49,10 @@ def test_two_processes_share_one_group(tmp_path) -> None:
             b.send_batch([Message("T", b"m%d" % i) for i in range(start, start + 200)])
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
-    start = ctx.Barrier(2)
-    procs = [ctx.Process(target=_consume, args=(store, start, out)) for _ in range(2)]
+    start, popped = ctx.Barrier(2), ctx.Barrier(2)
+    procs = [
+        ctx.Process(target=_consume, args=(store, start, popped, out)) for _ in range(2)
+    ]
     for p in procs:
         p.start()
     results = [out.get(timeout=120) for _ in procs]
