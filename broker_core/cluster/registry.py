@@ -153,9 +153,8 @@ class RouteRegistry:
 
     def nodes(self) -> list[NodeInfo]:
         """Every live node, by broker name then id."""
-        members = sorted(
-            m.decode() for m in self.redis.smembers(f"{self.prefix}:nodes")
-        )
+        found = self.redis.smembers(f"{self.prefix}:nodes")
+        members = sorted(m.decode() if isinstance(m, bytes) else m for m in found)
         if not members:
             return []
         values = self.redis.mget([f"{self.prefix}:node:{m}" for m in members])

@@ -39,6 +39,19 @@ def _endpoints(addresses: list[str]) -> pb.Endpoints:
     return out
 
 
+def _queue(
+    topic: str, qid: int, permission: int, broker: str, endpoints: pb.Endpoints
+) -> pb.MessageQueue:
+    """A route's queue; the clients use only broker id 0 (masters)."""
+    return pb.MessageQueue(
+        topic=pb.Resource(name=topic),
+        id=qid,
+        permission=permission,
+        broker=pb.Broker(name=broker, id=0, endpoints=endpoints),
+        accept_message_types=ALL_TYPES,
+    )
+
+
 class Routing:
     """Routes, assignments, heartbeats and the Telemetry stream."""
 
@@ -67,17 +80,8 @@ class Routing:
         permission: int = pb.READ_WRITE,
     ) -> pb.MessageQueue:
         node = self.ep.node
-        return pb.MessageQueue(
-            topic=pb.Resource(name=topic),
-            id=qid,
-            permission=permission,
-            broker=pb.Broker(
-                name=node.cfg.name if node is not None else "broker-a",
-                id=0,
-                endpoints=self.endpoints(asked),
-            ),
-            accept_message_types=ALL_TYPES,
-        )
+        name = node.cfg.name if node is not None else "broker-a"
+        return _queue(topic, qid, permission, name, self.endpoints(asked))
 
     def route(self, topic: str, asked: pb.Endpoints | None) -> list[pb.MessageQueue]:
         """The topic's queues: in a cluster every serving node's (from the
@@ -110,15 +114,7 @@ class Routing:
                 endpoints = self.endpoints(asked)
             else:
                 endpoints = _endpoints(e.node.endpoints)
-            out.append(
-                pb.MessageQueue(
-                    topic=pb.Resource(name=topic),
-                    id=e.queue_id,
-                    permission=perm,
-                    broker=pb.Broker(name=e.node.name, id=0, endpoints=endpoints),
-                    accept_message_types=ALL_TYPES,
-                )
-            )
+            out.append(_queue(topic, e.queue_id, perm, e.node.name, endpoints))
         return out
 
     def local_route(

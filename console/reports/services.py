@@ -211,7 +211,7 @@ def execute_run(run_id: int) -> ReportRun:
     run.save(update_fields=["status", "started_at", "worker"])
     started = time.monotonic()
     try:
-        from console.reports.jobs import runner
+        from console.reports.jobs import reader, runner
         from console.reports.jobs.session import get_session
 
         spark = get_session(settings.SPARK_MASTER)
@@ -249,7 +249,7 @@ def execute_run(run_id: int) -> ReportRun:
     run.finished_at = timezone.now()
     run.duration_s = time.monotonic() - started
     run.log_end = info.get("log_end")
-    run.input_records = _export_rows()
+    run.input_records = reader.exported_rows(export_dir())
     run.rows = output.tables
     run.summary = output.summary
     if info.get("skipped"):
@@ -333,17 +333,6 @@ def _store_params() -> dict[str, Any]:
     opts = getattr(settings, "BROKER_STORE_OPTIONS", {}) or {}
     levels = opts.get("message_delay_level")
     return {"delay_levels_ms": parse_delay_levels(levels)} if levels else {}
-
-
-def _export_rows() -> int | None:
-    try:
-        text = storage.locate(export_dir()).read_text("manifest.json")
-        manifest = json.loads(text) if text is not None else None
-    except (OSError, ValueError, storage.StorageError):
-        return None
-    if manifest is None:
-        return None
-    return sum(int(c.get("rows", 0)) for c in manifest.get("chunks", []))
 
 
 def _fail(run: ReportRun, error: str) -> ReportRun:

@@ -298,11 +298,15 @@ def export_log(
 
 
 def exported_rows(export_dir: Where) -> int | None:
-    """The records the export's manifest lists, None without a manifest."""
-    export = _loc(export_dir)
-    if export.read_text(MANIFEST) is None:
+    """The records the export's manifest lists; None without a readable one."""
+    try:
+        text = _loc(export_dir).read_text(MANIFEST)
+        manifest = json.loads(text) if text is not None else None
+    except (OSError, ValueError, storage.StorageError):
         return None
-    return sum(c.get("rows", 0) for c in _load_manifest(export)["chunks"])
+    if manifest is None:
+        return None
+    return sum(int(c.get("rows", 0)) for c in manifest.get("chunks", []))
 
 
 def _chunks_intact(export: Location, manifest: dict) -> bool:
