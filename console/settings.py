@@ -7,13 +7,14 @@ data under ``var/``.
 
 from __future__ import annotations
 
-import secrets
 from datetime import timedelta
 from pathlib import Path
 
 import environ
 from csp.constants import NONCE, NONE, SELF
 from kombu import Queue
+
+from console.core.secretfile import shared_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(environ.Env().str("VAR_DIR", default=str(BASE_DIR / "var")))
@@ -30,13 +31,7 @@ def _secret_key() -> str:
     value = env.str("SECRET_KEY", default="")
     if value:
         return value
-    path = VAR_DIR / "secret_key"
-    if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(secrets.token_urlsafe(50))
-        tmp.chmod(0o600)
-        tmp.replace(path)
-    return path.read_text().strip()
+    return shared_secret(VAR_DIR / "secret_key")
 
 
 SECRET_KEY = _secret_key()
