@@ -128,9 +128,7 @@ class Consuming:
         deadline = time.monotonic() + poll_ms / 1000
         while True:
             # Wait-list first, then pop: an append between the two still wakes us.
-            ev = self.ep.wakeups.get(topic)
-            if ev is None:
-                ev = self.ep.wakeups[topic] = asyncio.Event()
+            ev = self.ep.wait_list(topic)
             renew = (client_id_of(context), self.ep.cfg.max_renew_ms)
             popping = asyncio.get_running_loop().run_in_executor(
                 self.ep.consumer,

@@ -69,6 +69,9 @@ class Endpoint:
         self._restore_clients()
         self.clients_dirty = True
         self.wakeups: dict[str, asyncio.Event] = {}
+        #: set when a long poll joins an empty wait list: the append watcher
+        #: sleeps on it instead of polling while nobody waits
+        self._first_waiter = asyncio.Event()
         # Nothing blocking runs on the event loop: sends and transactions go to
         # one writer thread (appends are serialised by the store anyway), the
         # pop state (not thread-safe) to one consumer thread. While another
@@ -151,6 +154,15 @@ class Endpoint:
         window = self.cfg.auth_window_s
         return any(abs(signed - off * 60 - now) <= window for off in offsets)
 
+    def wait_list(self, topic: str) -> asyncio.Event:
+        """The event a long poll on ``topic`` waits on (set by ``wake``)."""
+        ev = self.wakeups.get(topic)
+        if ev is None:
+            if not self.wakeups:
+                self._first_waiter.set()
+            ev = self.wakeups[topic] = asyncio.Event()
+        return ev
+
     def wake(self, topic: str) -> None:
         ev = self.wakeups.pop(topic, None)
         if ev is not None:
@@ -188,10 +200,16 @@ class Endpoint:
         state = self.store.state
         last = state.dispatched_pos
         while True:
-            await asyncio.sleep(APPEND_WATCH_S)
             if not self.wakeups:
+                # Nobody waits: sleep until a long poll joins (an idle broker
+                # costs no CPU), then wake it if anything was appended since
+                # ``last``. What was appended before it joined, its own pop
+                # after joining sees; at worst one pop too many.
+                self._first_waiter.clear()
                 last = state.dispatched_pos
-                continue
+                await self._first_waiter.wait()
+            else:
+                await asyncio.sleep(APPEND_WATCH_S)
             pos = state.dispatched_pos
             if pos != last:
                 last = pos
