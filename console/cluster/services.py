@@ -9,8 +9,10 @@ Settings: ``BROKER_CLUSTER`` (the cluster's name; empty: no cluster page),
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,11 @@ from django.conf import settings
 
 from console.audit.services import audited
 
+#: One admin call's timeout (``CLUSTER_ADMIN_TIMEOUT_S`` overrides it).
 TIMEOUT_S = 5.0
+#: Nodes asked at once; with more nodes the rest wait for a free thread,
+#: within the same total wait.
+MAX_PARALLEL = 8
 
 
 class NodeUnavailable(Exception):
@@ -72,7 +78,14 @@ def _token() -> str:
         raise NodeUnavailable(f"CLUSTER_ADMIN_TOKEN_FILE: {exc}") from exc
 
 
-def admin_call(base: str, method: str, path: str, body: Any = None) -> Any:
+def timeout_s() -> float:
+    """One admin call's timeout: ``CLUSTER_ADMIN_TIMEOUT_S`` or 5 s."""
+    return float(getattr(settings, "CLUSTER_ADMIN_TIMEOUT_S", TIMEOUT_S) or TIMEOUT_S)
+
+
+def admin_call(
+    base: str, method: str, path: str, body: Any = None, timeout: float | None = None
+) -> Any:
     """Call a node's admin API; raise ``NodeUnavailable`` with its reason."""
     if not base:
         raise NodeUnavailable("the node advertises no admin API (--admin-listen)")
@@ -86,7 +99,7 @@ def admin_call(base: str, method: str, path: str, body: Any = None) -> Any:
         },
     )
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as r:
+        with urllib.request.urlopen(req, timeout=timeout or timeout_s()) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -98,45 +111,104 @@ def admin_call(base: str, method: str, path: str, body: Any = None) -> Any:
         raise NodeUnavailable(f"{base}: {exc}") from exc
 
 
-def nodes() -> list[NodeView]:
-    """Every live node, with its replication as its admin API reports it."""
-    out = []
+def _ask_node(base: str, paths: list[str], deadline: float) -> dict[str, Any]:
+    """GET each of ``paths`` from one node in turn, each call within what is
+    left of the total wait; the first failure ends the node's calls."""
+    out = {}
+    for path in paths:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise NodeUnavailable("no answer within the total wait")
+        out[path] = admin_call(base, "GET", path, timeout=min(timeout_s(), left))
+    return out
+
+
+def ask_nodes(
+    calls: dict[str, tuple[str, list[str]]],
+) -> dict[str, dict[str, Any] | NodeUnavailable]:
+    """Ask every node at once: ``calls`` maps a node's key to its admin URL
+    and the paths to GET from it; the answer maps each key to ``{path:
+    answer}`` or the ``NodeUnavailable`` saying why it has none.
+
+    The whole fan-out waits at most one call's timeout plus a second: a node
+    that never answers (a host that drops packets) costs the page that wait
+    once, not once per node, and is named in the answer, not left out.
+    """
+    if not calls:
+        return {}
+    budget = timeout_s() + 1.0
+    deadline = time.monotonic() + budget
+    pool = ThreadPoolExecutor(
+        min(MAX_PARALLEL, len(calls)), thread_name_prefix="cluster-admin"
+    )
+    futures: dict[str, Future[dict[str, Any]]] = {
+        key: pool.submit(_ask_node, base, paths, deadline)
+        for key, (base, paths) in calls.items()
+    }
+    # Do not wait for a silent node's thread: its socket timeout ends it.
+    pool.shutdown(wait=False, cancel_futures=False)
+    out: dict[str, dict[str, Any] | NodeUnavailable] = {}
+    for key, fut in futures.items():
+        try:
+            out[key] = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+        except NodeUnavailable as exc:
+            out[key] = exc
+        except TimeoutError:
+            fut.cancel()
+            out[key] = NodeUnavailable(f"no answer within {budget:g} s")
+        except Exception as exc:  # noqa: BLE001 - shown on the page, per node
+            out[key] = NodeUnavailable(f"{type(exc).__name__}: {exc}")
+    return out
+
+
+HALVES_PATH = "/v1/halves?state=PENDING&page_size=200"
+
+
+@dataclass
+class ClusterState:
+    """What the cluster page shows, every node asked at once."""
+
+    nodes: list[NodeView]
+    #: pending halves of every master, each with its ``node``
+    halves: list[dict[str, Any]]
+    #: "node: reason" for every node that did not answer
+    errors: list[str]
+
+
+def cluster_state() -> ClusterState:
+    """Every live node of the registry and what its admin API reports: the
+    replication of each, the pending halves of each master."""
+    views: list[NodeView] = []
+    calls: dict[str, tuple[str, list[str]]] = {}
     for n in _registry().nodes():
         view = NodeView(
             n.name, n.broker_id, n.role, n.endpoints, n.admin, n.log_end,
             n.heartbeat_ms,
         )  # fmt: skip
-        try:
-            status = admin_call(n.admin, "GET", "/v1/node")
-        except NodeUnavailable as exc:
-            view.error = str(exc)
-        else:
-            view.log_end = status.get("log_end", view.log_end)
-            view.slaves = status.get("slaves") or []
-            following = status.get("following") or {}
-            if following:
-                view.lag_bytes = following.get("lag_bytes")
-        out.append(view)
-    return out
-
-
-def pending_halves(views: list[NodeView]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The pending halves of every master, each with its node; and the nodes
-    that could not be asked (shown, not hidden)."""
-    rows: list[dict[str, Any]] = []
-    errors = []
-    for v in views:
-        if not v.is_master:
+        views.append(view)
+        paths = ["/v1/node"]
+        if view.is_master:
+            paths.append(HALVES_PATH)
+        calls[view.key] = (n.admin, paths)
+    answers = ask_nodes(calls)
+    halves: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for view in views:
+        got = answers[view.key]
+        if isinstance(got, NodeUnavailable):
+            view.error = str(got)
+            errors.append(f"{view.name} ({view.role}): {got}")
             continue
-        try:
-            page = admin_call(v.admin, "GET", "/v1/halves?state=PENDING&page_size=200")
-        except NodeUnavailable as exc:
-            errors.append(f"{v.name}: {exc}")
-            continue
-        for h in page["items"]:
-            rows.append({"node": v.name, **h})
-    rows.sort(key=lambda r: (r.get("born_timestamp") or 0, r["node"]))
-    return rows, errors
+        status = got["/v1/node"]
+        view.log_end = status.get("log_end", view.log_end)
+        view.slaves = status.get("slaves") or []
+        following = status.get("following") or {}
+        if following:
+            view.lag_bytes = following.get("lag_bytes")
+        for h in got.get(HALVES_PATH, {}).get("items", ()):
+            halves.append({"node": view.name, **h})
+    halves.sort(key=lambda r: (r.get("born_timestamp") or 0, r["node"]))
+    return ClusterState(views, halves, errors)
 
 
 def decide(node: str, transaction_id: str, verb: str, actor: Any, reason: str,

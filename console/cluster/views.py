@@ -22,13 +22,11 @@ def cluster(request: HttpRequest) -> HttpResponse:
 
         context["cluster"] = settings.BROKER_CLUSTER
         try:
-            views = services.nodes()
+            state = services.cluster_state()
         except Exception as exc:  # noqa: BLE001 - the registry is away
             context["errors"] = [f"route registry: {exc}"]
-            views = []
-        context["nodes"] = views
-        context["halves"], errors = services.pending_halves(views)
-        context["errors"] += errors
+        else:
+            context.update(nodes=state.nodes, halves=state.halves, errors=state.errors)
     context["can_commit"] = has_role(request.user, ADMIN)
     context["can_rollback"] = has_role(request.user, OPERATOR)
     return render(request, "cluster/cluster.html", context)
