@@ -29,7 +29,12 @@ MAX_PARALLEL = 8
 
 
 class NodeUnavailable(Exception):
-    """A node's admin API did not answer, or answered with an error."""
+    """A node's admin API did not answer, or answered with an error (then
+    ``status`` is the HTTP status)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -106,20 +111,29 @@ def admin_call(
             reason = json.loads(exc.read()).get("error", "")
         except ValueError:
             reason = ""
-        raise NodeUnavailable(f"HTTP {exc.code}: {reason or exc.reason}") from exc
+        raise NodeUnavailable(
+            f"HTTP {exc.code}: {reason or exc.reason}", exc.code
+        ) from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise NodeUnavailable(f"{base}: {exc}") from exc
 
 
 def _ask_node(base: str, paths: list[str], deadline: float) -> dict[str, Any]:
     """GET each of ``paths`` from one node in turn, each call within what is
-    left of the total wait; the first failure ends the node's calls."""
-    out = {}
+    left of the total wait. A node that does not answer ends its calls (the
+    ``NodeUnavailable`` is raised); an error answer to one path (a node of an
+    older version without it) is that path's answer and the others go on."""
+    out: dict[str, Any] = {}
     for path in paths:
         left = deadline - time.monotonic()
         if left <= 0:
             raise NodeUnavailable("no answer within the total wait")
-        out[path] = admin_call(base, "GET", path, timeout=min(timeout_s(), left))
+        try:
+            out[path] = admin_call(base, "GET", path, timeout=min(timeout_s(), left))
+        except NodeUnavailable as exc:
+            if exc.status is None or not out:
+                raise
+            out[path] = exc
     return out
 
 
@@ -162,6 +176,9 @@ def ask_nodes(
 
 
 HALVES_PATH = "/v1/halves?state=PENDING&page_size=200"
+#: What the page asks every node, and every master besides.
+NODE_PATHS = ["/v1/node"]
+MASTER_PATHS = [HALVES_PATH, "/v1/consumers", "/v1/delays"]
 
 
 @dataclass
@@ -170,14 +187,22 @@ class ClusterState:
 
     nodes: list[NodeView]
     #: pending halves of every master, each with its ``node``
-    halves: list[dict[str, Any]]
-    #: "node: reason" for every node that did not answer
-    errors: list[str]
+    halves: list[dict[str, Any]] = field(default_factory=list)
+    #: lag per group, topic and master (``group``, ``topic``, ``node``,
+    #: ``queues``, ``lag``, ``max_lag``), most behind first
+    lag: list[dict[str, Any]] = field(default_factory=list)
+    #: per master, every delay level with messages scheduled and the timers
+    #: (``node``, ``kind``, ``level``, ``delay_ms``, ``scheduled``,
+    #: ``next_due_ms``, ``oldest_overdue_ms``, ``progress``)
+    delays: list[dict[str, Any]] = field(default_factory=list)
+    #: "node: reason" for every node (or part of one) that did not answer
+    errors: list[str] = field(default_factory=list)
 
 
 def cluster_state() -> ClusterState:
     """Every live node of the registry and what its admin API reports: the
-    replication of each, the pending halves of each master."""
+    replication of each; the pending halves, consumer lag and delay levels of
+    each master, aggregated with the node named."""
     views: list[NodeView] = []
     calls: dict[str, tuple[str, list[str]]] = {}
     for n in _registry().nodes():
@@ -186,19 +211,22 @@ def cluster_state() -> ClusterState:
             n.heartbeat_ms,
         )  # fmt: skip
         views.append(view)
-        paths = ["/v1/node"]
-        if view.is_master:
-            paths.append(HALVES_PATH)
-        calls[view.key] = (n.admin, paths)
+        calls[view.key] = (
+            n.admin,
+            NODE_PATHS + (MASTER_PATHS if view.is_master else []),
+        )
     answers = ask_nodes(calls)
-    halves: list[dict[str, Any]] = []
-    errors: list[str] = []
+    state = ClusterState(views)
     for view in views:
         got = answers[view.key]
         if isinstance(got, NodeUnavailable):
             view.error = str(got)
-            errors.append(f"{view.name} ({view.role}): {got}")
+            state.errors.append(f"{view.name} ({view.role}): {got}")
             continue
+        for path, answer in got.items():
+            if isinstance(answer, NodeUnavailable):
+                state.errors.append(f"{view.name} ({view.role}) {path}: {answer}")
+                got[path] = {}
         status = got["/v1/node"]
         view.log_end = status.get("log_end", view.log_end)
         view.slaves = status.get("slaves") or []
@@ -206,9 +234,55 @@ def cluster_state() -> ClusterState:
         if following:
             view.lag_bytes = following.get("lag_bytes")
         for h in got.get(HALVES_PATH, {}).get("items", ()):
-            halves.append({"node": view.name, **h})
-    halves.sort(key=lambda r: (r.get("born_timestamp") or 0, r["node"]))
-    return ClusterState(views, halves, errors)
+            state.halves.append({"node": view.name, **h})
+        state.lag += _lag_rows(view.name, got.get("/v1/consumers", {}))
+        state.delays += _delay_rows(view.name, got.get("/v1/delays", {}))
+    state.halves.sort(key=lambda r: (r.get("born_timestamp") or 0, r["node"]))
+    state.lag.sort(key=lambda r: (-r["lag"], r["group"], r["topic"], r["node"]))
+    state.delays.sort(key=lambda r: (r["kind"] != "level", r["level"], r["node"]))
+    return state
+
+
+def _lag_rows(node: str, answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """A node's ``/v1/consumers`` queues summed per group and topic."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for q in answer.get("queues", ()):
+        row = rows.setdefault(
+            (q["group"], q["topic"]),
+            {"group": q["group"], "topic": q["topic"], "node": node, "queues": 0,
+             "lag": 0, "max_lag": 0},
+        )  # fmt: skip
+        row["queues"] += 1
+        row["lag"] += q["lag"]
+        row["max_lag"] = max(row["max_lag"], q["lag"])
+    return list(rows.values())
+
+
+def _delay_rows(node: str, answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """A node's ``/v1/delays``: the levels with messages waiting, and its
+    timers if any are pending."""
+    rows = [
+        {
+            "node": node,
+            "kind": "level",
+            "level": lv["level"],
+            "delay_ms": lv["delay_ms"],
+            "scheduled": lv["backlog"],
+            "next_due_ms": lv["next_due_ms"],
+            "oldest_overdue_ms": lv["oldest_overdue_ms"],
+            "progress": lv["progress"],
+        }  # fmt: skip
+        for lv in answer.get("levels", ())
+        if lv["backlog"]
+    ]
+    timers = answer.get("timers") or {}
+    if timers.get("pending"):
+        rows.append(
+            {"node": node, "kind": "timer", "level": 0, "delay_ms": None,
+             "scheduled": timers["pending"], "next_due_ms": timers["next_due_ms"],
+             "oldest_overdue_ms": timers["oldest_overdue_ms"], "progress": None}
+        )  # fmt: skip
+    return rows
 
 
 def decide(node: str, transaction_id: str, verb: str, actor: Any, reason: str,

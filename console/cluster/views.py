@@ -1,5 +1,6 @@
-"""The cluster page: nodes, replication lag, and every master's pending halves
-with commit (admins) and roll back (operators), each sent to its node."""
+"""The cluster page: nodes, replication lag, every master's pending halves
+with commit (admins) and roll back (operators), each sent to its node, and
+every master's consumer lag and delay levels, with the node shown."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from console.ui.roles import ADMIN, OPERATOR, has_role
 @viewer_required
 def cluster(request: HttpRequest) -> HttpResponse:
     context = {"enabled": services.enabled(), "cluster": "", "nodes": [],
-               "halves": [], "errors": []}  # fmt: skip
+               "halves": [], "lag": [], "delays": [], "errors": []}  # fmt: skip
     if context["enabled"]:
         from django.conf import settings
 
@@ -26,7 +27,13 @@ def cluster(request: HttpRequest) -> HttpResponse:
         except Exception as exc:  # noqa: BLE001 - the registry is away
             context["errors"] = [f"route registry: {exc}"]
         else:
-            context.update(nodes=state.nodes, halves=state.halves, errors=state.errors)
+            context.update(
+                nodes=state.nodes,
+                halves=state.halves,
+                lag=state.lag,
+                delays=state.delays,
+                errors=state.errors,
+            )
     context["can_commit"] = has_role(request.user, ADMIN)
     context["can_rollback"] = has_role(request.user, OPERATOR)
     return render(request, "cluster/cluster.html", context)

@@ -30,31 +30,40 @@ class Nodes:
         self.tmp = tmp
         self.registry = RouteRegistry(REGISTRY_URL, cluster, expiry_s=120)
         self.brokers: dict[str, Broker] = {}
+        self.endpoints: dict[str, Any] = {}
         self._stops: list[Any] = []
 
-    def register(self, name: str, admin: str, role: str = "ASYNC_MASTER") -> None:
+    def register(
+        self, name: str, admin: str, role: str = "ASYNC_MASTER", broker_id: int = 0
+    ) -> None:
         self.registry.register(
             NodeInfo(
                 cluster=self.registry.cluster,
                 name=name,
+                broker_id=broker_id,
                 role=role,
                 endpoints=[f"{name}.invalid:8081"],
                 admin=admin,
             )
         )
 
-    def start(self, name: str) -> Broker:
-        """A store, its endpoint and admin API; the node registered as a master."""
+    def start(
+        self, name: str, role: str = "ASYNC_MASTER", broker_id: int = 0
+    ) -> Broker:
+        """A store, its endpoint (``endpoints[key]``) and admin API, the node
+        registered with ``role``; return the store's broker."""
         from broker_core.cluster.admin import AdminServer
         from broker_core.endpoint.config import EndpointConfig
         from broker_core.endpoint.server import Endpoint
 
-        broker = Broker.open(str(self.tmp / name), **SMALL_STORE)
+        key = f"{name}:{broker_id}"
+        broker = Broker.open(str(self.tmp / key.replace(":", "-")), **SMALL_STORE)
         ep = Endpoint(broker, EndpointConfig())
         admin = AdminServer(ep, "127.0.0.1:0", TOKEN).start()
         self._stops += [broker.close, ep.close, admin.stop]
-        self.brokers[name] = broker
-        self.register(name, f"http://{admin.address}")
+        self.brokers[key] = broker
+        self.endpoints[key] = ep
+        self.register(name, f"http://{admin.address}", role, broker_id)
         return broker
 
     def silent(self, *names: str) -> SilentListener:
