@@ -20,7 +20,12 @@ First slice, what the cluster console needs:
 * ``GET /v1/topics``: topics with their queue counts and depths;
 * ``POST /v1/topics`` with ``{"topic", "read_queues", "write_queues"}``:
   create the topic on this node, or change its queue counts (a topic lives on
-  the nodes it is created on; the node announces it at once).
+  the nodes it is created on; the node announces it at once);
+* ``GET /v1/consumers``: every group's committed offset, queue end and lag
+  per topic and queue (``broker_core.lag``, as the console's consumer pages);
+* ``GET /v1/delays``: every delay level's scheduled backlog, next due, oldest
+  overdue and delivery progress, and the timers by due time
+  (``DelayStats.as_json``, as the console's delay page).
 """
 
 from __future__ import annotations
@@ -191,6 +196,17 @@ class AdminServer:
         return {"topic": topic, "read_queues": reads, "write_queues": writes,
                 "result": done}  # fmt: skip
 
+    def consumers(self) -> dict[str, Any]:
+        from broker_core.lag import consumer_lag
+
+        # The endpoint's client table belongs to its event loop: copy it once
+        # (one C-level call) rather than iterate it from this thread.
+        clients = [c.as_json() for c in list(self.ep.clients.values())]
+        return {"queues": _jsonable(consumer_lag(self.ep.store, clients))}
+
+    def delays(self) -> dict[str, Any]:
+        return self.ep.delays.stats().as_json()
+
     # -- HTTP --------------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         api = self
@@ -228,6 +244,10 @@ class AdminServer:
                         out = api.halves(query)
                     elif method == "GET" and url.path == "/v1/topics":
                         out = api.topics()
+                    elif method == "GET" and url.path == "/v1/consumers":
+                        out = api.consumers()
+                    elif method == "GET" and url.path == "/v1/delays":
+                        out = api.delays()
                     elif method == "POST" and url.path == "/v1/topics":
                         out = api.put_topic(self._body())
                     elif method == "POST" and (m := _DECIDE.match(url.path)):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 class ScheduleKind(enum.StrEnum):
@@ -68,6 +69,18 @@ class LevelStats:
     #: How long the head has been due (ms), 0 if nothing is overdue.
     oldest_overdue_ms: int
 
+    @property
+    def progress(self) -> float:
+        """Return the share of the level's messages delivered, in percent
+        (100 for a level never written to)."""
+        if self.max_offset == 0:
+            return 100.0
+        return round(100.0 * self.offset / self.max_offset, 1)
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the figures and ``progress`` as a JSON object."""
+        return asdict(self) | {"progress": self.progress}
+
 
 @dataclass(slots=True)
 class TimerStats:
@@ -90,3 +103,15 @@ class DelayStats:
     delivered_per_minute: dict[int, int] = field(default_factory=dict)
     delivered_last_minute: int = 0
     last_error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """Return what the delay pages and the admin API show, as JSON: the
+        levels with their progress, the timers, the last minute's deliveries
+        and the last delivery error."""
+        return {
+            "now_ms": self.now_ms,
+            "levels": [lv.as_json() for lv in self.levels],
+            "timers": asdict(self.timers),
+            "delivered_last_minute": self.delivered_last_minute,
+            "last_error": self.last_error,
+        }

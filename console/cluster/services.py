@@ -9,8 +9,10 @@ Settings: ``BROKER_CLUSTER`` (the cluster's name; empty: no cluster page),
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,11 +21,20 @@ from django.conf import settings
 
 from console.audit.services import audited
 
+#: One admin call's timeout (``CLUSTER_ADMIN_TIMEOUT_S`` overrides it).
 TIMEOUT_S = 5.0
+#: Nodes asked at once; with more nodes the rest wait for a free thread,
+#: within the same total wait.
+MAX_PARALLEL = 8
 
 
 class NodeUnavailable(Exception):
-    """A node's admin API did not answer, or answered with an error."""
+    """A node's admin API did not answer, or answered with an error (then
+    ``status`` is the HTTP status)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -72,7 +83,14 @@ def _token() -> str:
         raise NodeUnavailable(f"CLUSTER_ADMIN_TOKEN_FILE: {exc}") from exc
 
 
-def admin_call(base: str, method: str, path: str, body: Any = None) -> Any:
+def timeout_s() -> float:
+    """One admin call's timeout: ``CLUSTER_ADMIN_TIMEOUT_S`` or 5 s."""
+    return float(getattr(settings, "CLUSTER_ADMIN_TIMEOUT_S", TIMEOUT_S) or TIMEOUT_S)
+
+
+def admin_call(
+    base: str, method: str, path: str, body: Any = None, timeout: float | None = None
+) -> Any:
     """Call a node's admin API; raise ``NodeUnavailable`` with its reason."""
     if not base:
         raise NodeUnavailable("the node advertises no admin API (--admin-listen)")
@@ -86,57 +104,185 @@ def admin_call(base: str, method: str, path: str, body: Any = None) -> Any:
         },
     )
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as r:
+        with urllib.request.urlopen(req, timeout=timeout or timeout_s()) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as exc:
         try:
             reason = json.loads(exc.read()).get("error", "")
         except ValueError:
             reason = ""
-        raise NodeUnavailable(f"HTTP {exc.code}: {reason or exc.reason}") from exc
+        raise NodeUnavailable(
+            f"HTTP {exc.code}: {reason or exc.reason}", exc.code
+        ) from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise NodeUnavailable(f"{base}: {exc}") from exc
 
 
-def nodes() -> list[NodeView]:
-    """Every live node, with its replication as its admin API reports it."""
-    out = []
+def _ask_node(base: str, paths: list[str], deadline: float) -> dict[str, Any]:
+    """GET each of ``paths`` from one node in turn, each call within what is
+    left of the total wait. A node that does not answer ends its calls (the
+    ``NodeUnavailable`` is raised); an error answer to one path (a node of an
+    older version without it) is that path's answer and the others go on."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise NodeUnavailable("no answer within the total wait")
+        try:
+            out[path] = admin_call(base, "GET", path, timeout=min(timeout_s(), left))
+        except NodeUnavailable as exc:
+            if exc.status is None or not out:
+                raise
+            out[path] = exc
+    return out
+
+
+def ask_nodes(
+    calls: dict[str, tuple[str, list[str]]],
+) -> dict[str, dict[str, Any] | NodeUnavailable]:
+    """Ask every node at once: ``calls`` maps a node's key to its admin URL
+    and the paths to GET from it; the answer maps each key to ``{path:
+    answer}`` or the ``NodeUnavailable`` saying why it has none.
+
+    The whole fan-out waits at most one call's timeout plus a second: a node
+    that never answers (a host that drops packets) costs the page that wait
+    once, not once per node, and is named in the answer, not left out.
+    """
+    if not calls:
+        return {}
+    budget = timeout_s() + 1.0
+    deadline = time.monotonic() + budget
+    pool = ThreadPoolExecutor(
+        min(MAX_PARALLEL, len(calls)), thread_name_prefix="cluster-admin"
+    )
+    futures: dict[str, Future[dict[str, Any]]] = {
+        key: pool.submit(_ask_node, base, paths, deadline)
+        for key, (base, paths) in calls.items()
+    }
+    # Do not wait for a silent node's thread: its socket timeout ends it.
+    pool.shutdown(wait=False, cancel_futures=False)
+    out: dict[str, dict[str, Any] | NodeUnavailable] = {}
+    for key, fut in futures.items():
+        try:
+            out[key] = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+        except NodeUnavailable as exc:
+            out[key] = exc
+        except TimeoutError:
+            fut.cancel()
+            out[key] = NodeUnavailable(f"no answer within {budget:g} s")
+        except Exception as exc:  # noqa: BLE001 - shown on the page, per node
+            out[key] = NodeUnavailable(f"{type(exc).__name__}: {exc}")
+    return out
+
+
+HALVES_PATH = "/v1/halves?state=PENDING&page_size=200"
+#: What the page asks every node, and every master besides.
+NODE_PATHS = ["/v1/node"]
+MASTER_PATHS = [HALVES_PATH, "/v1/consumers", "/v1/delays"]
+
+
+@dataclass
+class ClusterState:
+    """What the cluster page shows, every node asked at once."""
+
+    nodes: list[NodeView]
+    #: pending halves of every master, each with its ``node``
+    halves: list[dict[str, Any]] = field(default_factory=list)
+    #: lag per group, topic and master (``group``, ``topic``, ``node``,
+    #: ``queues``, ``lag``, ``max_lag``), most behind first
+    lag: list[dict[str, Any]] = field(default_factory=list)
+    #: per master, every delay level with messages scheduled and the timers
+    #: (``node``, ``kind``, ``level``, ``delay_ms``, ``scheduled``,
+    #: ``next_due_ms``, ``oldest_overdue_ms``, ``progress``)
+    delays: list[dict[str, Any]] = field(default_factory=list)
+    #: "node: reason" for every node (or part of one) that did not answer
+    errors: list[str] = field(default_factory=list)
+
+
+def cluster_state() -> ClusterState:
+    """Every live node of the registry and what its admin API reports: the
+    replication of each; the pending halves, consumer lag and delay levels of
+    each master, aggregated with the node named."""
+    views: list[NodeView] = []
+    calls: dict[str, tuple[str, list[str]]] = {}
     for n in _registry().nodes():
         view = NodeView(
             n.name, n.broker_id, n.role, n.endpoints, n.admin, n.log_end,
             n.heartbeat_ms,
         )  # fmt: skip
-        try:
-            status = admin_call(n.admin, "GET", "/v1/node")
-        except NodeUnavailable as exc:
-            view.error = str(exc)
-        else:
-            view.log_end = status.get("log_end", view.log_end)
-            view.slaves = status.get("slaves") or []
-            following = status.get("following") or {}
-            if following:
-                view.lag_bytes = following.get("lag_bytes")
-        out.append(view)
-    return out
+        views.append(view)
+        calls[view.key] = (
+            n.admin,
+            NODE_PATHS + (MASTER_PATHS if view.is_master else []),
+        )
+    answers = ask_nodes(calls)
+    state = ClusterState(views)
+    for view in views:
+        got = answers[view.key]
+        if isinstance(got, NodeUnavailable):
+            view.error = str(got)
+            state.errors.append(f"{view.name} ({view.role}): {got}")
+            continue
+        for path, answer in got.items():
+            if isinstance(answer, NodeUnavailable):
+                state.errors.append(f"{view.name} ({view.role}) {path}: {answer}")
+                got[path] = {}
+        status = got["/v1/node"]
+        view.log_end = status.get("log_end", view.log_end)
+        view.slaves = status.get("slaves") or []
+        following = status.get("following") or {}
+        if following:
+            view.lag_bytes = following.get("lag_bytes")
+        for h in got.get(HALVES_PATH, {}).get("items", ()):
+            state.halves.append({"node": view.name, **h})
+        state.lag += _lag_rows(view.name, got.get("/v1/consumers", {}))
+        state.delays += _delay_rows(view.name, got.get("/v1/delays", {}))
+    state.halves.sort(key=lambda r: (r.get("born_timestamp") or 0, r["node"]))
+    state.lag.sort(key=lambda r: (-r["lag"], r["group"], r["topic"], r["node"]))
+    state.delays.sort(key=lambda r: (r["kind"] != "level", r["level"], r["node"]))
+    return state
 
 
-def pending_halves(views: list[NodeView]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The pending halves of every master, each with its node; and the nodes
-    that could not be asked (shown, not hidden)."""
-    rows: list[dict[str, Any]] = []
-    errors = []
-    for v in views:
-        if not v.is_master:
-            continue
-        try:
-            page = admin_call(v.admin, "GET", "/v1/halves?state=PENDING&page_size=200")
-        except NodeUnavailable as exc:
-            errors.append(f"{v.name}: {exc}")
-            continue
-        for h in page["items"]:
-            rows.append({"node": v.name, **h})
-    rows.sort(key=lambda r: (r.get("born_timestamp") or 0, r["node"]))
-    return rows, errors
+def _lag_rows(node: str, answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """A node's ``/v1/consumers`` queues summed per group and topic."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for q in answer.get("queues", ()):
+        row = rows.setdefault(
+            (q["group"], q["topic"]),
+            {"group": q["group"], "topic": q["topic"], "node": node, "queues": 0,
+             "lag": 0, "max_lag": 0},
+        )  # fmt: skip
+        row["queues"] += 1
+        row["lag"] += q["lag"]
+        row["max_lag"] = max(row["max_lag"], q["lag"])
+    return list(rows.values())
+
+
+def _delay_rows(node: str, answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """A node's ``/v1/delays``: the levels with messages waiting, and its
+    timers if any are pending."""
+    rows = [
+        {
+            "node": node,
+            "kind": "level",
+            "level": lv["level"],
+            "delay_ms": lv["delay_ms"],
+            "scheduled": lv["backlog"],
+            "next_due_ms": lv["next_due_ms"],
+            "oldest_overdue_ms": lv["oldest_overdue_ms"],
+            "progress": lv["progress"],
+        }  # fmt: skip
+        for lv in answer.get("levels", ())
+        if lv["backlog"]
+    ]
+    timers = answer.get("timers") or {}
+    if timers.get("pending"):
+        rows.append(
+            {"node": node, "kind": "timer", "level": 0, "delay_ms": None,
+             "scheduled": timers["pending"], "next_due_ms": timers["next_due_ms"],
+             "oldest_overdue_ms": timers["oldest_overdue_ms"], "progress": None}
+        )  # fmt: skip
+    return rows
 
 
 def decide(node: str, transaction_id: str, verb: str, actor: Any, reason: str,

@@ -1,5 +1,6 @@
-"""The cluster page: nodes, replication lag, and every master's pending halves
-with commit (admins) and roll back (operators), each sent to its node."""
+"""The cluster page: nodes, replication lag, every master's pending halves
+with commit (admins) and roll back (operators), each sent to its node, and
+every master's consumer lag and delay levels, with the node shown."""
 
 from __future__ import annotations
 
@@ -16,19 +17,23 @@ from console.ui.roles import ADMIN, OPERATOR, has_role
 @viewer_required
 def cluster(request: HttpRequest) -> HttpResponse:
     context = {"enabled": services.enabled(), "cluster": "", "nodes": [],
-               "halves": [], "errors": []}  # fmt: skip
+               "halves": [], "lag": [], "delays": [], "errors": []}  # fmt: skip
     if context["enabled"]:
         from django.conf import settings
 
         context["cluster"] = settings.BROKER_CLUSTER
         try:
-            views = services.nodes()
+            state = services.cluster_state()
         except Exception as exc:  # noqa: BLE001 - the registry is away
             context["errors"] = [f"route registry: {exc}"]
-            views = []
-        context["nodes"] = views
-        context["halves"], errors = services.pending_halves(views)
-        context["errors"] += errors
+        else:
+            context.update(
+                nodes=state.nodes,
+                halves=state.halves,
+                lag=state.lag,
+                delays=state.delays,
+                errors=state.errors,
+            )
     context["can_commit"] = has_role(request.user, ADMIN)
     context["can_rollback"] = has_role(request.user, OPERATOR)
     return render(request, "cluster/cluster.html", context)

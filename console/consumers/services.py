@@ -13,43 +13,13 @@ from django.utils import timezone
 
 from broker_core.endpoint.pop import request_reset
 from broker_core.errors import InvalidOffsetError, ValidationError
+from broker_core.lag import CONSUMER_TYPES, consumer_lag, lag_of, subscribed_queues
 from console.audit.services import audited
 from console.brokerlink import get_broker
 from console.consumers.models import ConsumerQueue
 from console.messages.services import offset_for_time
 
 SYNC_MAX_AGE = timedelta(seconds=5)
-_CONSUMER_TYPES = {"SIMPLE_CONSUMER", "PUSH_CONSUMER"}
-
-
-def subscribed_queues(store: Any) -> list[tuple[str, str, int, int]]:
-    """Every (group, topic, queue id, committed offset or -1) a group consumes.
-
-    A group consumes every queue of a topic it has committed an offset on, or
-    that one of its clients subscribes to (the endpoint's ``clients.json``):
-    a queue the group never read from is listed with -1, its whole depth lag.
-    """
-    offsets: dict[tuple[str, str], dict[int, int]] = {}
-    for key, queues in store.all_offsets().items():
-        topic, _, group = key.partition("@")
-        offsets.setdefault((group, topic), {}).update(
-            {int(q): int(o) for q, o in queues.items()}
-        )
-    from console.transactions.producers import connected_clients
-
-    for c in connected_clients():
-        if not isinstance(c, dict) or c.get("client_type") not in _CONSUMER_TYPES:
-            continue
-        for topic in (c.get("topics") or ()) if c.get("group") else ():
-            offsets.setdefault((str(c["group"]), str(topic)), {})
-    out = []
-    for (group, topic), committed in sorted(offsets.items()):
-        cfg = store.topic_config(topic)
-        if cfg is None:
-            continue
-        for qid in sorted(set(range(cfg.read_queue_nums)) | set(committed)):
-            out.append((group, topic, qid, committed.get(qid, -1)))
-    return out
 
 
 def group_clients(group: str) -> list[dict[str, Any]]:
@@ -59,15 +29,8 @@ def group_clients(group: str) -> list[dict[str, Any]]:
     return [
         c
         for c in connected_clients()
-        if c.get("group") == group and c.get("client_type") in _CONSUMER_TYPES
+        if c.get("group") == group and c.get("client_type") in CONSUMER_TYPES
     ]
-
-
-def lag_of(store: Any, topic: str, qid: int, committed: int) -> tuple[int, int]:
-    """(max offset, lag): a queue never consumed lags by its whole depth."""
-    hi = store.max_offset(topic, qid)
-    start = committed if committed >= 0 else store.min_offset(topic, qid)
-    return hi, max(0, hi - start)
 
 
 def sync_offsets(force: bool = False) -> int:
@@ -80,21 +43,20 @@ def sync_offsets(force: bool = False) -> int:
     )
     if not force and latest is not None and now - latest < SYNC_MAX_AGE:
         return ConsumerQueue.objects.count()
-    store = get_broker().store
-    rows = []
-    for group, topic, qid, committed in subscribed_queues(store):
-        hi, lag = lag_of(store, topic, qid, committed)
-        rows.append(
-            ConsumerQueue(
-                group=group,
-                topic=topic,
-                queue_id=qid,
-                committed_offset=committed,
-                max_offset=hi,
-                lag=lag,
-                synced_at=now,
-            )
+    from console.transactions.producers import connected_clients
+
+    rows = [
+        ConsumerQueue(
+            group=q.group,
+            topic=q.topic,
+            queue_id=q.queue_id,
+            committed_offset=q.committed_offset,
+            max_offset=q.max_offset,
+            lag=q.lag,
+            synced_at=now,
         )
+        for q in consumer_lag(get_broker().store, connected_clients())
+    ]
     with transaction.atomic():
         ConsumerQueue.objects.all().delete()
         ConsumerQueue.objects.bulk_create(rows)
@@ -119,10 +81,11 @@ def group_summaries(queryset: Any = None) -> Any:
 
 def group_queues(group: str) -> list[dict[str, Any]]:
     """Live per-queue state of a group: committed, max, lag, last consumed time."""
-    broker = get_broker()
-    store = broker.store
+    from console.transactions.producers import connected_clients
+
+    store = get_broker().store
     out = []
-    for g, topic, qid, committed in subscribed_queues(store):
+    for g, topic, qid, committed in subscribed_queues(store, connected_clients()):
         if g != group:
             continue
         hi, lag = lag_of(store, topic, qid, committed)

@@ -4,7 +4,6 @@ messages, cancel one (operator, audited). Read live from ``broker_core.schedule`
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from broker_core.schedule import DelayStats, ScheduledMessage
@@ -19,13 +18,7 @@ def delay_stats() -> DelayStats:
 
 def level_rows(stats: DelayStats) -> list[dict[str, Any]]:
     """Levels as dicts with a delivery progress percentage."""
-    rows = []
-    for lv in stats.levels:
-        d = asdict(lv)
-        total = lv.max_offset
-        d["progress"] = 100.0 if total == 0 else round(100.0 * lv.offset / total, 1)
-        rows.append(d)
-    return rows
+    return [lv.as_json() for lv in stats.levels]
 
 
 def list_scheduled(

@@ -25,16 +25,7 @@ class DelayLevelsView(APIView):
 
     @extend_schema(responses=dict)
     def get(self, request):
-        stats = services.delay_stats()
-        return Response(
-            {
-                "now_ms": stats.now_ms,
-                "levels": services.level_rows(stats),
-                "timers": asdict(stats.timers),
-                "delivered_last_minute": stats.delivered_last_minute,
-                "last_error": stats.last_error,
-            }
-        )
+        return Response(services.delay_stats().as_json())
 
 
 class ScheduledListView(APIView):

@@ -127,3 +127,100 @@ def test_admin_api_creates_topics(node):
     assert (
         call(base, "POST", "/v1/topics", {"topic": "t", "read_queues": "x"})[0] == 400
     )
+
+
+@pytest.fixture
+def endpoint(tmp_path):
+    """A store with its endpoint (not serving gRPC) and its admin API on a
+    free port: what ``serve --admin-listen`` runs, in this process."""
+    from broker_core.cluster.admin import AdminServer
+    from broker_core.endpoint.config import EndpointConfig
+    from broker_core.endpoint.server import Endpoint
+
+    broker = Broker.open(str(tmp_path / "store"))
+    ep = Endpoint(broker, EndpointConfig())
+    admin = AdminServer(ep, "127.0.0.1:0", TOKEN).start()
+    try:
+        yield f"http://{admin.address}", ep
+    finally:
+        admin.stop()
+        ep.close()
+        broker.close()
+
+
+def test_admin_api_consumer_lag(endpoint):
+    base, ep = endpoint
+    broker = ep.broker
+    broker.create_topic("events", 2)
+    broker.send_batch(
+        [Message("events", b"e%d" % i, queue_id=i % 2) for i in range(40)]
+    )
+    # analytics reads 5 messages of queue 0 and all 20 of queue 1; billing
+    # reads 12 of queue 1 only.
+    for group, qid, count in (("analytics", 0, 5), ("analytics", 1, 20),
+                              ("billing", 1, 12)):  # fmt: skip
+        got = broker.pull(group, "events", qid, 0, max_messages=count)
+        assert len(got.messages) == count
+        broker.commit_offset(group, "events", qid, got.next_offset)
+
+    assert call(base, "GET", "/v1/consumers", token=None)[0] == 401
+    assert call(base, "GET", "/v1/consumers", token="wrong")[0] == 401
+    code, out = call(base, "GET", "/v1/consumers")
+    assert code == 200, out
+    rows = {(q["group"], q["topic"], q["queue_id"]): q for q in out["queues"]}
+    assert {k: (q["committed_offset"], q["max_offset"], q["lag"])
+            for k, q in rows.items()} == {
+        ("analytics", "events", 0): (5, 20, 15),
+        ("analytics", "events", 1): (20, 20, 0),
+        # billing never committed on queue 0: its whole depth is behind
+        ("billing", "events", 0): (-1, 20, 20),
+        ("billing", "events", 1): (12, 20, 8),
+    }  # fmt: skip
+
+    # Consuming more shows at once; so does a send.
+    broker.commit_offset("analytics", "events", 0, 20)
+    broker.send(Message("events", b"late", queue_id=1))
+    _, out = call(base, "GET", "/v1/consumers")
+    lag = {(q["group"], q["queue_id"]): q["lag"] for q in out["queues"]}
+    assert lag == {("analytics", 0): 0, ("analytics", 1): 1, ("billing", 0): 20,
+                   ("billing", 1): 9}  # fmt: skip
+
+
+def test_admin_api_delays(endpoint):
+    import time
+
+    base, ep = endpoint
+    delays = ep.delays
+    now = int(time.time() * 1000)
+    for i in range(2):
+        delays.send_delayed(Message("orders", b"soon%d" % i), level=1)  # 1 s
+    for i in range(3):
+        delays.send_delayed(Message("orders", b"later%d" % i), level=3)  # 10 s
+    delays.send_delayed(Message("orders", b"timer"), deliver_at_ms=now + 7_200_000)
+    # Deliver what is due 5 s from now: level 1 only.
+    assert delays.deliver_due(now_ms=now + 5_000).levels_delivered == 2
+
+    assert call(base, "GET", "/v1/delays", token=None)[0] == 401
+    code, out = call(base, "GET", "/v1/delays")
+    assert code == 200, out
+    levels = {lv["level"]: lv for lv in out["levels"]}
+    assert len(levels) == 18
+    one, three = levels[1], levels[3]
+    assert (one["offset"], one["max_offset"], one["backlog"], one["progress"]) == (
+        2, 2, 0, 100.0
+    )  # fmt: skip
+    assert (three["offset"], three["max_offset"], three["backlog"]) == (0, 3, 3)
+    assert three["progress"] == 0.0 and three["delay_ms"] == 10_000
+    assert now + 10_000 <= three["next_due_ms"] <= out["now_ms"] + 10_000
+    assert levels[2]["max_offset"] == 0 and levels[2]["progress"] == 100.0
+    timers = out["timers"]
+    assert (timers["pending"], timers["due_next_day"]) == (1, 1)
+    assert timers["next_due_ms"] == now + 7_200_000
+    # What was delivered is the two messages of level 1, on their topic.
+    cfg = ep.store.topic_config("orders")
+    bodies = [
+        m.body
+        for q in range(cfg.queue_nums)
+        for m in ep.broker.pull("g", "orders", q, 0).messages
+    ]
+    assert sorted(bodies) == [b"soon0", b"soon1"]
