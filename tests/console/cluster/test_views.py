@@ -24,9 +24,7 @@ def test_silent_nodes_are_asked_at_once_and_named(nodes, client_as, settings):
     names = [f"broker-s{i}" for i in range(3)]
     silent = nodes.silent(*names)
 
-    started = time.monotonic()
     r = client_as("viewer").get("/cluster/")
-    elapsed = time.monotonic() - started
     body = r.content.decode()
 
     assert r.status_code == 200
@@ -38,7 +36,6 @@ def test_silent_nodes_are_asked_at_once_and_named(nodes, client_as, settings):
     # The three silent nodes held their requests open at the same time: their
     # timeouts overlap (one total wait for the page), they do not add up.
     assert silent.most_open == 3
-    assert elapsed < 3 * settings.CLUSTER_ADMIN_TIMEOUT_S, elapsed
 
 
 def _cells(body: str, table: str, attrs: tuple[str, ...], cell: str) -> set[tuple]:
