@@ -126,51 +126,57 @@ class Consuming:
         if remaining is not None:
             poll_ms = min(poll_ms, max(0, int((remaining - 1.0) * 1000)))
         deadline = time.monotonic() + poll_ms / 1000
-        while True:
-            # Wait-list first, then pop: an append between the two still wakes us.
-            ev = self.ep.wait_list(topic)
-            renew = (client_id_of(context), self.ep.cfg.max_renew_ms)
-            popping = asyncio.get_running_loop().run_in_executor(
-                self.ep.consumer,
-                self.ep.pop_locked,
-                self._pop,
-                group,
-                topic,
-                batch,
-                invisible,
-                expr,
-                expr_type,
-                renew if request.auto_renew else None,
-            )
-            try:
-                got, messages = await asyncio.shield(popping)
-            except asyncio.CancelledError:
-                # The call ended (client gone, deadline) while popping: what
-                # was popped never reaches it. Visible again at once, not after
-                # its invisible duration.
-                popping.add_done_callback(self._release_later(group, topic))
-                raise
-            except Exception as exc:  # noqa: BLE001
-                code = error_code(exc)
-                if code == C.INTERNAL_ERROR:
-                    log.exception("receive failed")
-                yield spb.ReceiveMessageResponse(status=status(code, str(exc)))
-                return
-            if got:
-                break
-            left = deadline - time.monotonic()
-            if left <= 0:
-                yield spb.ReceiveMessageResponse(
-                    status=status(C.MESSAGE_NOT_FOUND, "no new message")
+        self.ep.join_poll(topic)
+        try:
+            while True:
+                # Wait-list first, then pop: an append between the two still wakes us.
+                ev = self.ep.wait_list(topic)
+                renew = (client_id_of(context), self.ep.cfg.max_renew_ms)
+                popping = asyncio.get_running_loop().run_in_executor(
+                    self.ep.consumer,
+                    self.ep.pop_locked,
+                    self._pop,
+                    group,
+                    topic,
+                    batch,
+                    invisible,
+                    expr,
+                    expr_type,
+                    renew if request.auto_renew else None,
                 )
-                return
-            try:
-                # Woken by a send or commit here, or by the append watcher;
-                # REPOLL_S also catches what is not an append (a message whose
-                # invisibility ran out, an offset reset).
-                await asyncio.wait_for(ev.wait(), timeout=min(left, REPOLL_S))
-            except TimeoutError:
-                pass
+                try:
+                    got, messages = await asyncio.shield(popping)
+                except asyncio.CancelledError:
+                    # The call ended (client gone, deadline) while popping: what
+                    # was popped never reaches it. Visible again at once, not after
+                    # its invisible duration.
+                    popping.add_done_callback(self._release_later(group, topic))
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    code = error_code(exc)
+                    if code == C.INTERNAL_ERROR:
+                        log.exception("receive failed")
+                    yield spb.ReceiveMessageResponse(status=status(code, str(exc)))
+                    return
+                if got:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    yield spb.ReceiveMessageResponse(
+                        status=status(C.MESSAGE_NOT_FOUND, "no new message")
+                    )
+                    return
+                try:
+                    # Woken by a send or commit here, or by the append watcher;
+                    # REPOLL_S also catches what is not an append (a message whose
+                    # invisibility ran out, an offset reset).
+                    await asyncio.wait_for(ev.wait(), timeout=min(left, REPOLL_S))
+                except TimeoutError:
+                    pass
+        finally:
+            # Not waiting any more: with nobody else polling the topic, its
+            # wait list is dropped (and the append watcher may sleep).
+            self.ep.leave_poll(topic)
         self.ep.counters["received"] += len(got)
         sent = 0
         try:

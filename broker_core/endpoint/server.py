@@ -72,6 +72,8 @@ class Endpoint:
         #: set when a long poll joins an empty wait list: the append watcher
         #: sleeps on it instead of polling while nobody waits
         self._first_waiter = asyncio.Event()
+        #: receives polling each topic now (between join_poll and leave_poll)
+        self._polling: dict[str, int] = {}
         # Nothing blocking runs on the event loop: sends and transactions go to
         # one writer thread (appends are serialised by the store anyway), the
         # pop state (not thread-safe) to one consumer thread. While another
@@ -153,6 +155,18 @@ class Endpoint:
         now = time.time()
         window = self.cfg.auth_window_s
         return any(abs(signed - off * 60 - now) <= window for off in offsets)
+
+    def join_poll(self, topic: str) -> None:
+        """A receive on ``topic`` starts polling (``leave_poll`` when it ends)."""
+        self._polling[topic] = self._polling.get(topic, 0) + 1
+
+    def leave_poll(self, topic: str) -> None:
+        left = self._polling[topic] - 1
+        if left:
+            self._polling[topic] = left
+        else:
+            del self._polling[topic]
+            self.wakeups.pop(topic, None)
 
     def wait_list(self, topic: str) -> asyncio.Event:
         """The event a long poll on ``topic`` waits on (set by ``wake``)."""
