@@ -17,7 +17,10 @@ For each client count N, in one run and measured the same way:
   acknowledge each message.
 * echo: a bare ``grpc.aio`` server with one generic unary handler that returns
   its request, called ``--messages`` times with a ``--body`` payload by N
-  processes with the same window: the floor for any Python gRPC server here.
+  processes with the same window: the floor for any Python gRPC server here;
+  and its server-streaming twin, which streams the body back 32 times a call
+  (a ReceiveMessage's shape), for the floor of a received and acknowledged
+  message: one streamed message plus one call.
 * rabbitmq (127.0.0.1:5672, guest/guest, pika): a durable queue of its own;
   N publishers send persistent messages and commit a transaction every
   ``--window`` messages (durable on the broker when the commit returns, as a
@@ -63,6 +66,9 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 ECHO_METHOD = "/bench.Echo/Echo"
+ECHO_STREAM_METHOD = "/bench.Echo/Stream"
+#: messages a receive asks for (the SimpleConsumer calls of rmq_recv)
+BATCH = 32
 RABBIT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 NATS_URL = "nats://127.0.0.1:4222"
 
@@ -123,7 +129,7 @@ def rmq_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) -> 
     cpu0, t0 = time.process_time(), time.time()
     while time.time() - t0 < deadline_s and got < total:
         try:
-            msgs = c.receive(32, 30)
+            msgs = c.receive(BATCH, 30)
         except Exception:  # noqa: BLE001 - "no new message" after a long poll
             errors += 1
             msgs = []
@@ -153,8 +159,18 @@ def echo_server(port: int) -> None:
         async def echo(request: bytes, context) -> bytes:
             return request
 
+        async def stream(request: bytes, context):
+            # A ReceiveMessage's shape: one request, BATCH messages streamed.
+            body = request[4:]
+            for _ in range(int.from_bytes(request[:4], "big")):
+                yield body
+
         handler = grpc.method_handlers_generic_handler(
-            "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+            "bench.Echo",
+            {
+                "Echo": grpc.unary_unary_rpc_method_handler(echo),
+                "Stream": grpc.unary_stream_rpc_method_handler(stream),
+            },
         )
         server = grpc.aio.server()
         server.add_generic_rpc_handlers((handler,))
@@ -195,6 +211,38 @@ def echo_client(ep: str, n: int, body: int, window: int) -> dict:
             t1, cpu1 = time.time(), time.process_time()
             return {"done": n - errors, "errors": errors, "t0": t0, "t1": t1,
                     "cpu_s": cpu1 - cpu0, "first_error": first[:1]}  # fmt: skip
+
+    return asyncio.run(main())
+
+
+def echo_stream_client(ep: str, n: int, body: int, window: int) -> dict:
+    """``n`` messages streamed by the echo server in calls of BATCH, as a
+    SimpleConsumer receives them (at most ``window`` messages in flight)."""
+    import asyncio
+
+    import grpc
+
+    async def main() -> dict:
+        async with grpc.aio.insecure_channel(ep) as ch:
+            call = ch.unary_stream(ECHO_STREAM_METHOD)
+            request = BATCH.to_bytes(4, "big") + b"x" * body
+            sem = asyncio.Semaphore(max(1, window // BATCH))
+            got = errors = 0
+
+            async def one() -> None:
+                nonlocal got, errors
+                async with sem:
+                    try:
+                        async for _ in call(request):
+                            got += 1
+                    except grpc.RpcError:
+                        errors += 1
+
+            cpu0, t0 = time.process_time(), time.time()
+            await asyncio.gather(*(one() for _ in range(max(1, n // BATCH))))
+            t1, cpu1 = time.time(), time.process_time()
+            return {"done": got, "errors": errors, "t0": t0, "t1": t1,
+                    "cpu_s": cpu1 - cpu0}  # fmt: skip
 
     return asyncio.run(main())
 
@@ -443,6 +491,7 @@ WORKERS = {
     "rmq_send": (rmq_send, (str, str, int, int, int)),
     "rmq_recv": (rmq_recv, (str, str, str, int, float)),
     "echo_client": (echo_client, (str, int, int, int)),
+    "echo_stream_client": (echo_stream_client, (str, int, int, int)),
     "raw_send": (raw_send, (str, str, int, int, int)),
     "raw_recv": (raw_recv, (str, str, str, int, float)),
     "rabbit_send": (rabbit_send, (str, int, int, int)),
@@ -574,7 +623,11 @@ def bench_endpoint(a, n: int, ep: str, spid: int | None, home: str) -> dict:
 
 def bench_echo(a, n: int, ep: str, spid: int, home: str) -> dict:
     per = a.messages // n
-    return {"call": phase("echo_client", [[ep, per, a.body, a.window]] * n, home, spid)}
+    args = [[ep, per, a.body, a.window]] * n
+    return {
+        "call": phase("echo_client", args, home, spid),
+        "streamed": phase("echo_stream_client", args, home, spid),
+    }
 
 
 def bench_rabbit(a, n: int, home: str) -> dict:
@@ -726,6 +779,15 @@ def main(argv: list[str]) -> int:
             if "nats" in peers and "nats" not in res["skipped"]:
                 run["nats"] = bench_nats(a, n, tmp)
             echo_us = run["echo"]["call"]["server_cpu_us_per_msg"]
+            streamed_us = run["echo"]["streamed"]["server_cpu_us_per_msg"]
+            # What gRPC alone costs the echo server for what a received and
+            # acknowledged message costs the endpoint in calls: a streamed
+            # message plus an AckMessage call.
+            run["floor_receive_ack_vs_echo"] = (
+                round((echo_us + streamed_us) / echo_us, 2)
+                if echo_us and streamed_us is not None
+                else None
+            )
             for kind, target in (("send", 1.3), ("receive_ack", 1.5)):
                 us = run["endpoint"][kind]["server_cpu_us_per_msg"]
                 run[f"ratio_{kind}_vs_echo"] = (
@@ -768,6 +830,10 @@ def print_run(n: int, run: dict) -> None:
                 f"{fmt(r['client_cpu_us_per_msg']):>15}"
                 + (f"  ({r['errors']} errors)" if r["errors"] else "")
             )
+    print(
+        "gRPC alone for a received+acked message (a streamed message and a "
+        f"call) / echo per call: {fmt(run['floor_receive_ack_vs_echo'], '.2f')}"
+    )
     for kind in ("send", "receive_ack"):
         ratio = run[f"ratio_{kind}_vs_echo"]
         print(
