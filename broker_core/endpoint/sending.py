@@ -249,7 +249,12 @@ class Sending:
             )
         if not self.ep.writable():
             return spb.SendMessageResponse(status=status(C.FORBIDDEN, SLAVE_REFUSES))
-        cid = client_id_of(context)
+        halves = any(
+            m.system_properties.message_type == pb.TRANSACTION for m in request.messages
+        )
+        # The sender matters for halves alone (whom to check back): reading a
+        # call's metadata costs more than the rest of a small send's checks.
+        cid = client_id_of(context) if halves else ""
         sender = self.ep.clients.get(cid) if cid else None
         if sender is not None:
             for m in request.messages:
@@ -264,14 +269,7 @@ class Sending:
                         sender.topics.append(m.topic.name)
                         self.ep.clients_dirty = True
         outcome = None
-        if (
-            not self.group.busy
-            and not self.group.waiting
-            and not any(
-                m.system_properties.message_type == pb.TRANSACTION
-                for m in request.messages
-            )
-        ):
+        if not self.group.busy and not self.group.waiting and not halves:
             # Nothing queued for the writer: store here if the append lock is
             # free (a memory copy), else hand the call to the writer thread.
             try:
