@@ -252,9 +252,7 @@ class Sending:
         halves = any(
             m.system_properties.message_type == pb.TRANSACTION for m in request.messages
         )
-        # The sender matters for halves alone (whom to check back): reading a
-        # call's metadata costs more than the rest of a small send's checks.
-        cid = client_id_of(context) if halves else ""
+        cid = client_id_of(context)
         sender = self.ep.clients.get(cid) if cid else None
         if sender is not None:
             for m in request.messages:
