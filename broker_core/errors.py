@@ -176,6 +176,12 @@ class RecallError(DelayError):
     code = "recall_failed"
 
 
+class UnknownScheduledMessageError(RecallError):
+    """No scheduled message has the id (the others: delivered or recalled)."""
+
+    code = "unknown_scheduled_message"
+
+
 class FilterError(ValidationError):
     code = "filter_error"
 

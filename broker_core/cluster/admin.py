@@ -25,7 +25,19 @@ First slice, what the cluster console needs:
   per topic and queue (``broker_core.lag``, as the console's consumer pages);
 * ``GET /v1/delays``: every delay level's scheduled backlog, next due, oldest
   overdue and delivery progress, and the timers by due time
-  (``DelayStats.as_json``, as the console's delay page).
+  (``DelayStats.as_json``, as the console's delay page);
+* ``GET /v1/messages``: search by id, key or topic, or a page of one queue
+  from an offset, with a bounded body preview (base64 on request);
+* ``POST /v1/consumers/<group>/reset`` with ``{"operator", "topic",
+  "timestamp" | "offset", "queue_id"?, "reason"?}``: move the group's
+  committed offsets;
+* ``POST /v1/delays/<message id>/cancel`` with ``{"operator", "reason"?}``:
+  recall a delayed message before it is delivered (404 unknown, 409
+  delivered or recalled already);
+* ``GET /v1/clients?group=``: the clients the endpoint knows.
+
+Those four live in ``admin_store.StoreOperations``. Every write names its
+``operator`` and is refused (400) without one; a slave refuses writes (503).
 """
 
 from __future__ import annotations
@@ -42,16 +54,14 @@ from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from broker_core.cluster.admin_store import AdminError, StoreOperations
+
 log = logging.getLogger(__name__)
 
 _DECIDE = re.compile(r"^/v1/halves/([0-9A-Fa-f]{1,64})/(commit|rollback)$")
+_RESET = re.compile(r"^/v1/consumers/([^/]{1,512})/reset$")
+_CANCEL = re.compile(r"^/v1/delays/([0-9A-Fa-f]{1,64})/cancel$")
 _MAX_BODY = 64 * 1024
-
-
-class AdminError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _jsonable(value: Any) -> Any:
@@ -80,6 +90,8 @@ class AdminServer:
             raise ValueError("the admin API needs a token (--admin-token-file)")
         self.ep = ep
         self.token = token
+        #: messages, offset resets, delay cancels, clients (``admin_store``)
+        self.ops = StoreOperations(ep)
         host, _, port = listen.rpartition(":")
         server = ThreadingHTTPServer((host, int(port)), self._handler())
         server.daemon_threads = True
@@ -248,6 +260,15 @@ class AdminServer:
                         out = api.consumers()
                     elif method == "GET" and url.path == "/v1/delays":
                         out = api.delays()
+                    elif method == "GET" and url.path == "/v1/messages":
+                        out = api.ops.messages(query)
+                    elif method == "GET" and url.path == "/v1/clients":
+                        out = api.ops.clients(query)
+                    elif method == "POST" and (m := _RESET.match(url.path)):
+                        group = urllib.parse.unquote(m.group(1))
+                        out = api.ops.reset(group, self._body())
+                    elif method == "POST" and (m := _CANCEL.match(url.path)):
+                        out = api.ops.cancel_delayed(m.group(1), self._body())
                     elif method == "POST" and url.path == "/v1/topics":
                         out = api.put_topic(self._body())
                     elif method == "POST" and (m := _DECIDE.match(url.path)):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker_core.errors import MessageNotFoundError, RecallError
+from broker_core.errors import MessageNotFoundError, UnknownScheduledMessageError
 from broker_core.message import PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, MessageExt
 from broker_core.schedule.results import (
     DelayStats,
@@ -42,7 +42,8 @@ class ScheduleBrowser:
         self.levels_ms = levels_ms
 
     def find(self, msg_id: str) -> MessageExt:
-        """Return the parked record of a scheduled message; ``RecallError`` if none."""
+        """Return the parked record of a scheduled message;
+        ``UnknownScheduledMessageError`` if none."""
         for topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
             try:
                 m = self.broker.get_message(msg_id, topic=topic)
@@ -50,7 +51,7 @@ class ScheduleBrowser:
                 continue
             if m.topic == topic and PROPERTY_DELAY_SRC not in m.properties:
                 return m
-        raise RecallError(f"no scheduled message with id {msg_id!r}")
+        raise UnknownScheduledMessageError(f"no scheduled message with id {msg_id!r}")
 
     def _level_head(self, p: Progress, level: int) -> tuple[int, int] | None:
         """Return (queue offset, due ms) of a level's first pending message."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -338,3 +339,131 @@ def put_topic(nodes: list[str], topic: str, queues: int, actor: Any,
         else:
             out[name] = done["result"]
     return out
+
+
+def _live(node: str) -> Any:
+    """The live node named ``name`` (its serving node) or ``name:broker_id``."""
+    name, _, bid = node.partition(":")
+    registry = _registry()
+    try:
+        target = registry.find(name, int(bid)) if bid else registry.find(name)
+    except ValueError:
+        target = None
+    if target is None:
+        raise NodeUnavailable(f"{node} is not a live node")
+    return target
+
+
+def _master(node: str) -> Any:
+    target = _live(node)
+    if not target.is_master:
+        raise NodeUnavailable(f"{node} has no live master")
+    return target
+
+
+@dataclass
+class NodeSearch:
+    """What one node found: its messages (each with ``node``), or why none."""
+
+    node: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    #: the node's reason when it found nothing (an unknown id or topic)
+    note: str = ""
+
+
+def search_node(
+    node: str, *, topic: str = "", key: str = "", msg_id: str = "", limit: int = 50
+) -> NodeSearch:
+    """Search one live node, master or slave (``name:broker_id``), by message
+    id, or by key in ``topic``, or the newest of ``topic``, through its
+    ``GET /v1/messages``; bodies are not fetched. Raises ``NodeUnavailable``
+    when the node does not answer or refuses the query (400)."""
+    target = _live(node)
+    params = {"topic": topic, "key": key, "msg_id": msg_id}
+    query = urllib.parse.urlencode(
+        {k: v for k, v in params.items() if v} | {"limit": limit, "body": "none"}
+    )
+    found = NodeSearch(target.key)
+    try:
+        answer = admin_call(target.admin, "GET", f"/v1/messages?{query}")
+    except NodeUnavailable as exc:
+        if exc.status != 404:
+            raise
+        found.note = str(exc)
+        return found
+    found.messages = [
+        {"node": target.name, "node_key": target.key, **m}
+        for m in answer.get("messages", ())
+    ]
+    return found
+
+
+def reset_offset(
+    node: str,
+    group: str,
+    topic: str,
+    *,
+    actor: Any,
+    reason: str,
+    to_offset: int | None = None,
+    to_ms: int | None = None,
+    queue_id: int | None = None,
+    request: Any = None,
+) -> list[dict[str, Any]]:
+    """Reset ``group``'s committed offsets on ``topic`` on the master of
+    ``node`` to an offset or a time (its ``POST /v1/consumers/<group>/reset``),
+    audited as ``consumer_group.reset_offset`` on ``<node>/<group>``. Returns
+    each queue's change (``current``, ``target``, ...)."""
+    target = _master(node)
+    body: dict[str, Any] = {"operator": actor.get_username(), "topic": topic,
+                            "reason": reason}  # fmt: skip
+    if to_offset is not None:
+        body["offset"] = to_offset
+    if to_ms is not None:
+        body["timestamp"] = to_ms
+    if queue_id is not None:
+        body["queue_id"] = queue_id
+    path = f"/v1/consumers/{urllib.parse.quote(group, safe='')}/reset"
+    answer = audited(
+        lambda: admin_call(target.admin, "POST", path, body),
+        actor=actor,
+        request=request,
+        action="consumer_group.reset_offset",
+        object_type="consumer_group",
+        object_id=f"{node}/{group}",
+        reason=reason,
+        after=lambda r: {
+            "topic": topic,
+            "to_offset": to_offset,
+            "to_ms": to_ms,
+            "offsets": {str(c["queue_id"]): c["target"] for c in r["changes"]},
+            "were": {str(c["queue_id"]): c["current"] for c in r["changes"]},
+        },
+    )
+    return list(answer["changes"])
+
+
+def cancel_delayed(node: str, msg_id: str, *, actor: Any, reason: str,
+                   request: Any = None) -> dict[str, Any]:  # fmt: skip
+    """Cancel a delayed message on the master of ``node`` before it is
+    delivered (its ``POST /v1/delays/<id>/cancel``), audited as
+    ``delay.cancel`` on ``<node>/<message id>``."""
+    target = _master(node)
+    path = f"/v1/delays/{urllib.parse.quote(msg_id, safe='')}/cancel"
+    return audited(
+        lambda: admin_call(
+            target.admin,
+            "POST",
+            path,
+            {"operator": actor.get_username(), "reason": reason},
+        ),
+        actor=actor,
+        request=request,
+        action="delay.cancel",
+        object_type="scheduled_message",
+        object_id=f"{node}/{msg_id}",
+        reason=reason,
+        after=lambda r: {
+            k: r.get(k) for k in ("kind", "level", "due_ms", "real_topic")
+        },  # fmt: skip
+    )

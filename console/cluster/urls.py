@@ -6,6 +6,8 @@ app_name = "cluster"
 urlpatterns = [
     path("", views.cluster, name="overview"),
     path("topics/", views.topic, name="topic"),
+    path("consumers/reset/", views.reset, name="reset"),
+    path("delays/cancel/", views.cancel, name="cancel"),
     path(
         "<str:node>/halves/<str:transaction_id>/<str:verb>/",
         views.decide,

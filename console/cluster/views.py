@@ -1,6 +1,8 @@
 """The cluster page: nodes, replication lag, every master's pending halves
 with commit (admins) and roll back (operators), each sent to its node, and
-every master's consumer lag and delay levels, with the node shown."""
+every master's consumer lag and delay levels, with the node shown; a message
+search on a chosen node, and an offset reset and a delayed message's cancel
+on a chosen master (operators)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from console.cluster import services
+from console.cluster.forms import CancelForm, ResetForm, SearchForm
+from console.ui.forms import to_ms
 from console.ui.permissions import admin_required, viewer_required
 from console.ui.roles import ADMIN, OPERATOR, has_role
 
@@ -36,7 +40,98 @@ def cluster(request: HttpRequest) -> HttpResponse:
             )
     context["can_commit"] = has_role(request.user, ADMIN)
     context["can_rollback"] = has_role(request.user, OPERATOR)
+    context["search_form"] = _search(request, context)
+    context["reset_form"] = ResetForm()
+    context["cancel_form"] = CancelForm()
     return render(request, "cluster/cluster.html", context)
+
+
+def _search(request: HttpRequest, context: dict) -> SearchForm:
+    """Run the page's message search if asked (``search_node`` in the query):
+    ``context["search"]`` is the node's ``NodeSearch``, or
+    ``context["search_error"]`` says why there is none."""
+    if "search_node" not in request.GET or not context["enabled"]:
+        return SearchForm()
+    form = SearchForm(request.GET)
+    if not form.is_valid():
+        context["search_error"] = "; ".join(
+            " ".join(errors) for errors in form.errors.values()
+        )
+        return form
+    d = form.cleaned_data
+    try:
+        context["search"] = services.search_node(
+            d["search_node"], topic=d["topic"], key=d["key"], msg_id=d["msg_id"]
+        )
+    except services.NodeUnavailable as exc:
+        context["search_error"] = f"{d['search_node']}: {exc}"
+    return form
+
+
+def _refused(request: HttpRequest, what: str) -> HttpResponse | None:
+    """Refuse a node action to anyone below an operator (as a roll back)."""
+    if has_role(request.user, OPERATOR):
+        return None
+    messages.error(request, f"{what} needs the {OPERATOR} role")
+    return redirect("cluster:overview")
+
+
+def _form_errors(form: ResetForm | CancelForm) -> str:
+    return "; ".join(
+        f"{'' if k == '__all__' else k + ': '}{' '.join(v)}"
+        for k, v in form.errors.items()
+    )
+
+
+@require_POST
+@viewer_required
+def reset(request: HttpRequest) -> HttpResponse:
+    """Reset a consumer group's offsets on one master (operators, audited)."""
+    if refused := _refused(request, "An offset reset"):
+        return refused
+    form = ResetForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Not reset: {_form_errors(form)}")
+        return redirect("cluster:overview")
+    d = form.cleaned_data
+    try:
+        changes = services.reset_offset(
+            d["node"], d["group"], d["topic"], actor=request.user,
+            reason=d["reason"], to_offset=d["offset"], to_ms=to_ms(d["at"]),
+            queue_id=d["queue_id"], request=request,
+        )  # fmt: skip
+    except services.NodeUnavailable as exc:
+        messages.error(request, f"Reset of {d['group']} on {d['node']} failed: {exc}")
+    else:
+        moved = ", ".join(f"queue {c['queue_id']} -> {c['target']}" for c in changes)
+        messages.success(
+            request, f"Reset {d['group']} on {d['topic']} on {d['node']}: {moved}."
+        )
+    return redirect("cluster:overview")
+
+
+@require_POST
+@viewer_required
+def cancel(request: HttpRequest) -> HttpResponse:
+    """Cancel a delayed message on one master (operators, audited)."""
+    if refused := _refused(request, "Cancelling a delayed message"):
+        return refused
+    form = CancelForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Not cancelled: {_form_errors(form)}")
+        return redirect("cluster:overview")
+    d = form.cleaned_data
+    try:
+        services.cancel_delayed(d["node"], d["msg_id"], actor=request.user,
+                                reason=d["reason"], request=request)  # fmt: skip
+    except services.NodeUnavailable as exc:
+        messages.error(request, f"Cancel of {d['msg_id']} on {d['node']} failed: {exc}")
+    else:
+        messages.success(
+            request,
+            f"Cancelled {d['msg_id']} on {d['node']}: it will not be delivered.",
+        )
+    return redirect("cluster:overview")
 
 
 @require_POST

@@ -3,7 +3,6 @@ and reset a group's offsets to a time or an offset (operator), audited."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -11,13 +10,12 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
-from broker_core.endpoint.pop import request_reset
-from broker_core.errors import InvalidOffsetError, ValidationError
+from broker_core import offset_reset
 from broker_core.lag import CONSUMER_TYPES, consumer_lag, lag_of, subscribed_queues
+from broker_core.offset_reset import ResetChange
 from console.audit.services import audited
 from console.brokerlink import get_broker
 from console.consumers.models import ConsumerQueue
-from console.messages.services import offset_for_time
 
 SYNC_MAX_AGE = timedelta(seconds=5)
 
@@ -107,24 +105,6 @@ def group_queues(group: str) -> list[dict[str, Any]]:
     return out
 
 
-@dataclass(slots=True)
-class ResetChange:
-    topic: str
-    queue_id: int
-    current: int
-    target: int
-    max_offset: int
-
-    @property
-    def delta(self) -> int:
-        """Positive: messages consumed again; negative: messages skipped."""
-        return self.current - self.target
-
-    @property
-    def lag_after(self) -> int:
-        return self.max_offset - self.target
-
-
 def preview_reset(
     group: str,
     topic: str,
@@ -133,35 +113,16 @@ def preview_reset(
     to_ms: int | None = None,
     queue_id: int | None = None,
 ) -> list[ResetChange]:
-    """Return what a reset would change on each queue, without changing anything.
-
-    ``to_offset`` applies to one queue (``queue_id``) or, clamped to each
-    queue's range, to all; ``to_ms`` finds each queue's first message at or
-    after that time. Raises ``ValidationError`` when neither or both are given.
-    """
-    if (to_offset is None) == (to_ms is None):
-        raise ValidationError("give either an offset or a time to reset to")
-    store = get_broker().store
-    cfg = store.get_topic(topic)
-    queues = range(cfg.queue_nums) if queue_id is None else [queue_id]
-    changes = []
-    for q in queues:
-        lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
-        if to_ms is not None:
-            target = offset_for_time(topic, q, to_ms)
-        else:
-            assert to_offset is not None
-            if queue_id is not None and not lo <= to_offset <= hi:
-                raise InvalidOffsetError(
-                    f"offset {to_offset} is outside [{lo}, {hi}] "
-                    f"for {topic!r} queue {q}"
-                )
-            target = max(lo, min(to_offset, hi))
-        current = store.committed_offset(group, topic, q)
-        changes.append(
-            ResetChange(topic, q, current if current >= 0 else lo, target, hi)
-        )
-    return changes
+    """Return what a reset would change on each queue, without changing anything
+    (``broker_core.offset_reset.preview_reset``)."""
+    return offset_reset.preview_reset(
+        get_broker().store,
+        group,
+        topic,
+        to_offset=to_offset,
+        to_ms=to_ms,
+        queue_id=queue_id,
+    )
 
 
 def reset_offsets(
@@ -181,21 +142,8 @@ def reset_offsets(
     changes = preview_reset(
         group, topic, to_offset=to_offset, to_ms=to_ms, queue_id=queue_id
     )
-
-    def apply() -> list[ResetChange]:
-        for c in changes:
-            broker.commit_offset(group, topic, c.queue_id, c.target)
-        # An operator's reset is written at once, not on the store's timer.
-        broker.store.persist_offsets()
-        # RocketMQ 5 (pop) consumers read from the endpoint's own cursor: it
-        # takes the new offsets within half a second.
-        request_reset(
-            broker.store.root, group, topic, {c.queue_id: c.target for c in changes}
-        )
-        return changes
-
     audited(
-        apply,
+        lambda: offset_reset.apply_reset(broker, group, topic, changes),
         actor=actor,
         request=request,
         action="consumer_group.reset_offset",
@@ -214,4 +162,4 @@ def reset_offsets(
 
 
 def change_dicts(changes: list[ResetChange]) -> list[dict[str, Any]]:
-    return [asdict(c) | {"delta": c.delta, "lag_after": c.lag_after} for c in changes]
+    return [c.as_json() for c in changes]

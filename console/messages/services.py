@@ -4,90 +4,20 @@ on demand, never copied into the database."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from broker_core import Message, MessageExt, MessageInner
-from broker_core.errors import InvalidQueueError
+from broker_core import Message, MessageExt, MessageInner, browse
+from broker_core.browse import SEARCH_SCAN_BUDGET, QueuePage
 from broker_core.search import MessageQuery, SearchPage
 from broker_core.search import search_messages as core_search
 from broker_core.validation import validate_group
 from console.audit.services import audited
 from console.brokerlink import get_broker, get_delay_service
 
-#: Messages decoded at most per search; a search reports when it stopped early.
-SEARCH_SCAN_BUDGET = 50_000
-BROWSE_MAX = 200
-
-
-def summary(m: MessageExt) -> dict[str, Any]:
-    """The fields every role may see (no body)."""
-    return {
-        "msg_id": m.msg_id,
-        "offset_msg_id": m.offset_msg_id,
-        "topic": m.topic,
-        "queue_id": m.queue_id,
-        "queue_offset": m.queue_offset,
-        "commit_log_offset": m.commit_log_offset,
-        "tags": m.tags,
-        "keys": m.keys,
-        "body_size": len(m.body),
-        "born_timestamp": m.born_timestamp,
-        "store_timestamp": m.store_timestamp,
-        "born_host": m.born_host,
-        "store_host": m.store_host,
-        "reconsume_times": m.reconsume_times,
-    }
-
-
-def user_properties(m: MessageExt) -> dict[str, str]:
-    return dict(sorted(m.properties.items()))
-
-
-def _check_queue(topic: str, queue_id: int) -> tuple[int, int]:
-    broker = get_broker()
-    cfg = broker.store.get_topic(topic)
-    if not 0 <= queue_id < cfg.queue_nums:
-        raise InvalidQueueError(f"queue id {queue_id} is out of range for {topic!r}")
-    return broker.store.min_offset(topic, queue_id), broker.store.max_offset(
-        topic, queue_id
-    )
-
-
-def _read(topic: str, queue_id: int, start: int, count: int) -> list[MessageExt]:
-    store = get_broker().store
-    return [
-        store.read_message(phys)
-        for phys, _size, _code in store.get_queue_units(topic, queue_id, start, count)
-    ]
-
 
 def offset_for_time(topic: str, queue_id: int, at_ms: int) -> int:
-    """Return the first queue offset stored at or after ``at_ms`` (binary search)."""
-    lo, hi = _check_queue(topic, queue_id)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        msgs = _read(topic, queue_id, mid, 1)
-        if not msgs or msgs[0].store_timestamp >= at_ms:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-@dataclass(slots=True)
-class QueuePage:
-    topic: str
-    queue_id: int
-    min_offset: int
-    max_offset: int
-    start: int
-    messages: list[MessageExt] = field(default_factory=list)
-
-    @property
-    def next_start(self) -> int | None:
-        nxt = self.start + len(self.messages)
-        return nxt if nxt < self.max_offset else None
+    """Return the first queue offset stored at or after ``at_ms``."""
+    return browse.offset_for_time(get_broker().store, topic, queue_id, at_ms)
 
 
 def browse_queue(
@@ -99,19 +29,10 @@ def browse_queue(
 ) -> QueuePage:
     """Return ``count`` messages of one queue from ``offset`` or from time ``at_ms``.
 
-    Neither given: the newest ``count`` messages.
+    Neither given: the newest ``count`` messages (``broker_core.browse``).
     """
-    lo, hi = _check_queue(topic, queue_id)
-    count = max(1, min(count, BROWSE_MAX))
-    if at_ms is not None:
-        start = offset_for_time(topic, queue_id, at_ms)
-    elif offset is not None:
-        start = offset
-    else:
-        start = max(lo, hi - count)
-    start = max(lo, min(start, hi))
-    return QueuePage(
-        topic, queue_id, lo, hi, start, _read(topic, queue_id, start, count)
+    return browse.browse_queue(
+        get_broker().store, topic, queue_id, offset, at_ms, count
     )
 
 

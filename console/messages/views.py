@@ -7,6 +7,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from broker_core import browse
 from broker_core.errors import BrokerError, MessageNotFoundError
 from console.messages import services
 from console.messages.forms import ResendForm, SearchForm
@@ -61,8 +62,8 @@ def message_detail(request: HttpRequest, msg_id: str) -> HttpResponse:
         request,
         "messages/message.html",
         {
-            "m": services.summary(msg),
-            "properties": services.user_properties(msg),
+            "m": browse.summary(msg),
+            "properties": browse.user_properties(msg),
             "body": view_body(msg.body) if show_body else None,
             "resend_form": ResendForm() if show_body else None,
         },

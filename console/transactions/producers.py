@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
+from broker_core.clients import client_rows
 from broker_core.validation import validate_group
 from console.audit.services import audited
 from console.brokerlink import get_transaction_service
@@ -68,27 +69,17 @@ def group_detail(group: str, limit: int = 25) -> dict[str, Any]:
 
 
 def connected_clients(group: str | None = None) -> list[dict[str, Any]]:
-    """Clients the gRPC endpoint last saw, optionally only those of ``group``.
+    """Clients the gRPC endpoint last saw, optionally only those of ``group``
+    (``broker_core.clients.client_rows``).
 
-    The endpoint rewrites ``<store>/clients.json`` atomically. RocketMQ 5
-    producers send no group, so a producer counts for a group named like one
-    of its topics (the endpoint's producer group for their transactions).
+    The endpoint rewrites ``<store>/clients.json`` atomically.
     """
     path = Path(settings.BROKER_STORE_DIR) / "clients.json"
     try:
         clients = json.loads(path.read_text()).get("clients", [])
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return []
-    for client in clients:
-        # The endpoint stores seconds; pages render millisecond timestamps.
-        client["last_heartbeat_ms"] = int((client.get("last_heartbeat") or 0) * 1000)
-    if group is None:
-        return clients
-    return [
-        c
-        for c in clients
-        if c.get("group") == group or group in (c.get("topics") or [])
-    ]
+    return client_rows(clients if isinstance(clients, list) else [], group)
 
 
 def configure_checker(

@@ -6,7 +6,7 @@ from typing import Any
 from rest_framework import serializers
 
 from broker_core import MessageExt
-from console.messages.services import summary, user_properties
+from broker_core.browse import summary, user_properties
 
 
 def message_json(m: MessageExt, with_body: bool) -> dict[str, Any]:

@@ -56,6 +56,25 @@ def node(tmp_path):
             for i in range(3)
         ]
         tx.close()
+    served = _serve(tmp_path, store)
+    yield served.base, ids
+    served.stop()
+
+
+class _Served:
+    """``serve`` with its admin API on free ports, in its own process."""
+
+    def __init__(self, proc, grpc, admin):
+        self.proc = proc
+        self.access = f"127.0.0.1:{grpc}"
+        self.base = f"http://127.0.0.1:{admin}"
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+
+
+def _serve(tmp_path, store):
     (tmp_path / "token").write_text(TOKEN + "\n")
     grpc, admin = _port(), _port()
     proc = subprocess.Popen(
@@ -64,7 +83,6 @@ def node(tmp_path):
          "--admin-token-file", str(tmp_path / "token"), "--no-redis-relay"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    base = f"http://127.0.0.1:{admin}"
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -73,9 +91,7 @@ def node(tmp_path):
         except OSError:
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
-    yield base, ids
-    proc.terminate()
-    proc.wait(timeout=20)
+    return _Served(proc, grpc, admin)
 
 
 def test_admin_api_lists_and_decides_halves(node):
@@ -224,3 +240,250 @@ def test_admin_api_delays(endpoint):
         for m in ep.broker.pull("g", "orders", q, 0).messages
     ]
     assert sorted(bodies) == [b"soon0", b"soon1"]
+
+
+def test_admin_api_messages(endpoint):
+    import base64
+
+    base, ep = endpoint
+    broker = ep.broker
+    broker.create_topic("orders", 2)
+    sent = [
+        broker.send(
+            Message("orders", b"order-%d" % i, tags="paid" if i % 2 else "new",
+                    keys=f"k{i}", queue_id=i % 2, properties={"shop": "s1"})
+        )
+        for i in range(8)
+    ]  # fmt: skip
+    big = bytes(range(256)) * 12  # 3,072 bytes, not UTF-8
+    large = broker.send(Message("orders", big, keys="big", queue_id=0))
+
+    assert call(base, "GET", "/v1/messages?topic=orders", token=None)[0] == 401
+    # By key in a topic: the one message, with its properties and its body.
+    code, out = call(base, "GET", "/v1/messages?topic=orders&key=k5")
+    assert code == 200, out
+    [m] = out["messages"]
+    assert (m["msg_id"], m["queue_id"], m["keys"], m["tags"]) == (
+        sent[5].msg_id, 1, "k5", "paid"
+    )  # fmt: skip
+    assert m["body_preview"] == "order-5" and m["body_truncated"] is False
+    assert m["properties"]["shop"] == "s1" and "body_base64" not in m
+    # By message id, the whole body on request.
+    code, out = call(base, "GET", f"/v1/messages?msg_id={large.msg_id}&body=base64")
+    assert code == 200, out
+    [m] = out["messages"]
+    assert base64.b64decode(m["body_base64"]) == big
+    assert m["body_size"] == 3072 and m["body_truncated"] is True
+    assert len(m["body_preview"]) == 1024  # one character per byte replaced
+    _, out = call(base, "GET", f"/v1/messages?msg_id={large.msg_id}&body=none")
+    assert "body_preview" not in out["messages"][0]
+    _, out = call(base, "GET", f"/v1/messages?msg_id={sent[0].msg_id}&preview_bytes=3")
+    assert out["messages"][0]["body_preview"] == "ord"
+    # A page of one queue from an offset, in queue order.
+    code, out = call(
+        base, "GET", "/v1/messages?topic=orders&queue_id=0&offset=1&limit=2"
+    )
+    assert code == 200, out
+    assert [m["body_preview"] for m in out["messages"]] == ["order-2", "order-4"]
+    assert (out["start"], out["max_offset"], out["next_offset"]) == (1, 5, 3)
+    # A scan of the topic, newest first, with the search's tag filter.
+    _, out = call(base, "GET", "/v1/messages?topic=orders&tag=paid&limit=3")
+    assert [m["keys"] for m in out["messages"]] == ["k7", "k5", "k3"]
+    assert out["cursor"]
+    _, more = call(base, "GET", f"/v1/messages?topic=orders&tag=paid&limit=3"
+                                f"&cursor={out['cursor']}")  # fmt: skip
+    assert [m["keys"] for m in more["messages"]] == ["k1"]
+
+    # Unknown things are 404; bad input is 400 with the field named.
+    unknown = "0123456789ABCDEF0123456789ABCDEF"
+    for path, status, field in (
+        (f"/v1/messages?msg_id={unknown}", 404, "msg_id"),
+        ("/v1/messages?topic=nope&key=k1", 404, "topic"),
+        ("/v1/messages?topic=orders&limit=x", 400, "limit"),
+        ("/v1/messages?topic=orders&limit=500", 400, "limit"),
+        ("/v1/messages?topic=orders&body=base64&limit=100", 400, "limit"),
+        ("/v1/messages?topic=orders&offset=0", 400, "queue_id"),
+        ("/v1/messages?topic=orders&queue_id=9&offset=0", 400, "queue_id"),
+        ("/v1/messages?topic=orders&sql=a+%3D", 400, "sql"),
+        ("/v1/messages?topic=orders&body=all", 400, "body"),
+        ("/v1/messages", 400, "topic"),
+    ):
+        code, out = call(base, "GET", path)
+        assert (code, out["error"].split(":")[0]) == (status, field), (path, out)
+
+
+def _consume(broker, group, topic, qid, count):
+    got = broker.pull(group, topic, qid, 0, max_messages=count)
+    assert len(got.messages) == count
+    broker.commit_offset(group, topic, qid, got.next_offset)
+
+
+def test_admin_api_resets_offsets(endpoint):
+    base, ep = endpoint
+    broker = ep.broker
+    broker.create_topic("events", 2)
+    broker.send_batch(
+        [Message("events", b"e%d" % i, queue_id=i % 2) for i in range(20)]
+    )
+    _consume(broker, "analytics", "events", 0, 10)
+    _consume(broker, "analytics", "events", 1, 7)
+    path = "/v1/consumers/analytics/reset"
+
+    for body, status, field in (
+        ({"topic": "events", "offset": 2}, 400, "operator"),
+        ({"operator": "al", "offset": 2}, 400, "topic"),
+        ({"operator": "al", "topic": "events"}, 400, "timestamp, offset"),
+        ({"operator": "al", "topic": "events", "offset": 2, "timestamp": 0}, 400,
+         "timestamp, offset"),
+        ({"operator": "al", "topic": "events", "offset": "x"}, 400, "offset"),
+        ({"operator": "al", "topic": "events", "offset": 2, "queue_id": 7}, 400,
+         "queue_id"),
+        ({"operator": "al", "topic": "events", "offset": 11, "queue_id": 0}, 400,
+         "offset"),
+        ({"operator": "al", "topic": "nope", "offset": 2}, 404, "topic"),
+    ):  # fmt: skip
+        code, out = call(base, "POST", path, body)
+        assert (code, out["error"].split(":")[0]) == (status, field), (body, out)
+    code, out = call(base, "POST", "/v1/consumers/billing/reset",
+                     {"operator": "al", "topic": "events", "offset": 0})  # fmt: skip
+    assert code == 404 and out["error"].startswith("group:")
+    assert broker.committed_offset("analytics", "events", 0) == 10  # unchanged
+
+    # Queue 0 back to offset 2: its messages from there are read again.
+    code, out = call(base, "POST", path, {"operator": "al", "topic": "events",
+                                          "offset": 2, "queue_id": 0})  # fmt: skip
+    assert code == 200, out
+    assert out["changes"] == [
+        {"topic": "events", "queue_id": 0, "current": 10, "target": 2,
+         "max_offset": 10, "delta": 8, "lag_after": 8}
+    ]  # fmt: skip
+    assert broker.committed_offset("analytics", "events", 0) == 2
+    assert broker.committed_offset("analytics", "events", 1) == 7
+    again = broker.pull("analytics", "events", 0, 2, max_messages=3)
+    assert [m.body for m in again.messages] == [b"e4", b"e6", b"e8"]
+    # Written at once (not on the store's timer), and handed to the pop cursor.
+    saved = json.loads((ep.store.root / "config" / "consumerOffset.json").read_text())
+    assert saved["offsetTable"]["events@analytics"] == {"0": 2, "1": 7}
+    assert list((ep.store.root / "grpc" / "resets").glob("*.json"))
+    _, lag = call(base, "GET", "/v1/consumers")
+    assert {(q["queue_id"], q["lag"]) for q in lag["queues"]} == {(0, 8), (1, 3)}
+
+    # Every queue to a time: 0 is before every message, so all are unread.
+    code, out = call(base, "POST", path, {"operator": "al", "topic": "events",
+                                          "timestamp": 0})  # fmt: skip
+    assert code == 200, out
+    assert [(c["queue_id"], c["target"]) for c in out["changes"]] == [(0, 0), (1, 0)]
+    assert broker.committed_offset("analytics", "events", 1) == 0
+
+
+def test_admin_api_cancels_delayed_messages(endpoint):
+    import time
+
+    base, ep = endpoint
+    delays = ep.delays
+    now = int(time.time() * 1000)
+    level = delays.send_delayed(Message("orders", b"level"), level=3)
+    keep = delays.send_delayed(Message("orders", b"keep"), level=3)
+    timer = delays.send_delayed(Message("orders", b"timer"), deliver_at_ms=now + 60_000)
+
+    path = f"/v1/delays/{level.msg_id}/cancel"
+    assert call(base, "POST", path, {"operator": "al"}, token=None)[0] == 401
+    code, out = call(base, "POST", path, {"reason": "no operator"})
+    assert code == 400 and out["error"].startswith("operator:")
+    code, out = call(base, "POST", path, {"operator": "al", "reason": "wrong price"})
+    assert code == 200, out
+    assert (out["kind"], out["level"], out["real_topic"], out["operator"]) == (
+        "level", 3, "orders", "al"
+    )  # fmt: skip
+    code, out = call(base, "POST", f"/v1/delays/{timer.offset_msg_id}/cancel",
+                     {"operator": "al"})  # fmt: skip
+    assert code == 200 and out["kind"] == "timer"
+    assert call(base, "POST", path, {"operator": "al"})[0] == 409  # cancelled
+    unknown = "/v1/delays/0123456789ABCDEF0123456789ABCDEF/cancel"
+    assert call(base, "POST", unknown, {"operator": "al"})[0] == 404
+    _, stats = call(base, "GET", "/v1/delays")
+    assert {lv["level"]: lv["backlog"] for lv in stats["levels"]}[3] == 1
+    assert stats["timers"]["pending"] == 0
+
+    # Only the message left is delivered when they all fall due.
+    assert delays.deliver_due(now_ms=now + 120_000).delivered == 1
+    cfg = ep.store.topic_config("orders")
+    bodies = [
+        m.body
+        for q in range(cfg.queue_nums)
+        for m in ep.broker.pull("g", "orders", q, 0).messages
+    ]
+    assert bodies == [b"keep"] and keep.msg_id
+
+
+CLIENT = Path(__file__).with_name("cluster_client.py")
+
+
+def _client(*args: str) -> dict:
+    """Run the official Python client (``cluster_client.py``); its result."""
+    done = subprocess.run(
+        [sys.executable, str(CLIENT), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, done.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def _committed(base, group, topic, want, timeout=20.0):
+    """Poll ``/v1/consumers`` until queue 0 of ``group`` is committed at ``want``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _, out = call(base, "GET", "/v1/consumers")
+        got = {
+            q["committed_offset"]
+            for q in out["queues"]
+            if (q["group"], q["topic"], q["queue_id"]) == (group, topic, 0)
+        }
+        if got == {want}:
+            return
+        assert time.monotonic() < deadline, (want, out)
+        time.sleep(0.2)
+
+
+def test_admin_api_with_the_official_client(tmp_path):
+    """Clients, a search and a reset on a served node that the official
+    client sends to and consumes from: the reset reaches the endpoint's pop
+    cursor, so the consumer receives the messages again."""
+    served = _serve(tmp_path, tmp_path / "store")
+    try:
+        base = served.base
+        code, _ = call(base, "POST", "/v1/topics", {"topic": "events",
+                                                    "read_queues": 1})  # fmt: skip
+        assert code == 200
+        sent = _client("send", served.access, "events", "6", "ev")
+        assert len(sent["sent"]) == 6, sent
+        got = _client("consume", served.access, "GID_ev", "events", "6", "30", "ev")
+        assert sorted(got["bodies"]) == [f"ev-{i}" for i in range(6)]
+        _committed(base, "GID_ev", "events", 6)
+
+        code, out = call(base, "GET", "/v1/clients?group=GID_ev")
+        assert code == 200, out
+        [consumer] = out["clients"]
+        assert (consumer["client_type"], consumer["topics"]) == (
+            "SIMPLE_CONSUMER", ["events"]
+        )  # fmt: skip
+        assert consumer["last_heartbeat_ms"] > 0
+        _, everyone = call(base, "GET", "/v1/clients")
+        assert {c["client_type"] for c in everyone["clients"]} == {
+            "PRODUCER", "SIMPLE_CONSUMER"
+        }  # fmt: skip
+
+        _, out = call(base, "GET", "/v1/messages?topic=events&key=ev-3")
+        assert [m["body_preview"] for m in out["messages"]] == ["ev-3"]
+
+        code, out = call(base, "POST", "/v1/consumers/GID_ev/reset",
+                         {"operator": "al", "topic": "events", "offset": 2,
+                          "queue_id": 0, "reason": "replay"})  # fmt: skip
+        assert code == 200, out
+        _committed(base, "GID_ev", "events", 2)
+        again = _client("consume", served.access, "GID_ev", "events", "4", "30", "ev")
+        assert sorted(again["bodies"]) == [f"ev-{i}" for i in range(2, 6)]
+        _committed(base, "GID_ev", "events", 6)
+    finally:
+        served.stop()
