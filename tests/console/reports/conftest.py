@@ -31,8 +31,10 @@ def rec(
     tags=None,
     keys=None,
     props=None,
+    node="",
 ):
-    """Return one record row in ``RECORD_SCHEMA`` order."""
+    """Return one record row in ``RECORD_SCHEMA`` order (a single host's
+    record unless ``node`` names one)."""
     return (
         topic,
         queue_id,
@@ -46,6 +48,7 @@ def rec(
         tags,
         keys,
         props or {},
+        node,
     )
 
 
