@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -79,16 +80,15 @@ def stores(tmp_path_factory):
     return {node: (base / node, _write_store(base / node, node)) for node in NODES}
 
 
-@pytest.fixture
-def cluster(spark, stores, settings, tmp_path):
-    """Each node's host exports its store as that node into one export
-    directory; then this process is the console host: no node, no store."""
+def _export_nodes(settings, stores, export: str, results: str, tmp_path) -> None:
+    """Each node's host exports its store as that node to ``export``; then
+    this process is the console host: no node, no store."""
     from console.reports import services
 
     settings.BROKER_STORE_OPTIONS = {}
     settings.REPORTS_DIR = tmp_path / "reports"
-    settings.REPORTS_EXPORT_URI = str(tmp_path / "export")
-    settings.REPORTS_RESULTS_URI = ""
+    settings.REPORTS_EXPORT_URI = export
+    settings.REPORTS_RESULTS_URI = results
     settings.CLUSTER_NODES = list(NODES)
     for node in NODES:
         settings.BROKER_NODE = node
@@ -97,6 +97,12 @@ def cluster(spark, stores, settings, tmp_path):
         assert done["node"] == node and done["rows"] > 0
     settings.BROKER_NODE = ""
     settings.BROKER_STORE_DIR = tmp_path / "no-store-here"
+
+
+@pytest.fixture
+def cluster(spark, stores, settings, tmp_path):
+    """The nodes' exports in a local directory (returned)."""
+    _export_nodes(settings, stores, str(tmp_path / "export"), "", tmp_path)
     return tmp_path / "export"
 
 
@@ -105,7 +111,18 @@ def _table(run, name: str) -> list[dict]:
 
     data = services.read_arrow(run, name)
     moment = [c for c in data.column_names if c.endswith(MOMENT_SUFFIXES)]
-    return data.drop_columns(moment).to_pylist()
+    rows = data.drop_columns(moment).to_pylist()
+    return [{k: _instant(v) for k, v in row.items()} for row in rows]
+
+
+def _instant(value):
+    """Times as UTC ISO text: Spark's own writer (a local directory) stores
+    them without a zone, the Arrow writer (an object store) with UTC."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC).isoformat()
+    return value
 
 
 def _sorted(rows: list[dict], drop: tuple[str, ...] = ()) -> list[str]:
@@ -245,8 +262,6 @@ def test_a_node_export_missing_stale_or_incomplete_fails_the_run(cluster, settin
     assert stale.status == "FAILED"
     assert "the export of node broker-b is stale" in stale.error
     # A window that ended before broker-b's last export does not need more.
-    from datetime import UTC, datetime, timedelta
-
     earlier = datetime.now(UTC) - timedelta(hours=3)
     assert services.run_now("consumer_lag", until=earlier).status == "SUCCEEDED"
     # broker-a alone does not read broker-b's export.
@@ -261,3 +276,31 @@ def test_a_node_export_missing_stale_or_incomplete_fails_the_run(cluster, settin
 
     with pytest.raises(services.UnknownNodeError, match="one of broker-a, broker-b"):
         services.run_now("topic_traffic", node="broker-z")
+
+
+def test_nodes_export_to_the_object_store(spark, stores, s3, settings, tmp_path):
+    """The same nodes exported to an S3 prefix (moto's server): the cluster's
+    reports, with their results there too, equal the local directory's."""
+    from console.reports.jobs import storage
+
+    _export_nodes(settings, stores, str(tmp_path / "export"), "", tmp_path)
+    names = ("topic_traffic", "consumer_lag")
+    local = {n: _run(n) for n in names}
+    _export_nodes(
+        settings, stores, s3.format("n/export"), s3.format("n/results"), tmp_path
+    )
+    root = storage.locate(settings.REPORTS_EXPORT_URI)
+    for node in NODES:
+        assert root.child(node).read_text("manifest.json")
+    assert root.read_text("manifest.json") is None  # nothing at the root
+    for name in names:
+        remote = _run(name)
+        assert remote.result_dir.startswith(s3.format("n/results").split("?")[0])
+        assert list(remote.summary["nodes"]) == list(NODES)
+        for table in local[name].rows:
+            assert _sorted(_table(remote, table)) == _sorted(
+                _table(local[name], table)
+            ), (name, table)
+        assert remote.input_records == local[name].input_records
+    one = _run("consumer_lag", "broker-a")
+    assert {r["node"] for r in _table(one, "queues")} == {"broker-a"}
