@@ -5,14 +5,10 @@ from console.reports.catalog import WINDOWS
 
 
 class NodeField(forms.CharField):
-    """A cluster node's name ("": every node); a list of the nodes when
-    ``CLUSTER_NODES`` names them."""
+    """A cluster node's name ("": every node)."""
 
     def __init__(self, **kwargs):
         super().__init__(required=False, max_length=64, **kwargs)
-        if settings.CLUSTER_NODES:
-            choices = [("", "every node")] + [(n, n) for n in settings.CLUSTER_NODES]
-            self.widget = forms.Select(choices=choices)
 
     def validate(self, value):
         from console.reports import services
@@ -25,7 +21,8 @@ class NodeField(forms.CharField):
 
 
 class NodeFormMixin:
-    """Drop the node field on a single host (no cluster: nothing to choose)."""
+    """The node field: a list of the nodes when ``CLUSTER_NODES`` names them,
+    none on a single host (nothing to choose)."""
 
     def __init__(self, *args, **kwargs):
         from console.reports import services
@@ -33,6 +30,9 @@ class NodeFormMixin:
         super().__init__(*args, **kwargs)
         if not services.cluster_mode():
             del self.fields["node"]
+        elif settings.CLUSTER_NODES:
+            choices = [("", "every node")] + [(n, n) for n in settings.CLUSTER_NODES]
+            self.fields["node"].widget = forms.Select(choices=choices)
 
 
 class RunForm(NodeFormMixin, forms.Form):
