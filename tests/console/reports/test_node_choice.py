@@ -75,3 +75,18 @@ def test_a_nodes_export_task_is_skipped_on_another_nodes_worker(settings):
 
     settings.BROKER_NODE = "broker-a"
     assert "this worker serves broker-a" in export_task(node="broker-b")["skipped"]
+
+
+def test_history_of_a_cluster_run(two_nodes, client_as):
+    from console.reports.models import ReportRun
+
+    ReportRun.objects.create(
+        report="consumer_lag",
+        trigger="command",
+        status="SUCCEEDED",
+        node="broker-a",
+        log_end=12_345,
+        summary={"nodes": {"broker-a": {"log_end": 12_345}}},
+    )
+    page = client_as("viewer").get("/reports/consumer_lag/").content.decode()
+    assert "node broker-a" in page and "12,345 log bytes over 1 node" in page
