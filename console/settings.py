@@ -244,6 +244,13 @@ TOPICS_SYNC_INTERVAL = env.float("TOPICS_SYNC_INTERVAL", default=30.0)
 # How often the reports' Parquet export catches up with the log (0: never; the
 # report runs then decode what is new themselves).
 REPORTS_EXPORT_INTERVAL = env.float("REPORTS_EXPORT_INTERVAL", default=600.0)
+# On a cluster (BROKER_NODE, CLUSTER_NODES or BROKER_CLUSTER set) each node
+# exports under REPORTS_EXPORT_URI/<node>/; a run fails on a node whose export
+# was last brought up to date longer than this (seconds) before the end of the
+# run's window. Default: three export intervals (30 minutes without them).
+REPORTS_EXPORT_MAX_AGE = env.float(
+    "REPORTS_EXPORT_MAX_AGE", default=3 * REPORTS_EXPORT_INTERVAL or 1800.0
+)
 # A report run past this many seconds is stopped and marked FAILED; the reaper
 # (every REPORTS_REAP_INTERVAL s) fails runs whose worker process died.
 REPORTS_TIME_LIMIT = env.int("REPORTS_TIME_LIMIT", default=3600)
@@ -359,6 +366,20 @@ if REPORTS_EXPORT_INTERVAL > 0:
         "schedule": timedelta(seconds=REPORTS_EXPORT_INTERVAL),
         "options": {"expires": REPORTS_EXPORT_INTERVAL},
     }
+    if CLUSTER_NODES:
+        # Each node exports its own log under REPORTS_EXPORT_URI/<node>/, on its
+        # worker (the only one that sees its store).
+        del CELERY_BEAT_SCHEDULE["reports-export"]
+        for _node in CLUSTER_NODES:
+            CELERY_BEAT_SCHEDULE[f"reports-export-{_node}"] = {
+                "task": "reports.export",
+                "schedule": timedelta(seconds=REPORTS_EXPORT_INTERVAL),
+                "kwargs": {"node": _node},
+                "options": {
+                    "expires": REPORTS_EXPORT_INTERVAL,
+                    "queue": f"node.{_node}",
+                },
+            }
 
 # --- REST framework ---------------------------------------------------------
 REST_FRAMEWORK = {

@@ -110,8 +110,9 @@ REPORTS: dict[str, ReportInfo] = {
         ReportInfo(
             "consumer_lag",
             "Consumer lag",
-            "Per consumer group and queue: committed offset, end of queue, lag in "
-            "messages and age of the oldest unconsumed message.",
+            "Per consumer group and queue (of each node on a cluster): committed "
+            "offset, end of queue, lag in messages and age of the oldest "
+            "unconsumed message.",
             ("groups", "queues"),
             (Chart("groups", "group", ("lag",), "bar", "Lag per group", "topic"),),
         ),

@@ -1,9 +1,41 @@
 from django import forms
+from django.conf import settings
 
 from console.reports.catalog import WINDOWS
 
 
-class RunForm(forms.Form):
+class NodeField(forms.CharField):
+    """A cluster node's name ("": every node)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(required=False, max_length=64, **kwargs)
+
+    def validate(self, value):
+        from console.reports import services
+
+        super().validate(value)
+        try:
+            services.check_node(value or "")
+        except services.UnknownNodeError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+
+class NodeFormMixin:
+    """The node field: a list of the nodes when ``CLUSTER_NODES`` names them,
+    none on a single host (nothing to choose)."""
+
+    def __init__(self, *args, **kwargs):
+        from console.reports import services
+
+        super().__init__(*args, **kwargs)
+        if not services.cluster_mode():
+            del self.fields["node"]
+        elif settings.CLUSTER_NODES:
+            choices = [("", "every node")] + [(n, n) for n in settings.CLUSTER_NODES]
+            self.fields["node"].widget = forms.Select(choices=choices)
+
+
+class RunForm(NodeFormMixin, forms.Form):
     since = forms.DateTimeField(required=False, help_text="UTC; empty: from the start")
     until = forms.DateTimeField(required=False, help_text="UTC; empty: to the end")
     top_n = forms.IntegerField(
@@ -13,6 +45,10 @@ class RunForm(forms.Form):
         label="Top N",
         help_text="Rows of the top tables (tags, keys, longest pending); "
         "empty: the report's default.",
+    )
+    node = NodeField(
+        label="Node",
+        help_text="The run covers this cluster node alone; empty: every node.",
     )
     skip_damaged = forms.BooleanField(
         required=False,
@@ -29,10 +65,11 @@ class RunForm(forms.Form):
         return data
 
 
-class ScheduleForm(forms.Form):
+class ScheduleForm(NodeFormMixin, forms.Form):
     enabled = forms.BooleanField(required=False)
     every_minutes = forms.IntegerField(min_value=1, max_value=7 * 24 * 60)
     top_n = forms.IntegerField(required=False, min_value=1, max_value=1000)
+    node = NodeField(label="Node")
     alert_figure = forms.CharField(
         required=False,
         max_length=64,

@@ -38,6 +38,8 @@ class ReportRun(models.Model):
     skip_damaged = models.BooleanField(default=False)
     #: A scheduled run's rolling window (``catalog.WINDOWS``); "" for others.
     window = models.CharField(max_length=16, blank=True)
+    #: The cluster node the run covers; "" for every node (or a single host).
+    node = models.CharField(max_length=64, blank=True)
     #: How many rows the top-N tables keep (None: each report's default).
     top_n = models.PositiveIntegerField(null=True, blank=True)
     #: A schedule's threshold alert: summary figure and the value it must not pass.

@@ -43,6 +43,10 @@ class UnknownReportError(ValueError):
     """No report by that name."""
 
 
+class UnknownNodeError(ValueError):
+    """A run or schedule names a node reports cannot cover."""
+
+
 def check_name(name: str) -> str:
     """Return ``name`` if it is a report, else raise ``UnknownReportError``."""
     if name not in REPORTS:
@@ -50,6 +54,37 @@ def check_name(name: str) -> str:
             f"unknown report {name!r}; one of {', '.join(REPORTS)}"
         )
     return name
+
+
+def cluster_mode() -> bool:
+    """Whether reports read the nodes' exports (``<export>/<node>/``): this
+    console or host belongs to a cluster. Else one host exports at
+    ``<export>`` itself (the layout from before nodes)."""
+    return bool(
+        settings.BROKER_NODE or settings.CLUSTER_NODES or settings.BROKER_CLUSTER
+    )
+
+
+def check_node(node: str) -> str:
+    """Return ``node`` if a run may cover it ("": every node, or the single
+    host), else raise ``UnknownNodeError``."""
+    from console.reports.jobs import nodes
+
+    if not node:
+        return ""
+    if not cluster_mode():
+        raise UnknownNodeError(
+            f"no node {node!r}: this console reports on a single host (set "
+            "BROKER_CLUSTER or CLUSTER_NODES for a cluster's nodes)"
+        )
+    try:
+        nodes.check_name(node)
+    except ValueError as exc:
+        raise UnknownNodeError(str(exc)) from exc
+    known = list(settings.CLUSTER_NODES)
+    if known and node not in known:
+        raise UnknownNodeError(f"no node {node!r}; one of {', '.join(known)}")
+    return node
 
 
 def reports_dir() -> Path:
@@ -93,12 +128,15 @@ def request_run(
     until: datetime | None = None,
     skip_damaged: bool = False,
     top_n: int | None = None,
+    node: str = "",
     request: Any = None,
 ) -> ReportRun:
-    """Queue a run of report ``name`` on the Celery worker ("run now")."""
+    """Queue a run of report ``name`` on the Celery worker ("run now"), over
+    the whole cluster or one ``node``."""
     from console.reports.tasks import run_report_task
 
     check_name(name)
+    check_node(node)
     user = actor.get_username() if getattr(actor, "is_authenticated", False) else ""
     run = ReportRun.objects.create(
         report=name,
@@ -108,6 +146,7 @@ def request_run(
         until=until,
         skip_damaged=skip_damaged,
         top_n=top_n,
+        node=node,
     )
     if trigger == ReportRun.Trigger.MANUAL:
         record_audit(
@@ -121,6 +160,7 @@ def request_run(
                 "until": until,
                 "skip_damaged": skip_damaged,
                 "top_n": top_n,
+                "node": node,
             },
             request=request,
         )
@@ -139,9 +179,11 @@ def run_now(
     trigger: str = ReportRun.Trigger.COMMAND,
     skip_damaged: bool = False,
     top_n: int | None = None,
+    node: str = "",
 ) -> ReportRun:
     """Run report ``name`` in this process and return the finished run."""
     check_name(name)
+    check_node(node)
     run = ReportRun.objects.create(
         report=name,
         trigger=trigger,
@@ -149,6 +191,7 @@ def run_now(
         until=until,
         skip_damaged=skip_damaged,
         top_n=top_n,
+        node=node,
     )
     return execute_run(run.pk)
 
@@ -158,9 +201,11 @@ def scheduled_run(
     window: str = "all",
     top_n: int | None = None,
     alert: dict[str, Any] | None = None,
+    node: str = "",
 ) -> ReportRun:
     """A run for beat: its rolling window's bounds fixed now; ``alert``
-    ({"figure", "above"}) announces a summary figure above a threshold."""
+    ({"figure", "above"}) announces a summary figure above a threshold; a
+    ``node`` no longer known fails the run when it executes, saying so."""
     check_name(name)
     since, until = window_bounds(window if window in WINDOWS else "all", timezone.now())
     return ReportRun.objects.create(
@@ -170,6 +215,7 @@ def scheduled_run(
         until=until,
         window=window if window != "all" else "",
         top_n=top_n,
+        node=node,
         alert_figure=(alert or {}).get("figure", ""),
         alert_above=(alert or {}).get("above"),
     )
@@ -184,6 +230,7 @@ def compare_with_previous(run: ReportRun) -> dict[str, Any] | None:
         ReportRun.objects.filter(
             report=run.report,
             window=run.window,
+            node=run.node,
             status=ReportRun.Status.SUCCEEDED,
             created_at__lt=run.created_at,
         )
@@ -214,17 +261,13 @@ def execute_run(run_id: int) -> ReportRun:
         from console.reports.jobs import reader, runner
         from console.reports.jobs.session import get_session
 
+        check_node(run.node)
         spark = get_session(settings.SPARK_MASTER)
-        records, info = runner.load_records(
-            spark,
-            settings.BROKER_STORE_DIR,
-            export_dir=export_dir(),
-            since_ms=_ms(run.since),
-            until_ms=_ms(run.until),
-            skip_damaged=run.skip_damaged,
-        )
+        records, info = _load_records(spark, run)
         params = runner.default_params(settings.BROKER_STORE_DIR)
         params.update(_store_params())
+        if "offsets" in info:  # the nodes' committed offsets, from their exports
+            params["offsets"] = info.pop("offsets")
         if run.top_n:
             params["top_n"] = run.top_n
         out = results_location(run.report, run.pk)
@@ -236,7 +279,7 @@ def execute_run(run_id: int) -> ReportRun:
             f"stopped after REPORTS_TIME_LIMIT ({settings.REPORTS_TIME_LIMIT} s); "
             "run it over a shorter window or raise the limit",
         )
-    except ReportInputError as exc:
+    except (ReportInputError, UnknownNodeError) as exc:
         # The input, not the code: the reason alone, no traceback.
         log.warning("report %s run %s failed: %s", run.report, run.pk, exc)
         run.duration_s = time.monotonic() - started
@@ -249,9 +292,13 @@ def execute_run(run_id: int) -> ReportRun:
     run.finished_at = timezone.now()
     run.duration_s = time.monotonic() - started
     run.log_end = info.get("log_end")
-    run.input_records = reader.exported_rows(export_dir())
+    run.input_records = (
+        info["records"] if "records" in info else reader.exported_rows(export_dir())
+    )
     run.rows = output.tables
     run.summary = output.summary
+    if "nodes" in info:
+        run.summary = dict(run.summary) | {"nodes": info["nodes"]}
     if info.get("skipped"):
         run.summary = dict(run.summary) | {
             "skipped_damaged": {
@@ -270,6 +317,35 @@ def execute_run(run_id: int) -> ReportRun:
         check_threshold(run, run.alert_figure, run.alert_above)
     _prune(run.report)
     return run
+
+
+def _load_records(spark: Any, run: ReportRun) -> tuple[Any, dict[str, Any]]:
+    """The records run ``run`` covers and what was read: on a cluster, every
+    node's export (or ``run.node``'s), this host's own brought up to date
+    first; on a single host, its export brought up to date."""
+    from console.reports.jobs import runner
+
+    if cluster_mode():
+        return runner.load_node_records(
+            spark,
+            export_dir(),
+            node=run.node or None,
+            expected=settings.CLUSTER_NODES,
+            own_node=settings.BROKER_NODE,
+            store_dir=settings.BROKER_STORE_DIR,
+            since_ms=_ms(run.since),
+            until_ms=_ms(run.until),
+            skip_damaged=run.skip_damaged,
+            max_age_ms=int(settings.REPORTS_EXPORT_MAX_AGE * 1000),
+        )
+    return runner.load_records(
+        spark,
+        settings.BROKER_STORE_DIR,
+        export_dir=export_dir(),
+        since_ms=_ms(run.since),
+        until_ms=_ms(run.until),
+        skip_damaged=run.skip_damaged,
+    )
 
 
 def describe_error(exc: BaseException) -> str:
@@ -443,12 +519,18 @@ def latest_run(name: str) -> ReportRun | None:
 
 
 def export_now() -> dict[str, Any]:
-    """Bring the Parquet export up to the end of the log (Celery task)."""
-    from console.reports.jobs import reader
+    """Bring the Parquet export up to the end of the log (Celery task): this
+    host's node's export (``<export>/<BROKER_NODE>/``), or a single host's."""
+    from console.reports.jobs import nodes, reader
     from console.reports.jobs.session import get_session
 
     spark = get_session(settings.SPARK_MASTER)
-    return reader.export_log(spark, settings.BROKER_STORE_DIR, export_dir()).as_dict()
+    store = settings.BROKER_STORE_DIR
+    if settings.BROKER_NODE:
+        root = storage.locate(export_dir())
+        done = nodes.export_node(spark, store, root, settings.BROKER_NODE)
+        return done.as_dict() | {"node": settings.BROKER_NODE}
+    return reader.export_log(spark, store, export_dir()).as_dict()
 
 
 # --- results (pyarrow only: no JVM in web processes) ----------------------------
@@ -560,11 +642,13 @@ def update_schedule(
     window: str = "all",
     top_n: int | None = None,
     alert: dict[str, Any] | None = None,
+    node: str = "",
     request: Any = None,
 ) -> PeriodicTask:
-    """Enable/disable report ``name``'s scheduled runs, set their interval and
-    the rolling window each covers."""
+    """Enable/disable report ``name``'s scheduled runs, set their interval,
+    the rolling window each covers and the node (""; the whole cluster)."""
     check_name(name)
+    check_node(node)
     if window not in WINDOWS:
         raise ValueError(f"unknown window {window!r}")
     task = ensure_schedules()[name]
@@ -582,6 +666,8 @@ def update_schedule(
     kwargs: dict[str, Any] = {"name": name, "window": window}
     if top_n:
         kwargs["top_n"] = top_n
+    if node:
+        kwargs["node"] = node
     if alert and alert.get("figure") and alert.get("above") is not None:
         kwargs["alert"] = {"figure": alert["figure"], "above": alert["above"]}
     task.kwargs = json.dumps(kwargs)
@@ -599,6 +685,7 @@ def update_schedule(
             "every_minutes": every_minutes,
             "window": window,
             "top_n": top_n,
+            "node": node,
             "alert": kwargs.get("alert"),
         },
         request=request,

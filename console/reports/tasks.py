@@ -21,18 +21,25 @@ def run_report_task(
     window: str = "all",
     top_n: int | None = None,
     alert: dict[str, Any] | None = None,
+    node: str = "",
 ) -> dict[str, Any]:
     """Execute a queued run, or (from beat, by ``name``) a new scheduled run
-    over its rolling ``window``."""
+    over its rolling ``window`` (and one ``node``, if named)."""
     if run_id is None:
-        run_id = services.scheduled_run(name or "", window, top_n, alert).pk
+        run_id = services.scheduled_run(name or "", window, top_n, alert, node).pk
     run = services.execute_run(run_id)
     return {"run": run.pk, "status": run.status, "rows": run.rows}
 
 
 @shared_task(name="reports.export")
-def export_task() -> dict[str, Any]:
-    """Decode the log bytes appended since the last export into Parquet."""
+def export_task(node: str | None = None) -> dict[str, Any]:
+    """Decode the log bytes appended since the last export into Parquet (on a
+    cluster, ``node``'s: skipped on another node's worker or on a slave)."""
+    from console.core.nodes import skip_reason
+
+    reason = skip_reason(node) if node else None
+    if reason:
+        return {"skipped": reason}
     return services.export_now()
 
 

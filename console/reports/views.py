@@ -219,6 +219,7 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
                     "every_minutes": services.schedule_minutes(task) or 60,
                     "window": services.schedule_window(task),
                     "top_n": json.loads(task.kwargs or "{}").get("top_n"),
+                    "node": json.loads(task.kwargs or "{}").get("node", ""),
                     "alert_figure": json.loads(task.kwargs or "{}")
                     .get("alert", {})
                     .get("figure", ""),
@@ -249,6 +250,7 @@ def run_now(request: HttpRequest, name: str) -> HttpResponse:
         until=form.cleaned_data.get("until"),
         skip_damaged=form.cleaned_data.get("skip_damaged", False),
         top_n=form.cleaned_data.get("top_n"),
+        node=form.cleaned_data.get("node") or "",
         request=request,
     )
     if run.status == ReportRun.Status.FAILED:
@@ -274,6 +276,7 @@ def schedule(request: HttpRequest, name: str) -> HttpResponse:
             every_minutes=form.cleaned_data["every_minutes"],
             window=form.cleaned_data["window"] or "all",
             top_n=form.cleaned_data.get("top_n"),
+            node=form.cleaned_data.get("node") or "",
             alert={
                 "figure": form.cleaned_data.get("alert_figure") or "",
                 "above": form.cleaned_data.get("alert_above"),

@@ -19,6 +19,7 @@ class ReportRunSerializer(serializers.ModelSerializer):
             "since",
             "skip_damaged",
             "top_n",
+            "node",
             "window",
             "until",
             "log_end",
@@ -39,9 +40,24 @@ class RunRequestSerializer(serializers.Serializer):
         max_value=1000,
         help_text="rows of the top tables; empty: the report's default",
     )
+    node = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=64,
+        help_text="a cluster node: the run covers it alone; empty: every node",
+    )
     skip_damaged = serializers.BooleanField(
         required=False,
         default=False,
         help_text="report on the rest of a log with damaged records (else the "
         "run fails); the summary says how much was skipped",
     )
+
+    def validate_node(self, value: str) -> str:
+        from console.reports import services
+
+        try:
+            return services.check_node(value)
+        except services.UnknownNodeError as exc:
+            raise serializers.ValidationError(str(exc)) from exc

@@ -69,6 +69,7 @@ class RunNowView(APIView):
             until=body.validated_data.get("until"),
             skip_damaged=body.validated_data.get("skip_damaged", False),
             top_n=body.validated_data.get("top_n"),
+            node=body.validated_data.get("node", ""),
             request=request,
         )
         return Response(ReportRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)

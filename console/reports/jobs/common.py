@@ -6,8 +6,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-#: One row per commit-log record (``scan.ARROW_SCHEMA``, as a Spark schema).
-RECORD_SCHEMA = T.StructType(
+#: One row per commit-log record as the export stores it (``scan.ARROW_SCHEMA``,
+#: as a Spark schema).
+LOG_SCHEMA = T.StructType(
     [
         T.StructField("topic", T.StringType(), False),
         T.StructField("queue_id", T.IntegerType(), False),
@@ -25,6 +26,14 @@ RECORD_SCHEMA = T.StructType(
         ),
     ]
 )
+#: What the report transforms read: a log record and the node whose log holds
+#: it. Offsets (physical, queue) are per node, so every join by offset also
+#: joins by node. A single host's records have node ``SINGLE_NODE``.
+RECORD_SCHEMA = T.StructType(
+    [*LOG_SCHEMA.fields, T.StructField("node", T.StringType(), False)]
+)
+#: The node column of a single host (no ``BROKER_NODE``): no name.
+SINGLE_NODE = ""
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
@@ -66,6 +75,11 @@ def percentile_cols(value: str, prefix: str) -> list[Column]:
         pct.getItem(i).alias(f"{prefix}_p{int(p * 100)}")
         for i, p in enumerate(PERCENTILES)
     ]
+
+
+def with_node(log: DataFrame, node: str) -> DataFrame:
+    """Return ``LOG_SCHEMA`` rows with the ``node`` column (``RECORD_SCHEMA``)."""
+    return log.withColumn("node", F.lit(node))
 
 
 def transform_time_range(

@@ -1,9 +1,12 @@
-"""Consumer lag per group and queue: committed offsets against the log's end.
+"""Consumer lag per node, group and queue: committed offsets against the log's end.
 
-The log gives each queue's end (the highest queue offset of a record that has a
-consume-queue unit, plus one: transaction value NOT or COMMIT, §1.5) and the
-store time of the first message a group has not consumed; committed offsets
-come from the store's ``config/consumerOffset.json``.
+Queue ids repeat across the nodes of a cluster (broker-a's queue 0 of a topic
+is not broker-b's), so a queue is named by its node too. The log gives each
+queue's end (the highest queue offset of a record that has a consume-queue
+unit, plus one: transaction value NOT or COMMIT, §1.5) and the store time of
+the first message a group has not consumed; committed offsets come from the
+store's ``config/consumerOffset.json`` (on a cluster, the copy each node's
+export carries, ``nodes.export_node``).
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from console.reports.jobs.common import TRANSACTION_MASK
+from console.reports.jobs.common import SINGLE_NODE, TRANSACTION_MASK
 
 NAME = "consumer_lag"
 
 OFFSETS_SCHEMA = T.StructType(
     [
+        T.StructField("node", T.StringType(), False),
         T.StructField("group", T.StringType(), False),
         T.StructField("topic", T.StringType(), False),
         T.StructField("queue_id", T.IntegerType(), False),
@@ -44,43 +48,46 @@ def read_offsets(store_dir: str | Path) -> list[tuple[str, str, int, int]]:
     return sorted(rows)
 
 
-def offsets_frame(spark: SparkSession, store_dir: str | Path) -> DataFrame:
+def offsets_frame(
+    spark: SparkSession, store_dir: str | Path, node: str = SINGLE_NODE
+) -> DataFrame:
     """Return the store's committed offsets as a DataFrame of ``OFFSETS_SCHEMA``."""
-    return spark.createDataFrame(read_offsets(store_dir), OFFSETS_SCHEMA)
+    rows = [(node, *row) for row in read_offsets(store_dir)]
+    return spark.createDataFrame(rows, OFFSETS_SCHEMA)
 
 
 def transform_queue_lag(
     records: DataFrame, offsets: DataFrame, now_ms: int
 ) -> DataFrame:
-    """Per group, topic and queue: committed, end, lag in messages and in time."""
+    """Per node, group, topic and queue: committed, end, lag in messages and in
+    time."""
+    queue = ["node", "topic", "queue_id"]
     queued = records.where(
         F.col("sysflag").bitwiseAND(TRANSACTION_MASK).isin(0, 0x8)
-    ).select("topic", "queue_id", "queue_offset", "store_ts")
-    ends = queued.groupBy("topic", "queue_id").agg(
+    ).select(*queue, "queue_offset", "store_ts")
+    ends = queued.groupBy(*queue).agg(
         (F.max("queue_offset") + 1).alias("max_offset"),
         F.max("store_ts").alias("last_store_ts"),
     )
     first_unconsumed = queued.join(
         F.broadcast(
-            offsets.select(
-                "topic", "queue_id", F.col("committed").alias("queue_offset")
-            ).distinct()
+            offsets.select(*queue, F.col("committed").alias("queue_offset")).distinct()
         ),
-        ["topic", "queue_id", "queue_offset"],
+        [*queue, "queue_offset"],
     ).select(
-        "topic",
-        "queue_id",
+        *queue,
         F.col("queue_offset").alias("committed"),
         F.col("store_ts").alias("oldest_unconsumed_ts"),
     )
     lag = F.greatest(F.col("max_offset") - F.col("committed"), F.lit(0))
     return (
-        offsets.join(ends, ["topic", "queue_id"], "left")
-        .join(first_unconsumed, ["topic", "queue_id", "committed"], "left")
+        offsets.join(ends, queue, "left")
+        .join(first_unconsumed, [*queue, "committed"], "left")
         .withColumn("max_offset", F.coalesce("max_offset", F.lit(0)))
         .select(
             "group",
             "topic",
+            "node",
             "queue_id",
             "committed",
             "max_offset",
@@ -91,15 +98,17 @@ def transform_queue_lag(
             ),
             "last_store_ts",
         )
-        .orderBy("group", "topic", "queue_id")
+        .orderBy("group", "topic", "node", "queue_id")
     )
 
 
 def transform_group_lag(queue_lag: DataFrame) -> DataFrame:
-    """Per group and topic: total lag, queues behind, oldest unconsumed age."""
+    """Per group and topic over every node: total lag, queues behind, oldest
+    unconsumed age, and on how many nodes the group has committed offsets."""
     return (
         queue_lag.groupBy("group", "topic")
         .agg(
+            F.countDistinct("node").alias("nodes"),
             F.count(F.lit(1)).alias("queues"),
             F.sum(F.when(F.col("lag") > 0, 1).otherwise(0)).alias("queues_behind"),
             F.sum("committed").alias("committed"),

@@ -7,6 +7,7 @@ due time in ``TIMER_OUT_MS``; every delivered copy names what it completes in
 ``DELAY_SRC`` (``L<level>:<queue offset>`` or ``T:<queue offset>``), and so does
 a recall marker (a timer-topic record with ``TIMER_DEL_UNIQKEY``).
 Lag = the copy's store time - due time (never negative when delivery is right).
+Queue offsets are per node: a copy completes the parked message of its own node.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def transform_scheduled(records: DataFrame, delay_levels_ms: list[int]) -> DataF
     parked_levels = records.where(
         (F.col("topic") == SCHEDULE_TOPIC) & level.isNotNull()
     ).select(
+        "node",
         F.lit("level").alias("kind"),
         level.alias("level"),
         F.element_at(levels, level).alias("delay_ms"),
@@ -55,6 +57,7 @@ def transform_scheduled(records: DataFrame, delay_levels_ms: list[int]) -> DataF
         & prop("TIMER_OUT_MS").isNotNull()
         & prop("TIMER_DEL_UNIQKEY").isNull()
     ).select(
+        "node",
         F.lit("timer").alias("kind"),
         F.lit(None).cast("int").alias("level"),
         (prop("TIMER_OUT_MS").cast("long") - F.col("store_ts")).alias("delay_ms"),
@@ -65,21 +68,22 @@ def transform_scheduled(records: DataFrame, delay_levels_ms: list[int]) -> DataF
     )
     delivered = (
         records.where(~is_system(F.col("topic")) & prop("DELAY_SRC").isNotNull())
-        .groupBy(prop("DELAY_SRC").alias("src"))
+        .groupBy("node", prop("DELAY_SRC").alias("src"))
         .agg(F.min("store_ts").alias("delivered_ts"), F.count(F.lit(1)).alias("n"))
     )
     recalled = (
         records.where(
             (F.col("topic") == TIMER_TOPIC) & prop("TIMER_DEL_UNIQKEY").isNotNull()
         )
-        .groupBy(prop("DELAY_SRC").alias("src"))
+        .groupBy("node", prop("DELAY_SRC").alias("src"))
         .agg(F.min("store_ts").alias("recalled_ts"))
     )
     return (
         parked_levels.unionByName(parked_timers)
-        .join(delivered, "src", "left")
-        .join(recalled, "src", "left")
+        .join(delivered, ["node", "src"], "left")
+        .join(recalled, ["node", "src"], "left")
         .select(
+            "node",
             "kind",
             "level",
             "delay_ms",

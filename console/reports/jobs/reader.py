@@ -38,7 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from console.reports.jobs import columnar, scan, storage
-from console.reports.jobs.common import RECORD_SCHEMA
+from console.reports.jobs.common import LOG_SCHEMA, SINGLE_NODE, with_node
 from console.reports.jobs.errors import ReportInputError
 from console.reports.jobs.storage import Location
 
@@ -133,9 +133,10 @@ def visible_rows(directory: Where) -> int:
 
 
 def read_parquet(
-    spark: SparkSession, *dirs: Where, schema: StructType = RECORD_SCHEMA
+    spark: SparkSession, *dirs: Where, schema: StructType = LOG_SCHEMA
 ) -> DataFrame:
-    """Return the rows in Parquet directories (default: decoded records)."""
+    """Return the rows in Parquet directories (default: decoded records,
+    without their node)."""
     locations = [_loc(d) for d in dirs]
     found = [(loc, path) for loc in locations for path in loc.parts()]
     if not found:
@@ -179,12 +180,13 @@ def read_log(
     store_dir: str | Path,
     scratch_dir: str | Path,
     range_bytes: int = scan.RANGE_BYTES,
+    node: str = SINGLE_NODE,
 ) -> tuple[DataFrame, Decoded]:
     """Decode the whole log afresh into ``scratch_dir``; return its records
-    and what was decoded."""
+    (``RECORD_SCHEMA``, of ``node``) and what was decoded."""
     shutil.rmtree(scratch_dir, ignore_errors=True)
     done = decode_to_parquet(spark, store_dir, scratch_dir, range_bytes)
-    return read_parquet(spark, scratch_dir), done
+    return with_node(read_parquet(spark, scratch_dir), node), done
 
 
 @dataclass
@@ -205,7 +207,7 @@ class ExportResult:
         return asdict(self)
 
 
-def _load_manifest(export: Location) -> dict:
+def load_manifest(export: Location) -> dict:
     try:
         text = export.read_text(MANIFEST)
         return json.loads(text) if text is not None else {"log_end": 0, "chunks": []}
@@ -227,6 +229,7 @@ def export_log(
     store_dir: str | Path,
     export_dir: Where,
     range_bytes: int = scan.RANGE_BYTES,
+    extra: dict | None = None,
 ) -> ExportResult:
     """Append the log records not yet exported to the Parquet export.
 
@@ -235,14 +238,16 @@ def export_log(
     recovery) or another store's export starts the export afresh. Calls are
     serialised by a lock file (Celery task and report runs may overlap). The
     manifest lists a chunk only once its rows are readable where it was
-    written.
+    written. Every call rewrites the manifest with ``exported_at`` (epoch ms:
+    how current the export is, read by runs on other hosts) and ``extra``'s
+    entries.
     """
     started = time.monotonic()
     export = _loc(export_dir)
     export.makedirs()
     with open(_lock_path(export), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        manifest = _load_manifest(export)
+        manifest = load_manifest(export)
         store = str(Path(store_dir).resolve())
         end = scan.commit_position(store_dir)
         rebuilt = False
@@ -253,7 +258,7 @@ def export_log(
             manifest.get("store") != store
             or end < manifest["log_end"]
             or end == -1
-            or not _chunks_intact(export, manifest)
+            or not chunks_intact(export, manifest)
         ):
             # Another store's export, a log cut shorter, or chunks missing or
             # not what the manifest says (deleted, half written): start afresh.
@@ -284,7 +289,9 @@ def export_log(
                  "skipped": done.skipped, "skipped_bytes": done.skipped_bytes}
             )  # fmt: skip
             manifest["log_end"] = max(end, 0)
-            export.write_text(MANIFEST, json.dumps(manifest, indent=1))
+        manifest.update(extra or {})
+        manifest["exported_at"] = int(time.time() * 1000)
+        export.write_text(MANIFEST, json.dumps(manifest, indent=1))
         return ExportResult(
             start,
             max(end, 0),
@@ -309,7 +316,7 @@ def exported_rows(export_dir: Where) -> int | None:
     return sum(int(c.get("rows", 0)) for c in manifest.get("chunks", []))
 
 
-def _chunks_intact(export: Location, manifest: dict) -> bool:
+def chunks_intact(export: Location, manifest: dict) -> bool:
     """Whether every chunk the manifest lists holds the rows it says."""
     for c in manifest.get("chunks", []):
         chunk = export.child("chunks", c["name"])
@@ -318,9 +325,17 @@ def _chunks_intact(export: Location, manifest: dict) -> bool:
     return True
 
 
-def read_export(spark: SparkSession, export_dir: Where) -> DataFrame:
-    """Return every exported record (``RECORD_SCHEMA``)."""
+def read_export(
+    spark: SparkSession,
+    export_dir: Where,
+    node: str = SINGLE_NODE,
+    manifest: dict | None = None,
+) -> DataFrame:
+    """Return every exported record (``RECORD_SCHEMA``, of ``node``): of the
+    chunks ``manifest`` lists (default: the export's manifest now)."""
     export = _loc(export_dir)
-    names = [c["name"] for c in _load_manifest(export)["chunks"]]
+    if manifest is None:
+        manifest = load_manifest(export)
+    names = [c["name"] for c in manifest["chunks"]]
     chunks = [export.child("chunks", name) for name in names]
-    return read_parquet(spark, *chunks)
+    return with_node(read_parquet(spark, *chunks), node)

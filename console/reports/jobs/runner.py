@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,19 +102,107 @@ def load_records(
     return transform_time_range(records, since_ms, until_ms), info
 
 
-def _size_shuffles(spark: SparkSession, store_dir: str | Path) -> None:
-    """On a cluster, shuffle partitions follow the input's size unless the
-    operator set them (``SPARK_CONF_*``); local runs keep their few."""
+def _size_shuffles(
+    spark: SparkSession, store_dir: str | Path | None, size: int | None = None
+) -> None:
+    """On a cluster, shuffle partitions follow the input's size (``size``
+    bytes of log, or the store's) unless the operator set them
+    (``SPARK_CONF_*``); local runs keep their few."""
     from console.reports.jobs.session import conf_from_env, shuffle_partitions
 
     if spark.sparkContext.master.startswith("local"):
         return
     if "spark.sql.shuffle.partitions" in conf_from_env():
         return
-    size = scan.commit_position(store_dir)
-    if size is None:  # no readable state: the segments' sizes, an upper bound
-        size = sum(f.stat().st_size for f in scan.segment_files(store_dir))
-    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(size)))
+    if size is None and store_dir is not None:
+        size = scan.commit_position(store_dir)
+        if size is None:  # no readable state: the segments' sizes, an upper bound
+            size = sum(f.stat().st_size for f in scan.segment_files(store_dir))
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(size or 0)))
+
+
+def load_node_records(
+    spark: SparkSession,
+    export_root: str | Path | storage.Location,
+    *,
+    node: str | None = None,
+    expected: Iterable[str] = (),
+    own_node: str = "",
+    store_dir: str | Path | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    skip_damaged: bool = False,
+    max_age_ms: int,
+    now_ms: int | None = None,
+) -> tuple[DataFrame, dict]:
+    """Return the records of a cluster's node exports under ``export_root``
+    and what was read: of ``node`` alone, or (None) of every node
+    ``expected`` or found there.
+
+    ``own_node`` names this host's node: its export (``store_dir``'s log) is
+    brought up to date first. Every other export is read as its host left it;
+    ``info["offsets"]`` is a DataFrame of their committed offsets
+    (``consumer_lag.OFFSETS_SCHEMA``). Raises ``ReportInputError`` when there
+    is no node, when a node's export is missing, stale (``max_age_ms``) or
+    incomplete (``nodes.check_export``), and on damaged stretches of a node's
+    log unless ``skip_damaged``.
+    """
+    from console.reports.jobs import nodes
+    from console.reports.jobs.common import transform_time_range
+    from console.reports.jobs.consumer_lag import OFFSETS_SCHEMA
+    from console.reports.jobs.errors import ReportInputError
+
+    root = (
+        export_root
+        if isinstance(export_root, storage.Location)
+        else storage.locate(export_root)
+    )
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    if own_node and (node is None or node == own_node):
+        if store_dir is None or not (Path(store_dir) / "commitlog").is_dir():
+            raise ReportInputError(
+                f"there is no store at {store_dir} (no commitlog directory) for "
+                f"this host's node {own_node}: check BROKER_STORE_DIR"
+            )
+        nodes.export_node(spark, store_dir, root, own_node)
+    if node is not None:
+        names = [nodes.check_name(node)]
+    else:
+        names = sorted({*expected, *nodes.find_nodes(root), own_node} - {""})
+    if not names:
+        raise ReportInputError(
+            f"no node has exported to {root.uri} yet (each node's host exports "
+            "there: task reports.export on the worker with BROKER_NODE=<name>)"
+        )
+    needed_ms = min(until_ms, now_ms) if until_ms is not None else now_ms
+    exports = [
+        nodes.check_export(root, name, needed_ms=needed_ms, max_age_ms=max_age_ms)
+        for name in names
+    ]
+    damaged = [(e.node, *e.skipped) for e in exports if e.skipped[0]]
+    skipped = sum(d[1] for d in damaged)
+    skipped_bytes = sum(d[2] for d in damaged)
+    if damaged and not skip_damaged:
+        where = "; ".join(f"node {n}: {k} ({b:,} bytes)" for n, k, b in damaged)
+        raise ReportInputError(
+            f"damaged or quarantined stretches of the log could not be read "
+            f"({where}): the records there are missing. See `python -m "
+            "broker_core verify` on that node's store (and docs/store.md on "
+            "repair), or run again skipping damaged records to report on the rest."
+        )
+    log_end = sum(int(e.manifest.get("log_end", 0)) for e in exports)
+    _size_shuffles(spark, None, log_end)
+    info = {
+        "source": "nodes",
+        "nodes": {e.node: e.describe() for e in exports},
+        "log_end": log_end,
+        "records": sum(e.rows for e in exports),
+        "skipped": skipped,
+        "skipped_bytes": skipped_bytes,
+        "offsets": spark.createDataFrame(nodes.offsets_rows(exports), OFFSETS_SCHEMA),
+    }
+    records = nodes.read_nodes(spark, exports)
+    return transform_time_range(records, since_ms, until_ms), info
 
 
 def run_report(

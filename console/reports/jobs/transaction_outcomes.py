@@ -5,7 +5,8 @@ halves in ``RMQ_SYS_TRANS_HALF_TOPIC``; op records in
 ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` tagged ``d`` (outcome, ``TRAN_OUTCOME`` and
 ``TRAN_SOURCE``), ``c`` (a check-back), ``x`` (a discard) and ``r`` (a resume),
 each naming its half by ``TRANS_OFFSET``; a committed message whose op was lost
-to a torn write still names its half by its prepared-transaction offset.
+to a torn write still names its half by its prepared-transaction offset. Those
+offsets are positions in one node's log: a half is named by node and offset.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def transform_half_states(records: DataFrame) -> DataFrame:
     halves = records.where(
         (F.col("topic") == HALF_TOPIC) & (F.lower(prop("TRAN_MSG")) == "true")
     ).select(
+        "node",
         F.col("physical_offset").alias("half_offset"),
         prop("UNIQ_KEY").alias("msg_id"),
         F.coalesce(prop("PGROUP"), F.lit("")).alias("producer_group"),
@@ -47,6 +49,7 @@ def transform_half_states(records: DataFrame) -> DataFrame:
     ops = records.where(
         (F.col("topic") == OP_TOPIC) & prop("TRANS_OFFSET").isNotNull()
     ).select(
+        "node",
         prop("TRANS_OFFSET").cast("long").alias("half_offset"),
         F.col("tags").alias("kind"),
         F.col("physical_offset").alias("op_offset"),
@@ -58,7 +61,8 @@ def transform_half_states(records: DataFrame) -> DataFrame:
     last = F.struct(
         F.col("op_offset"), F.col("kind"), F.col("outcome"), F.col("source")
     )
-    per_half = ops.groupBy("half_offset").agg(
+    half = ["node", "half_offset"]
+    per_half = ops.groupBy(*half).agg(
         F.max(F.when(decisive, last)).alias("last"),
         F.min(F.when(F.col("kind") == "d", F.col("op_ts"))).alias("outcome_ts"),
         F.sum(F.when(F.col("kind") == "c", 1).otherwise(0)).alias("checks"),
@@ -69,7 +73,7 @@ def transform_half_states(records: DataFrame) -> DataFrame:
             (F.col("sysflag").bitwiseAND(TRANSACTION_MASK) == TRANSACTION_COMMIT)
             & (F.col("prepared_offset") > 0)
         )
-        .groupBy(F.col("prepared_offset").alias("half_offset"))
+        .groupBy("node", F.col("prepared_offset").alias("half_offset"))
         .agg(F.min("store_ts").alias("commit_ts"))
     )
     kind = F.col("last.kind")
@@ -84,10 +88,11 @@ def transform_half_states(records: DataFrame) -> DataFrame:
     final = F.col("state").isin("COMMITTED", "ROLLED_BACK")
     decided_by = F.when(kind == "d", F.coalesce(F.col("last.source"), F.lit("CLIENT")))
     return (
-        halves.join(per_half, "half_offset", "left")
-        .join(commits, "half_offset", "left")
+        halves.join(per_half, half, "left")
+        .join(commits, half, "left")
         .withColumn("state", state)
         .select(
+            "node",
             "half_offset",
             "msg_id",
             "producer_group",
@@ -149,10 +154,11 @@ def transform_longest_pending(
     half is no longer pending: it is in the hourly ``discarded`` counts)."""
     return (
         half_states.where(F.col("state") == "PENDING")
-        .orderBy("half_ts", "half_offset")
+        .orderBy("half_ts", "node", "half_offset")
         .limit(limit)
         .select(
             "msg_id",
+            "node",
             "half_offset",
             "producer_group",
             "topic",

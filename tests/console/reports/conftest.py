@@ -1,11 +1,19 @@
-"""One local SparkSession for the whole reports test group, and row builders."""
+"""One local SparkSession for the whole reports test group, row builders, and
+an S3-compatible object store (moto's server) for the reports that use one."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
+
+BUCKET = "reports"
 
 
 @pytest.fixture(scope="session")
@@ -31,8 +39,10 @@ def rec(
     tags=None,
     keys=None,
     props=None,
+    node="",
 ):
-    """Return one record row in ``RECORD_SCHEMA`` order."""
+    """Return one record row in ``RECORD_SCHEMA`` order (a single host's
+    record unless ``node`` names one)."""
     return (
         topic,
         queue_id,
@@ -46,6 +56,7 @@ def rec(
         tags,
         keys,
         props or {},
+        node,
     )
 
 
@@ -121,3 +132,58 @@ def produced(tmp_path_factory):
             broker.commit_offset("billing", "orders", q, ends[q] // 2)
         facts["lag"] = sum(e - e // 2 for e in ends.values())
     return path, opts, facts
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on a loopback port with one bucket; yields the URI
+    prefix for ``REPORTS_*_URI`` (credentials in the environment)."""
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
+    server = Path(sys.executable).parent / "moto_server"
+    proc = subprocess.Popen(
+        [str(server), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    saved = {
+        k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    }
+    os.environ["AWS_ACCESS_KEY_ID"] = "reports-test"
+    os.environ["AWS_SECRET_ACCESS_KEY"] = "reports-test-secret"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.1)
+        import pyarrow.fs as pafs
+
+        pafs.S3FileSystem(
+            access_key="reports-test",
+            secret_key="reports-test-secret",
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            region="us-east-1",
+            allow_bucket_creation=True,
+        ).create_dir(BUCKET)
+        yield f"s3://{BUCKET}/{{}}?endpoint_override=127.0.0.1:{port}&scheme=http"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

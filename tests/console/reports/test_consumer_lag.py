@@ -25,7 +25,12 @@ def log(records):
 
 def test_queue_and_group_lag(spark, log):
     offsets = spark.createDataFrame(
-        [("g", "t", 0, 2), ("g", "t", 1, 2), ("h", "t", 0, 0), ("h", "u", 0, 3)],
+        [
+            ("", "g", "t", 0, 2),
+            ("", "g", "t", 1, 2),
+            ("", "h", "t", 0, 0),
+            ("", "h", "u", 0, 3),
+        ],
         cl.OFFSETS_SCHEMA,
     )
     queues = cl.transform_queue_lag(log, offsets, now_ms=1_000)
@@ -50,6 +55,31 @@ def test_queue_and_group_lag(spark, log):
             "group string, topic string, queues long, queues_behind long, lag long",
         ),
     )
+
+
+def test_queues_of_two_nodes_are_not_merged(spark, records):
+    """Queue 0 of topic t on broker-a and on broker-b are two queues: each has
+    its own end, committed offset and lag."""
+    log = records(
+        [rec("t", queue_offset=i, store_ts=10 + i, node="broker-a") for i in range(4)]
+        + [rec("t", queue_offset=i, store_ts=50 + i, node="broker-b") for i in range(9)]
+    )
+    offsets = spark.createDataFrame(
+        [("broker-a", "g", "t", 0, 3), ("broker-b", "g", "t", 0, 2)],
+        cl.OFFSETS_SCHEMA,
+    )
+    queues = cl.transform_queue_lag(log, offsets, now_ms=100)
+    assertDataFrameEqual(
+        queues.select("node", "group", "topic", "queue_id", "max_offset", "lag",
+                      "lag_ms"),
+        spark.createDataFrame(
+            [("broker-a", "g", "t", 0, 4, 1, 87), ("broker-b", "g", "t", 0, 9, 7, 48)],
+            "node string, group string, topic string, queue_id int, "
+            "max_offset long, lag long, lag_ms long",
+        ),
+    )  # fmt: skip
+    (group,) = cl.transform_group_lag(queues).collect()
+    assert (group["nodes"], group["queues"], group["lag"]) == (2, 2, 8)
 
 
 def test_read_offsets(tmp_path):

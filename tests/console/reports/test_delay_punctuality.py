@@ -108,3 +108,25 @@ def test_lag_histogram(spark, log):
         "bucket string, lag string, messages long",
     )
     assertDataFrameEqual(got, expected)
+
+
+def test_copies_complete_their_own_nodes_message(spark, records):
+    """Both nodes park a level-1 message at queue offset 0; only broker-b's
+    was delivered, so broker-a's stays pending."""
+
+    def on(node, row):
+        return (*row[:-1], node)
+
+    log = records(
+        [
+            on("broker-a", parked_level(1, 0, 0)),
+            on("broker-b", parked_level(1, 0, 0)),
+            on("broker-b", copy("L1:0", 1002)),
+        ]
+    )
+    got = dp.transform_scheduled(log, LEVELS).select("node", "src", "lag_ms")
+    expected = spark.createDataFrame(
+        [("broker-a", "L1:0", None), ("broker-b", "L1:0", 2)],
+        "node string, src string, lag_ms long",
+    )
+    assertDataFrameEqual(got, expected)

@@ -2,9 +2,9 @@
 and on a Spark standalone cluster that shares no disk with the broker host.
 
 The object store is moto's standalone server (``moto[server]`` from PyPI),
-started here as its own process on a loopback port: the code under test talks
-to it over HTTP with pyarrow's S3 client (the AWS C++ SDK, SigV4), exactly as
-to AWS S3 or MinIO. It is the S3 server these machines can install from their
+started as its own process on a loopback port (``conftest.s3``): the code under
+test talks to it over HTTP with pyarrow's S3 client (the AWS C++ SDK, SigV4),
+exactly as to AWS S3 or MinIO. It is the S3 server these machines can install from their
 registries: MinIO, SeaweedFS and Garage are not packaged for Debian, PyPI or
 npm, and Debian's Ceph radosgw needs a whole RADOS cluster.
 
@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
+
+from .conftest import BUCKET
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.django_db]
 
@@ -39,62 +39,6 @@ REPORT_NAMES = ("topic_traffic", "transaction_outcomes", "delay_punctuality",
 MOMENT_KEYS = {"oldest_pending_age_ms", "max_lag_ms", "now_ms", "most_behind",
                "change_vs_previous_run"}  # fmt: skip
 MOMENT_SUFFIXES = ("age_ms", "lag_ms", "now_ms")
-BUCKET = "reports"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on a loopback port with one bucket; yields the URI
-    prefix for ``REPORTS_*_URI`` (credentials in the environment)."""
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
-    server = Path(sys.executable).parent / "moto_server"
-    proc = subprocess.Popen(
-        [str(server), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    saved = {
-        k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-    }
-    os.environ["AWS_ACCESS_KEY_ID"] = "reports-test"
-    os.environ["AWS_SECRET_ACCESS_KEY"] = "reports-test-secret"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.1)
-        import pyarrow.fs as pafs
-
-        pafs.S3FileSystem(
-            access_key="reports-test",
-            secret_key="reports-test-secret",
-            endpoint_override=f"127.0.0.1:{port}",
-            scheme="http",
-            region="us-east-1",
-            allow_bucket_creation=True,
-        ).create_dir(BUCKET)
-        yield f"s3://{BUCKET}/{{}}?endpoint_override=127.0.0.1:{port}&scheme=http"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _without_moment(value):

@@ -134,3 +134,25 @@ def test_check_counts_and_longest_pending(spark, log):
         ),
         checkRowOrder=True,
     )
+
+
+def test_halves_of_two_nodes_at_one_offset(spark, records):
+    """Two nodes' logs hold halves at the same offset: broker-a's is committed,
+    broker-b's still pending; neither takes the other's outcome."""
+
+    def on(node, row):
+        return (*row[:-1], node)
+
+    log = records(
+        [
+            on("broker-a", half(100, "G", "orders", 1_000, "A")),
+            on("broker-a", op(900, "d", 100, 1_050, "COMMIT", "CLIENT")),
+            on("broker-b", half(100, "G", "orders", 2_000, "B")),
+        ]
+    )
+    got = tx.transform_half_states(log).select("node", "msg_id", "state")
+    expected = spark.createDataFrame(
+        [("broker-a", "A", "COMMITTED"), ("broker-b", "B", "PENDING")],
+        "node string, msg_id string, state string",
+    )
+    assertDataFrameEqual(got, expected)

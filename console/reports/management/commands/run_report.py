@@ -1,4 +1,4 @@
-"""``manage.py run_report NAME... | --all [--since ISO --until ISO]``: run
+"""``manage.py run_report NAME... | --all [--since ISO --until ISO --node N]``: run
 reports now, in this process (one warm Spark session for all of them)."""
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ class Command(BaseCommand):
         parser.add_argument("--until", help="ISO 8601 (UTC if no zone)")
         parser.add_argument("--top-n", type=int, default=None)
         parser.add_argument(
+            "--node", default="", help="a cluster node (default: every node)"
+        )
+        parser.add_argument(
             "--skip-damaged",
             action="store_true",
             help="report on the rest of a log with damaged records",
@@ -46,6 +49,10 @@ class Command(BaseCommand):
             since_dt, until_dt = services.parse_when(since), services.parse_when(until)
         except ValueError as exc:
             raise CommandError(f"bad date: {exc}") from exc
+        try:
+            node = services.check_node(options.get("node") or "")
+        except services.UnknownNodeError as exc:
+            raise CommandError(str(exc)) from exc
         outs, failed = [], []
         for name in names:
             run = services.run_now(
@@ -54,6 +61,7 @@ class Command(BaseCommand):
                 until=until_dt,
                 top_n=options.get("top_n"),
                 skip_damaged=options.get("skip_damaged", False),
+                node=node,
             )
             out = {
                 "report": run.report,
@@ -62,6 +70,7 @@ class Command(BaseCommand):
                 "duration_s": round(run.duration_s or 0, 3),
                 "since": since_dt.isoformat() if since_dt else None,
                 "until": until_dt.isoformat() if until_dt else None,
+                "node": run.node,
                 "rows": run.rows,
                 "summary": run.summary,
                 "result_dir": run.result_dir,
