@@ -34,7 +34,9 @@ First slice, what the cluster console needs:
 * ``POST /v1/delays/<message id>/cancel`` with ``{"operator", "reason"?}``:
   recall a delayed message before it is delivered (404 unknown, 409
   delivered or recalled already);
-* ``GET /v1/clients?group=``: the clients the endpoint knows.
+* ``GET /v1/clients?group=``: the clients the endpoint knows;
+* ``POST /v1/promote`` with ``{"operator", "role"?, "force"?}``: make this
+  slave a master (409 while its master still heartbeats, unless ``force``).
 
 Those four live in ``admin_store.StoreOperations``. Every write names its
 ``operator`` and is refused (400) without one; a slave refuses writes (503).
@@ -48,6 +50,7 @@ import logging
 import re
 import ssl
 import threading
+import time
 import urllib.parse
 from dataclasses import asdict, is_dataclass
 from enum import Enum
@@ -163,6 +166,43 @@ class AdminServer:
             raise AdminError(409, str(exc)) from exc
         return {"transaction_id": tid, "verb": verb, "result": _jsonable(result)}
 
+    def promote(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Make this slave a master (``python -m broker_core promote`` from
+        afar). Refused while its master still heartbeats in the registry
+        (two masters of one name would both take writes) unless ``force``."""
+        node = self.ep.node
+        operator = str(body.get("operator") or "")
+        if not operator:
+            raise AdminError(400, "operator: who promotes (a name) is required")
+        role = str(body.get("role") or "ASYNC_MASTER")
+        if role not in ("ASYNC_MASTER", "SYNC_MASTER"):
+            raise AdminError(400, "role: ASYNC_MASTER or SYNC_MASTER")
+        if node is None:
+            raise AdminError(409, "this endpoint is not a cluster node")
+        if node.follower is None:
+            raise AdminError(409, f"this node is already a master ({node.role})")
+        if not body.get("force"):
+            try:
+                master = node.registry.find(node.cfg.name, 0)
+            except Exception as exc:  # noqa: BLE001 - cannot tell: do not guess
+                raise AdminError(
+                    503,
+                    f"the registry does not answer ({exc}): cannot tell "
+                    "whether the master is alive; pass force to promote anyway",
+                ) from exc
+            if master is not None:
+                age_s = max(0.0, time.time() - master.heartbeat_ms / 1000)
+                raise AdminError(
+                    409,
+                    f"the master {master.key} is alive (heartbeat {age_s:.1f} s "
+                    "ago): promoting now would make two masters; stop it first, or "
+                    "pass force",
+                )
+        log.warning("node %s promoted to %s by %s", node.cfg.name, role, operator)
+        node.promote(role)
+        return {"node": node.cfg.name, "role": node.role, "operator": operator,
+                "log_end": self.ep.store.max_physical_offset()}  # fmt: skip
+
     def topics(self) -> dict[str, Any]:
         store = self.ep.store
         out = []
@@ -269,6 +309,8 @@ class AdminServer:
                         out = api.ops.reset(group, self._body())
                     elif method == "POST" and (m := _CANCEL.match(url.path)):
                         out = api.ops.cancel_delayed(m.group(1), self._body())
+                    elif method == "POST" and url.path == "/v1/promote":
+                        out = api.promote(self._body())
                     elif method == "POST" and url.path == "/v1/topics":
                         out = api.put_topic(self._body())
                     elif method == "POST" and (m := _DECIDE.match(url.path)):

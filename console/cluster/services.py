@@ -311,6 +311,39 @@ def decide(node: str, transaction_id: str, verb: str, actor: Any, reason: str,
     )
 
 
+def promote(node_key: str, role: str, actor: Any, reason: str, force: bool = False,
+            request: Any = None) -> Any:  # fmt: skip
+    """Make the slave ``node_key`` (``name:broker id``) a master through its
+    admin API, audited (object ``<name>:<id>``). The node refuses while its
+    master still heartbeats unless ``force``; its routes follow at its next
+    heartbeat, which it sends at once."""
+    name, _, bid = node_key.rpartition(":")
+    try:
+        target = _registry().find(name, int(bid))
+    except ValueError:
+        target = None
+    if target is None:
+        raise NodeUnavailable(f"{node_key} is not a live node")
+    if target.is_master:
+        raise NodeUnavailable(f"{node_key} is already a master ({target.role})")
+    return audited(
+        lambda: admin_call(
+            target.admin,
+            "POST",
+            "/v1/promote",
+            {"operator": actor.get_username(), "role": role, "force": force},
+        ),
+        actor=actor,
+        request=request,
+        action="cluster.promote",
+        object_type="node",
+        object_id=node_key,
+        reason=reason,
+        before={"role": target.role, "force": force},
+        after=lambda answer: answer,
+    )
+
+
 def put_topic(nodes: list[str], topic: str, queues: int, actor: Any,
               request: Any = None) -> dict[str, str]:  # fmt: skip
     """Create (or resize) ``topic`` with ``queues`` read and write queues on

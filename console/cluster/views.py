@@ -173,3 +173,33 @@ def decide(request: HttpRequest, node: str, transaction_id: str, verb: str):
         done = "Committed" if verb == "commit" else "Rolled back"
         messages.success(request, f"{done} {transaction_id} on {node}.")
     return redirect("cluster:overview")
+
+
+@require_POST
+@viewer_required
+def promote(request: HttpRequest, node: str) -> HttpResponse:
+    """Promote a slave to master (admins, typing PROMOTE; audited)."""
+    if not has_role(request.user, ADMIN):
+        messages.error(request, f"Promoting a slave needs the {ADMIN} role")
+        return redirect("cluster:overview")
+    if request.POST.get("confirm") != "PROMOTE":
+        messages.error(request, "Type PROMOTE to confirm a promotion.")
+        return redirect("cluster:overview")
+    role = request.POST.get("role", "ASYNC_MASTER")
+    if role not in ("ASYNC_MASTER", "SYNC_MASTER"):
+        messages.error(request, "The new role is ASYNC_MASTER or SYNC_MASTER.")
+        return redirect("cluster:overview")
+    reason = request.POST.get("reason", "").strip()
+    if len(reason) < 3:
+        messages.error(request, "Give a reason (it is audited).")
+        return redirect("cluster:overview")
+    force = request.POST.get("force") == "on"
+    try:
+        services.promote(node, role, request.user, reason, force, request)
+    except services.NodeUnavailable as exc:
+        messages.error(request, f"{node} was not promoted: {exc}")
+    else:
+        messages.success(
+            request, f"{node} is now a {role}: clients route to it within seconds."
+        )
+    return redirect("cluster:overview")

@@ -487,3 +487,16 @@ def test_admin_api_with_the_official_client(tmp_path):
         _committed(base, "GID_ev", "events", 6)
     finally:
         served.stop()
+
+
+def test_admin_api_promote_refuses_what_it_cannot_do(node):
+    # tests/console/cluster/test_promote.py promotes a real slave; here, the
+    # refusals of a node that is no slave.
+    base, _ids = node
+    assert call(base, "POST", "/v1/promote", {}, token="wrong")[0] == 401
+    code, body = call(base, "POST", "/v1/promote", {"role": "ASYNC_MASTER"})
+    assert code == 400 and body["error"].startswith("operator:")
+    code, body = call(base, "POST", "/v1/promote", {"operator": "ops", "role": "X"})
+    assert code == 400 and body["error"].startswith("role:")
+    code, body = call(base, "POST", "/v1/promote", {"operator": "ops"})
+    assert code == 409 and "not a cluster node" in body["error"]

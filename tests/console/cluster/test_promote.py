@@ -1,0 +1,175 @@
+"""Promoting a slave from the Cluster page, over real node processes on
+127.0.0.1 (``serve --cluster``: a master with its replication listener, its
+slave following it, a route registry in the local Redis): refused while the
+master heartbeats, done once it is gone, audited, admins only; the promoted
+node takes writes and keeps what it replicated."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
+
+from broker_core import Broker
+from broker_core.cluster import RouteRegistry
+from console.audit.models import AuditRecord
+from tests.console.cluster.conftest import REGISTRY_URL, TOKEN
+
+pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.django_db]
+
+ROOT = Path(__file__).resolve().parents[3]
+EXPIRY_S = 3.0
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(cond, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+class _Node:
+    def __init__(self, tmp: Path, cluster: str, key: str, *extra: str) -> None:
+        self.grpc, self.admin = _port(), _port()
+        self.store = tmp / key.replace(":", "-")
+        name, _, bid = key.partition(":")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "broker_core", "serve", "--store", str(self.store),
+             "--listen", f"127.0.0.1:{self.grpc}", "--cluster", cluster,
+             "--node", name, "--broker-id", bid, "--registry", REGISTRY_URL,
+             "--registry-expiry", str(EXPIRY_S), "--no-redis-relay",
+             "--admin-listen", f"127.0.0.1:{self.admin}",
+             "--admin-token-file", str(tmp / "admin.token"), *extra],
+            cwd=ROOT, stdout=open(tmp / f"{key}.log", "w"),  # noqa: SIM115
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+    def call(self, path: str) -> dict:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.admin}{path}",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    def send(self, topic: str, body: bytes) -> spb.SendMessageResponse:
+        stub = sgrpc.MessagingServiceStub(
+            grpc.insecure_channel(f"127.0.0.1:{self.grpc}")
+        )
+        msg = pb.Message(topic=pb.Resource(name=topic), body=body)
+        msg.system_properties.message_type = pb.NORMAL
+        return stub.SendMessage(
+            spb.SendMessageRequest(messages=[msg]),
+            metadata=(("x-mq-client-id", "promote-test"),),
+            timeout=10,
+        )
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def pair(tmp_path, settings):  # type: ignore[no-untyped-def]
+    cluster = f"promote-{uuid.uuid4().hex[:10]}"
+    (tmp_path / "admin.token").write_text(TOKEN + "\n")
+    (tmp_path / "ha.secret").write_text("promote-test-secret\n")
+    settings.BROKER_CLUSTER = cluster
+    settings.REGISTRY_URL = REGISTRY_URL
+    settings.CLUSTER_ADMIN_TOKEN_FILE = str(tmp_path / "admin.token")
+    with Broker.open(str(tmp_path / "broker-a-0")) as b:
+        b.create_topic("orders", 2, 2)
+    ha = _port()
+    secret = ("--ha-secret-file", str(tmp_path / "ha.secret"))
+    master = _Node(tmp_path, cluster, "broker-a:0", "--ha-listen", f"127.0.0.1:{ha}",
+                   *secret)  # fmt: skip
+    slave = _Node(tmp_path, cluster, "broker-a:1", "--master-ha", f"127.0.0.1:{ha}",
+                  *secret)  # fmt: skip
+    registry = RouteRegistry(REGISTRY_URL, cluster, EXPIRY_S)
+    try:
+        _wait(lambda: {n.key for n in registry.nodes()} == {"broker-a:0", "broker-a:1"},
+              60, "both nodes registered")  # fmt: skip
+        yield master, slave, registry
+    finally:
+        for node in (slave, master):
+            node.kill()
+        keys = list(registry.redis.scan_iter(f"{registry.prefix}:*"))
+        if keys:
+            registry.redis.delete(*keys)
+
+
+def _promote(client, key: str, **form: str):  # type: ignore[no-untyped-def]
+    data = {"role": "ASYNC_MASTER", "reason": "broker-a's host died",
+            "confirm": "PROMOTE", **form}  # fmt: skip
+    r = client.post(f"/cluster/nodes/{key}/promote/", data, follow=True)
+    assert r.status_code == 200
+    return r.content.decode()
+
+
+def test_an_admin_promotes_the_slave_once_its_master_is_gone(pair, client_as):
+    master, slave, registry = pair
+    sent = [master.send("orders", f"m{i}".encode()) for i in range(5)]
+    assert all(r.status.code == pb.OK for r in sent)
+    end = master.call("/v1/node")["log_end"]
+    _wait(lambda: slave.call("/v1/node")["log_end"] >= end, 30, "the slave caught up")
+    admin = client_as("admin")
+
+    # The page offers promotion on the slave's row only.
+    page = admin.get("/cluster/").content.decode()
+    assert page.count('data-testid="promote-form"') == 1
+    assert "/cluster/nodes/broker-a:1/promote/" in page
+    # An operator may not; nor without the typed confirmation.
+    body = _promote(client_as("operator"), "broker-a:1")
+    assert "needs the admin role" in body
+    assert "Type PROMOTE" in _promote(admin, "broker-a:1", confirm="yes")
+    # While the master heartbeats, the node refuses (two masters of one name).
+    body = _promote(admin, "broker-a:1")
+    assert "was not promoted" in body and "is alive" in body
+    assert slave.call("/v1/node")["role"] == "SLAVE"
+    refused = AuditRecord.objects.get(action="cluster.promote")
+    assert refused.status == AuditRecord.Status.FAILED
+    assert refused.object_id == "broker-a:1"
+
+    master.kill()
+    _wait(lambda: registry.find("broker-a", 0) is None, 3 * EXPIRY_S, "expiry")
+    body = _promote(admin, "broker-a:1", reason="master host lost")
+    assert "broker-a:1 is now a ASYNC_MASTER" in body, body[-3000:]
+    done = AuditRecord.objects.filter(action="cluster.promote").latest("id")
+    assert done.status == AuditRecord.Status.SUCCESS
+    assert done.reason == "master host lost"
+    assert done.after["role"] == "ASYNC_MASTER"
+
+    # The promoted node serves as broker-a's master: routes follow, it takes
+    # writes, and what it replicated is there.
+    _wait(lambda: (registry.find("broker-a") or None) is not None
+          and registry.find("broker-a").is_master, 10, "the route")  # fmt: skip
+    assert slave.call("/v1/node")["role"] == "ASYNC_MASTER"
+    assert slave.send("orders", b"after").status.code == pb.OK
+    found = slave.call("/v1/messages?topic=orders&limit=50")["messages"]
+    assert len(found) == 6, found
+    assert {m["msg_id"] for m in found} >= {r.entries[0].message_id for r in sent}
+    # Promoting it again is refused: it is a master now.
+    assert "already a master" in _promote(admin, "broker-a:1")
