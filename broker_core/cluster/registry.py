@@ -196,6 +196,11 @@ class RouteRegistry:
                     perm |= PERM_WRITE
                 if perm:
                     out.append(RouteEntry(node, qid, perm))
+        # Nodes interleaved (a0, b0, a1, b1, ...): the official producers
+        # retry a failed send on the next queue of the route, which is then on
+        # another node, so a send to a dead master succeeds on its second try
+        # instead of trying that master's next queue until the route changes.
+        out.sort(key=lambda e: (e.queue_id, e.node.name))
         return out
 
     def find(self, name: str, broker_id: int | None = None) -> NodeInfo | None:

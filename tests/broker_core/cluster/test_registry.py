@@ -41,6 +41,11 @@ def test_route_spans_masters_and_expires(registry):
         ("broker-a", 0, 6), ("broker-a", 1, 6), ("broker-a", 2, 6), ("broker-a", 3, 6),
         ("broker-b", 0, 6), ("broker-b", 1, 6),
     ]  # fmt: skip
+    # Nodes interleaved: a producer's retry on the next queue is on another node.
+    assert [(e.node.name, e.queue_id) for e in route] == [
+        ("broker-a", 0), ("broker-b", 0), ("broker-a", 1), ("broker-b", 1),
+        ("broker-a", 2), ("broker-a", 3),
+    ]  # fmt: skip
     assert [e.node.name for e in registry.route("other")] == ["broker-b"]
     assert registry.route("missing") == []
     # broker-b stops heartbeating; broker-a keeps going: only b drops out.
