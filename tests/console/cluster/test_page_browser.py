@@ -1,0 +1,41 @@
+"""The Cluster page in Chromium over real nodes (stores with their admin API
+on 127.0.0.1, a real route registry): an admin sees every table and form of a
+two-master cluster with a slave, and the page fits the window."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_core import Message
+from broker_core.transaction import TransactionService
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.services,
+    pytest.mark.django_db(transaction=True),
+]
+
+
+def test_the_cluster_page_fits_and_shows_every_part(nodes, page, sign_in, screenshot):
+    a = nodes.start("broker-a")
+    b = nodes.start("broker-b")
+    nodes.start("broker-a", role="SLAVE", broker_id=1)
+    for broker in (a, b):
+        broker.create_topic("orders", 2)
+        tx = TransactionService(broker)
+        tx.send_half("PID_shop", Message("orders", b"x", keys="order-with-a-long-key"))
+        tx.close()
+        broker.send(Message("orders", b"y"))
+        broker.commit_offset("GID_billing", "orders", 0, 0)
+    nodes.endpoints["broker-a:0"].delays.send_delayed(Message("orders", b"d"), level=5)
+    sign_in(page, "admin")
+    page.goto("/cluster/")
+    for part in ("node-list", "cluster-halves", "cluster-lag", "cluster-delays",
+                 "search-form", "reset-form", "cancel-form", "topic-form",
+                 "promote-form"):  # fmt: skip
+        assert page.locator(f"[data-testid={part}]").count() >= 1, part
+    assert page.locator("[data-testid=cluster-halves] tbody tr").count() == 2
+    width = page.evaluate("document.documentElement.scrollWidth")
+    window = page.evaluate("window.innerWidth")
+    screenshot(page, "cluster-page")
+    assert width <= window, f"the page is {width} px wide in a {window} px window"
