@@ -156,6 +156,7 @@ TEMPLATES = [
                 "console.ui.context_processors.roles",
                 "console.ui.context_processors.navigation",
                 "console.core.alerts.alerts",
+                "console.cluster.context.store_scope",
             ],
         },
     },

@@ -110,3 +110,19 @@ def test_lag_and_delays_of_every_master(nodes, client_as):
         ("level", "5", "broker-b"),
         ("timer", "0", "broker-a"),
     ]
+
+
+def test_single_store_pages_say_which_store_they_show(client_as, settings):
+    viewer = client_as("viewer")
+    settings.BROKER_CLUSTER = ""
+    assert 'data-testid="store-scope"' not in viewer.get("/topics/").content.decode()
+    settings.BROKER_CLUSTER = "c1"
+    settings.BROKER_NODE = "broker-a"
+    for url in ("/", "/topics/", "/messages/", "/consumer-groups/", "/delays/",
+                "/transactions/", "/producer-groups/"):  # fmt: skip
+        body = viewer.get(url).content.decode()
+        assert 'data-testid="store-scope"' in body, url
+        assert "node <strong>broker-a</strong>'s store" in body, url
+    for url in ("/cluster/", "/audit/", "/reports/"):
+        body = viewer.get(url).content.decode()
+        assert 'data-testid="store-scope"' not in body, url
