@@ -53,6 +53,27 @@ if TYPE_CHECKING:
 SendOutcome = tuple[list[Any], int, int, set[str]]
 
 
+#: The official clients' message ids (version 01: ``01``, MAC, pid, seconds
+#: since this epoch, sequence; 34 hex digits) say when they were made.
+_ID_EPOCH_S = 1_609_459_200  # 2021-01-01T00:00:00Z
+#: How far a client's clock may run ahead of this one's for an id's time to
+#: prove it was made after this run started.
+ID_CLOCK_SKEW_S = 60
+
+
+def made_after(msg_id: str, started_ms: int) -> bool:
+    """Whether a version-01 message id was made after ``started_ms`` (with
+    ``ID_CLOCK_SKEW_S`` to spare): no earlier run can have stored it, so a
+    retry of it is in this run's memory or nowhere. False when unsure."""
+    if len(msg_id) != 34 or not msg_id.startswith("01"):
+        return False
+    try:
+        made_s = _ID_EPOCH_S + int(msg_id[18:26], 16)
+    except ValueError:
+        return False
+    return made_s * 1000 >= started_ms + ID_CLOCK_SKEW_S * 1000
+
+
 #: Why a slave refuses a write (its routes are read-only; a client that
 #: still sends here after a failover learns it and routes to the masters).
 SLAVE_REFUSES = "this node is a slave: send to a master of the cluster"
@@ -139,6 +160,11 @@ class RecentSends:
                 return earlier
         if now - self.started_ms > self.window_ms or not self.prior_log:
             return None  # everything within the window was sent in this run
+        if made_after(msg_id, self.started_ms):
+            # Made after this run started: its first send was to this run. For
+            # the window after a restart this spares each new message a look-up
+            # in the index (and the writer thread it needs).
+            return None
         if not may_block:
             raise AppendBusyError("a retry check needs the store's index")
         for where in (topic, TIMER_TOPIC, SCHEDULE_TOPIC):
