@@ -222,9 +222,10 @@ REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 BROKER_CLUSTER = env.str("BROKER_CLUSTER", default="")
 REGISTRY_URL = env.str("REGISTRY_URL", default="")
 CLUSTER_ADMIN_TOKEN_FILE = env.str("CLUSTER_ADMIN_TOKEN_FILE", default="")
-# One admin API call's timeout; the Cluster page asks every node at once and
-# waits at most this plus a second for all of them.
+# One admin API read's timeout (the Cluster page asks every node at once and
+# waits at most this plus a second for all of them) and one write's.
 CLUSTER_ADMIN_TIMEOUT_S = env.float("CLUSTER_ADMIN_TIMEOUT_S", default=5.0)
+CLUSTER_ADMIN_WRITE_TIMEOUT_S = env.float("CLUSTER_ADMIN_WRITE_TIMEOUT_S", default=30.0)
 # Celery per node (console/core/nodes.py): the nodes beat schedules the timers
 # for, each on queue node.<name>; and the node this process's store belongs to.
 CLUSTER_NODES = env.list("CLUSTER_NODES", default=[])

@@ -57,7 +57,7 @@ from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from broker_core.cluster.admin_store import AdminError, StoreOperations
+from broker_core.cluster.admin_store import AdminError, StoreOperations, operator_of
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,7 @@ class AdminServer:
         self.token = token
         #: messages, offset resets, delay cancels, clients (``admin_store``)
         self.ops = StoreOperations(ep)
+        self._promoting = threading.Lock()
         host, _, port = listen.rpartition(":")
         server = ThreadingHTTPServer((host, int(port)), self._handler())
         server.daemon_threads = True
@@ -154,9 +155,7 @@ class AdminServer:
 
         if not self.ep.writable():
             raise AdminError(503, "this node is a slave: decide on its master")
-        operator = str(body.get("operator") or "")
-        if not operator:
-            raise AdminError(400, "operator: who decides (a name) is required")
+        operator = operator_of(body)
         action = self.ep.tx.commit if verb == "commit" else self.ep.tx.rollback
         try:
             result = action(tid, operator=operator)
@@ -171,17 +170,29 @@ class AdminServer:
         afar). Refused while its master still heartbeats in the registry
         (two masters of one name would both take writes) unless ``force``."""
         node = self.ep.node
-        operator = str(body.get("operator") or "")
-        if not operator:
-            raise AdminError(400, "operator: who promotes (a name) is required")
-        role = str(body.get("role") or "ASYNC_MASTER")
+        operator = operator_of(body)
+        role = body.get("role", "ASYNC_MASTER")
         if role not in ("ASYNC_MASTER", "SYNC_MASTER"):
             raise AdminError(400, "role: ASYNC_MASTER or SYNC_MASTER")
+        force = body.get("force", False)
+        if not isinstance(force, bool):
+            raise AdminError(400, "force: true or false")
         if node is None:
             raise AdminError(409, "this endpoint is not a cluster node")
+        # One promotion at a time: stopping the follower may wait on a dead
+        # master's connect timeout, and a second request meanwhile must not
+        # promote again.
+        if not self._promoting.acquire(blocking=False):
+            raise AdminError(409, "a promotion of this node is under way")
+        try:
+            return self._promote(node, operator, role, force)
+        finally:
+            self._promoting.release()
+
+    def _promote(self, node: Any, operator: str, role: str, force: bool) -> dict:
         if node.follower is None:
             raise AdminError(409, f"this node is already a master ({node.role})")
-        if not body.get("force"):
+        if not force:
             try:
                 master = node.registry.find(node.cfg.name, 0)
             except Exception as exc:  # noqa: BLE001 - cannot tell: do not guess
@@ -327,9 +338,12 @@ class AdminServer:
                 self._reply(200, out)
 
             def _body(self) -> dict[str, Any]:
-                size = int(self.headers.get("Content-Length") or 0)
-                if size > _MAX_BODY:
-                    raise AdminError(400, "request body too large")
+                try:
+                    size = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    raise AdminError(400, "Content-Length: a number") from None
+                if not 0 <= size <= _MAX_BODY:
+                    raise AdminError(400, f"Content-Length: 0 to {_MAX_BODY} bytes")
                 raw = self.rfile.read(size) if size else b"{}"
                 try:
                     body = json.loads(raw or b"{}")

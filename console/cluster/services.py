@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,11 +22,13 @@ from django.conf import settings
 
 from console.audit.services import audited
 
-#: One admin call's timeout (``CLUSTER_ADMIN_TIMEOUT_S`` overrides it).
+#: One admin read's timeout (``CLUSTER_ADMIN_TIMEOUT_S`` overrides it).
 TIMEOUT_S = 5.0
-#: Nodes asked at once; with more nodes the rest wait for a free thread,
-#: within the same total wait.
-MAX_PARALLEL = 8
+#: One admin write's (``CLUSTER_ADMIN_WRITE_TIMEOUT_S`` overrides it).
+WRITE_TIMEOUT_S = 30.0
+#: Calls made at once (a node's paths and every node's); more wait for a
+#: free thread, within the same total wait.
+MAX_PARALLEL = 32
 
 
 class NodeUnavailable(Exception):
@@ -74,6 +76,15 @@ def _registry() -> Any:
     return RouteRegistry(url, settings.BROKER_CLUSTER)
 
 
+def _find(name: str, broker_id: int | None = None) -> Any:
+    """A live node from the registry (None: not registered); a registry that
+    does not answer is a ``NodeUnavailable`` saying so, not a server error."""
+    try:
+        return _registry().find(name, broker_id)
+    except Exception as exc:  # noqa: BLE001 - redis errors, a bad URL
+        raise NodeUnavailable(f"route registry: {exc}") from exc
+
+
 def _token() -> str:
     path = getattr(settings, "CLUSTER_ADMIN_TOKEN_FILE", "")
     if not path:
@@ -85,8 +96,15 @@ def _token() -> str:
 
 
 def timeout_s() -> float:
-    """One admin call's timeout: ``CLUSTER_ADMIN_TIMEOUT_S`` or 5 s."""
+    """One admin read's timeout: ``CLUSTER_ADMIN_TIMEOUT_S`` or 5 s."""
     return float(getattr(settings, "CLUSTER_ADMIN_TIMEOUT_S", TIMEOUT_S) or TIMEOUT_S)
+
+
+def write_timeout_s() -> float:
+    """One admin write's timeout (a promotion stops a follower that may be
+    stuck connecting to a dead master): ``CLUSTER_ADMIN_WRITE_TIMEOUT_S``."""
+    value = getattr(settings, "CLUSTER_ADMIN_WRITE_TIMEOUT_S", WRITE_TIMEOUT_S)
+    return float(value or WRITE_TIMEOUT_S)
 
 
 def admin_call(
@@ -104,9 +122,18 @@ def admin_call(
             "Content-Type": "application/json",
         },
     )
+    write = method != "GET"
+    wait = timeout or (write_timeout_s() if write else timeout_s())
     try:
-        with urllib.request.urlopen(req, timeout=timeout or timeout_s()) as r:
+        with urllib.request.urlopen(req, timeout=wait) as r:
             return json.loads(r.read())
+    except TimeoutError as exc:
+        if write:
+            raise NodeUnavailable(
+                f"{base}: no answer within {wait:g} s; the node may still carry "
+                "it out: look at the node before trying again"
+            ) from exc
+        raise NodeUnavailable(f"{base}: no answer within {wait:g} s") from exc
     except urllib.error.HTTPError as exc:
         try:
             reason = json.loads(exc.read()).get("error", "")
@@ -119,60 +146,56 @@ def admin_call(
         raise NodeUnavailable(f"{base}: {exc}") from exc
 
 
-def _ask_node(base: str, paths: list[str], deadline: float) -> dict[str, Any]:
-    """GET each of ``paths`` from one node in turn, each call within what is
-    left of the total wait. A node that does not answer ends its calls (the
-    ``NodeUnavailable`` is raised); an error answer to one path (a node of an
-    older version without it) is that path's answer and the others go on."""
-    out: dict[str, Any] = {}
-    for path in paths:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise NodeUnavailable("no answer within the total wait")
-        try:
-            out[path] = admin_call(base, "GET", path, timeout=min(timeout_s(), left))
-        except NodeUnavailable as exc:
-            if exc.status is None or not out:
-                raise
-            out[path] = exc
-    return out
-
-
 def ask_nodes(
     calls: dict[str, tuple[str, list[str]]],
 ) -> dict[str, dict[str, Any] | NodeUnavailable]:
     """Ask every node at once: ``calls`` maps a node's key to its admin URL
-    and the paths to GET from it; the answer maps each key to ``{path:
-    answer}`` or the ``NodeUnavailable`` saying why it has none.
+    and the paths to GET from it (the first one its status); the answer maps
+    each key to ``{path: answer or NodeUnavailable}``, or to the
+    ``NodeUnavailable`` of its first path when that one has no answer.
 
-    The whole fan-out waits at most one call's timeout plus a second: a node
-    that never answers (a host that drops packets) costs the page that wait
-    once, not once per node, and is named in the answer, not left out.
+    Every path of every node is asked at once and the whole fan-out waits at
+    most one call's timeout plus a second: a node that never answers (a host
+    that drops packets) costs the page that wait once, not once per node or
+    path, and is named in the answer, not left out; a node slow on one path
+    (a long delay backlog) keeps the answers of the others.
     """
     if not calls:
         return {}
     budget = timeout_s() + 1.0
     deadline = time.monotonic() + budget
+    jobs = [(key, base, path) for key, (base, paths) in calls.items() for path in paths]
     pool = ThreadPoolExecutor(
-        min(MAX_PARALLEL, len(calls)), thread_name_prefix="cluster-admin"
+        min(MAX_PARALLEL, len(jobs)), thread_name_prefix="cluster-admin"
     )
-    futures: dict[str, Future[dict[str, Any]]] = {
-        key: pool.submit(_ask_node, base, paths, deadline)
-        for key, (base, paths) in calls.items()
-    }
+
+    def ask(base: str, path: str) -> Any:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise NodeUnavailable(f"no answer within {budget:g} s")
+        return admin_call(base, "GET", path, timeout=min(timeout_s(), left))
+
+    futures = [(key, path, pool.submit(ask, base, path)) for key, base, path in jobs]
     # Do not wait for a silent node's thread: its socket timeout ends it.
     pool.shutdown(wait=False, cancel_futures=False)
     out: dict[str, dict[str, Any] | NodeUnavailable] = {}
-    for key, fut in futures.items():
+    for key, path, fut in futures:
         try:
-            out[key] = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+            answer = fut.result(timeout=max(0.0, deadline - time.monotonic()))
         except NodeUnavailable as exc:
-            out[key] = exc
+            answer = exc
         except TimeoutError:
             fut.cancel()
-            out[key] = NodeUnavailable(f"no answer within {budget:g} s")
+            answer = NodeUnavailable(f"no answer within {budget:g} s")
         except Exception as exc:  # noqa: BLE001 - shown on the page, per node
-            out[key] = NodeUnavailable(f"{type(exc).__name__}: {exc}")
+            answer = NodeUnavailable(f"{type(exc).__name__}: {exc}")
+        got = out.setdefault(key, {})
+        if isinstance(got, NodeUnavailable):
+            continue  # its status did not answer: the node is shown as such
+        if isinstance(answer, NodeUnavailable) and path == calls[key][1][0]:
+            out[key] = answer
+        else:
+            got[path] = answer
     return out
 
 
@@ -222,11 +245,14 @@ def cluster_state() -> ClusterState:
         got = answers[view.key]
         if isinstance(got, NodeUnavailable):
             view.error = str(got)
-            state.errors.append(f"{view.name} ({view.role}): {got}")
+            state.errors.append(f"Not reachable: {view.name} ({view.role}): {got}")
             continue
         for path, answer in got.items():
             if isinstance(answer, NodeUnavailable):
-                state.errors.append(f"{view.name} ({view.role}) {path}: {answer}")
+                what = "answered" if answer.status else "did not answer"
+                state.errors.append(
+                    f"{view.name} ({view.role}) {what} {path.split('?')[0]}: {answer}"
+                )
                 got[path] = {}
         status = got["/v1/node"]
         view.log_end = status.get("log_end", view.log_end)
@@ -292,7 +318,7 @@ def decide(node: str, transaction_id: str, verb: str, actor: Any, reason: str,
     audited (object ``<node>/<transaction id>``)."""
     if verb not in ("commit", "rollback"):
         raise ValueError(f"unknown decision {verb!r}")
-    target = _registry().find(node)
+    target = _find(node)
     if target is None or not target.is_master:
         raise NodeUnavailable(f"{node} has no live master")
     return audited(
@@ -319,7 +345,7 @@ def promote(node_key: str, role: str, actor: Any, reason: str, force: bool = Fal
     heartbeat, which it sends at once."""
     name, _, bid = node_key.rpartition(":")
     try:
-        target = _registry().find(name, int(bid))
+        target = _find(name, int(bid))
     except ValueError:
         target = None
     if target is None:
@@ -349,10 +375,13 @@ def put_topic(nodes: list[str], topic: str, queues: int, actor: Any,
     """Create (or resize) ``topic`` with ``queues`` read and write queues on
     each named master; audited per node (``<node>/<topic>``). Returns node ->
     "created"/"updated" or the reason it failed."""
-    registry = _registry()
     out: dict[str, str] = {}
     for name in nodes:
-        target = registry.find(name)
+        try:
+            target = _find(name)
+        except NodeUnavailable as exc:
+            out[name] = str(exc)
+            continue
         if target is None or not target.is_master:
             out[name] = "no live master"
             continue
@@ -377,9 +406,8 @@ def put_topic(nodes: list[str], topic: str, queues: int, actor: Any,
 def _live(node: str) -> Any:
     """The live node named ``name`` (its serving node) or ``name:broker_id``."""
     name, _, bid = node.partition(":")
-    registry = _registry()
     try:
-        target = registry.find(name, int(bid)) if bid else registry.find(name)
+        target = _find(name, int(bid)) if bid else _find(name)
     except ValueError:
         target = None
     if target is None:

@@ -29,7 +29,7 @@ def cluster(request: HttpRequest) -> HttpResponse:
         try:
             state = services.cluster_state()
         except Exception as exc:  # noqa: BLE001 - the registry is away
-            context["errors"] = [f"route registry: {exc}"]
+            context["errors"] = [f"Not reachable: the route registry: {exc}"]
         else:
             context.update(
                 nodes=state.nodes,

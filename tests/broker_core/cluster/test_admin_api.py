@@ -498,5 +498,27 @@ def test_admin_api_promote_refuses_what_it_cannot_do(node):
     assert code == 400 and body["error"].startswith("operator:")
     code, body = call(base, "POST", "/v1/promote", {"operator": "ops", "role": "X"})
     assert code == 400 and body["error"].startswith("role:")
+    code, body = call(base, "POST", "/v1/promote", {"operator": "  "})
+    assert code == 400 and body["error"].startswith("operator:")
+    code, body = call(base, "POST", "/v1/promote", {"operator": "ops", "force": "no"})
+    assert code == 400 and body["error"].startswith("force:")
     code, body = call(base, "POST", "/v1/promote", {"operator": "ops"})
     assert code == 409 and "not a cluster node" in body["error"]
+
+
+def test_admin_api_refuses_a_bad_content_length(node):
+    import http.client
+    import urllib.parse
+
+    base, _ids = node
+    url = urllib.parse.urlsplit(base)
+    for length in ("-1", "x", str(1 << 20)):
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+        conn.putrequest("POST", "/v1/topics")
+        conn.putheader("Authorization", f"Bearer {TOKEN}")
+        conn.putheader("Content-Length", length)
+        conn.endheaders()
+        r = conn.getresponse()
+        assert r.status == 400, length
+        assert json.loads(r.read())["error"].startswith("Content-Length:"), length
+        conn.close()

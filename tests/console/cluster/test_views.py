@@ -35,7 +35,10 @@ def test_silent_nodes_are_asked_at_once_and_named(nodes, client_as, settings):
         assert f'data-node="{name}:0"' in body
     # The three silent nodes held their requests open at the same time: their
     # timeouts overlap (one total wait for the page), they do not add up.
-    assert silent.most_open == 3
+    # Every path of every master is asked at once (status, halves, lag, delays).
+    from console.cluster.services import MASTER_PATHS, NODE_PATHS
+
+    assert silent.most_open == 3 * len(NODE_PATHS + MASTER_PATHS)
 
 
 def _cells(body: str, table: str, attrs: tuple[str, ...], cell: str) -> set[tuple]:
@@ -126,3 +129,73 @@ def test_single_store_pages_say_which_store_they_show(client_as, settings):
     for url in ("/cluster/", "/audit/", "/reports/"):
         body = viewer.get(url).content.decode()
         assert 'data-testid="store-scope"' not in body, url
+
+
+def test_a_registry_that_does_not_answer_is_said_not_a_server_error(
+    client_as, settings
+):
+    # A port nothing listens on: the registry's Redis is down.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings.BROKER_CLUSTER = "c-down"
+    settings.REGISTRY_URL = f"redis://127.0.0.1:{port}/0"
+    settings.CLUSTER_ADMIN_TOKEN_FILE = "/nonexistent"
+    admin = client_as("admin")
+    r = admin.get("/cluster/", {"search_node": "broker-a:0", "topic": "orders"})
+    assert r.status_code == 200
+    body = r.content.decode()
+    assert "Not reachable: the route registry" in body
+    assert "Search: broker-a:0: route registry:" in body
+    for url, data in (
+        ("/cluster/consumers/reset/", {"node": "broker-a", "group": "g",
+                                       "topic": "t", "offset": "0", "reason": "why"}),
+        ("/cluster/delays/cancel/", {"node": "broker-a", "msg_id": "AB" * 16,
+                                     "reason": "why"}),
+        ("/cluster/nodes/broker-a:1/promote/", {"role": "ASYNC_MASTER",
+                                                "reason": "why", "confirm": "PROMOTE"}),
+        ("/cluster/broker-a/halves/ABCD/rollback/", {"reason": "why"}),
+    ):  # fmt: skip
+        r = admin.post(url, data, follow=True)
+        assert r.status_code == 200, url
+        assert "route registry:" in r.content.decode(), url
+
+
+def test_a_node_slow_on_one_path_keeps_its_other_answers(
+    nodes, client_as, settings, monkeypatch
+):
+    from console.cluster import services
+
+    settings.CLUSTER_ADMIN_TIMEOUT_S = 1.0
+    broker = nodes.start("broker-a")
+    tx = TransactionService(broker)
+    tid = tx.send_half("PID_shop", Message("orders", b"x")).transaction_id
+    tx.close()
+    # broker-a answers everything but /v1/delays, which its admin API serves
+    # from a node that hangs (a long delay backlog, a stuck lock).
+    silent = nodes.silent("broker-q")
+    key = "broker-a:0"
+    base = services._find("broker-a", 0).admin
+    slow = f"http://127.0.0.1:{silent.port}"
+    calls = {key: (base, services.NODE_PATHS + services.MASTER_PATHS)}
+    got = services.ask_nodes(calls)
+    assert not isinstance(got[key], services.NodeUnavailable)
+    # The same node with its delays path on the silent host.
+    real_call = services.admin_call
+
+    def routed(b, method, path, body=None, timeout=None):
+        return real_call(slow if path == "/v1/delays" else b, method, path, body,
+                         timeout)  # fmt: skip
+
+    monkeypatch.setattr(services, "admin_call", routed)
+    got = services.ask_nodes(calls)
+    body = client_as("viewer").get("/cluster/").content.decode()
+    answers = got[key]
+    assert isinstance(answers, dict)
+    assert isinstance(answers["/v1/delays"], services.NodeUnavailable)
+    assert answers["/v1/node"]["log_end"] > 0
+    assert f'data-tid="{tid}" data-node="broker-a"' in body
+    assert "broker-a (ASYNC_MASTER) did not answer /v1/delays" in body
+    assert "Not reachable: broker-a " not in body
