@@ -58,11 +58,12 @@ def check_name(name: str) -> str:
 
 def cluster_mode() -> bool:
     """Whether reports read the nodes' exports (``<export>/<node>/``): this
-    console or host belongs to a cluster. Else one host exports at
-    ``<export>`` itself (the layout from before nodes)."""
-    return bool(
-        settings.BROKER_NODE or settings.CLUSTER_NODES or settings.BROKER_CLUSTER
-    )
+    host is a node (``BROKER_NODE``) or the console knows the nodes that
+    export (``CLUSTER_NODES``). Else one host exports at ``<export>`` itself
+    (the layout from before nodes), as ``export_now`` writes it: a console
+    that only shows the Cluster page (``BROKER_CLUSTER``) reports on its own
+    store, as its other single-store pages do."""
+    return bool(settings.BROKER_NODE or settings.CLUSTER_NODES)
 
 
 def check_node(node: str) -> str:

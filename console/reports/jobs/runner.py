@@ -168,7 +168,13 @@ def load_node_records(
     if node is not None:
         names = [nodes.check_name(node)]
     else:
-        names = sorted({*expected, *nodes.find_nodes(root), own_node} - {""})
+        # The nodes the console names (CLUSTER_NODES), else every node that
+        # exported: a node retired from the list keeps its old export in the
+        # object store, which must not fail every run as stale.
+        names = sorted(
+            ({*expected, own_node} if expected else {*nodes.find_nodes(root), own_node})
+            - {""}
+        )
     if not names:
         raise ReportInputError(
             f"no node has exported to {root.uri} yet (each node's host exports "

@@ -33,6 +33,19 @@ def test_a_single_host_has_no_node_to_choose(single_host, api_as, client_as):
     assert 'name="node"' not in page
 
 
+def test_a_console_with_only_the_cluster_page_reports_on_its_own_store(settings):
+    # BROKER_CLUSTER alone turns on the Cluster page; the reports worker then
+    # exports at the single host's layout, and runs must read that one.
+    from console.reports import services
+
+    settings.BROKER_NODE = ""
+    settings.CLUSTER_NODES = []
+    settings.BROKER_CLUSTER = "c1"
+    assert not services.cluster_mode()
+    settings.CLUSTER_NODES = ["broker-a"]
+    assert services.cluster_mode()
+
+
 def test_a_run_or_schedule_names_a_known_node(two_nodes, api_as, client_as):
     from django_celery_beat.models import PeriodicTask
 
