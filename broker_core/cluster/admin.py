@@ -14,7 +14,8 @@ First slice, what the cluster console needs:
 * ``GET /v1/node``: name, cluster, role, log end, replication (slaves of a
   master with their lag; a slave's master and its lag);
 * ``GET /v1/halves?state=PENDING&topic=&producer_group=&page=&page_size=``;
-* ``POST /v1/halves/<transaction id>/commit`` and ``.../rollback`` with
+* ``POST /v1/halves/<transaction id>/commit``, ``.../rollback`` and
+  ``.../resume`` (a discarded half checked again) with
   ``{"operator": name}``: the operator's decision, recorded in the log with
   that name (the console audits it on its side too);
 * ``GET /v1/topics``: topics with their queue counts and depths;
@@ -61,7 +62,7 @@ from broker_core.cluster.admin_store import AdminError, StoreOperations, operato
 
 log = logging.getLogger(__name__)
 
-_DECIDE = re.compile(r"^/v1/halves/([0-9A-Fa-f]{1,64})/(commit|rollback)$")
+_DECIDE = re.compile(r"^/v1/halves/([0-9A-Fa-f]{1,64})/(commit|rollback|resume)$")
 _RESET = re.compile(r"^/v1/consumers/([^/]{1,512})/reset$")
 _CANCEL = re.compile(r"^/v1/delays/([0-9A-Fa-f]{1,64})/cancel$")
 _MAX_BODY = 64 * 1024
@@ -156,7 +157,10 @@ class AdminServer:
         if not self.ep.writable():
             raise AdminError(503, "this node is a slave: decide on its master")
         operator = operator_of(body)
-        action = self.ep.tx.commit if verb == "commit" else self.ep.tx.rollback
+        tx = self.ep.tx
+        action = {"commit": tx.commit, "rollback": tx.rollback, "resume": tx.resume}[
+            verb
+        ]
         try:
             result = action(tid, operator=operator)
         except UnknownTransactionError as exc:

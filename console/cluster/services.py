@@ -200,9 +200,10 @@ def ask_nodes(
 
 
 HALVES_PATH = "/v1/halves?state=PENDING&page_size=200"
+DISCARDED_PATH = "/v1/halves?state=DISCARDED&page_size=200"
 #: What the page asks every node, and every master besides.
 NODE_PATHS = ["/v1/node"]
-MASTER_PATHS = [HALVES_PATH, "/v1/consumers", "/v1/delays"]
+MASTER_PATHS = [HALVES_PATH, DISCARDED_PATH, "/v1/consumers", "/v1/delays"]
 
 
 @dataclass
@@ -212,6 +213,8 @@ class ClusterState:
     nodes: list[NodeView]
     #: pending halves of every master, each with its ``node``
     halves: list[dict[str, Any]] = field(default_factory=list)
+    #: discarded halves (checked the most times, no answer) of every master
+    discarded: list[dict[str, Any]] = field(default_factory=list)
     #: lag per group, topic and master (``group``, ``topic``, ``node``,
     #: ``queues``, ``lag``, ``max_lag``), most behind first
     lag: list[dict[str, Any]] = field(default_factory=list)
@@ -262,9 +265,12 @@ def cluster_state() -> ClusterState:
             view.lag_bytes = following.get("lag_bytes")
         for h in got.get(HALVES_PATH, {}).get("items", ()):
             state.halves.append({"node": view.name, **h})
+        for h in got.get(DISCARDED_PATH, {}).get("items", ()):
+            state.discarded.append({"node": view.name, **h})
         state.lag += _lag_rows(view.name, got.get("/v1/consumers", {}))
         state.delays += _delay_rows(view.name, got.get("/v1/delays", {}))
     state.halves.sort(key=lambda r: (r.get("born_timestamp") or 0, r["node"]))
+    state.discarded.sort(key=lambda r: (r.get("born_timestamp") or 0, r["node"]))
     state.lag.sort(key=lambda r: (-r["lag"], r["group"], r["topic"], r["node"]))
     state.delays.sort(key=lambda r: (r["kind"] != "level", r["level"], r["node"]))
     return state
@@ -314,9 +320,10 @@ def _delay_rows(node: str, answer: dict[str, Any]) -> list[dict[str, Any]]:
 
 def decide(node: str, transaction_id: str, verb: str, actor: Any, reason: str,
            request: Any = None) -> Any:  # fmt: skip
-    """Commit or roll back a half on the master of ``node`` that holds it,
-    audited (object ``<node>/<transaction id>``)."""
-    if verb not in ("commit", "rollback"):
+    """Commit, roll back or resume (a discarded half checked again) a half on
+    the master of ``node`` that holds it, audited (object ``<node>/<transaction
+    id>``)."""
+    if verb not in ("commit", "rollback", "resume"):
         raise ValueError(f"unknown decision {verb!r}")
     target = _find(node)
     if target is None or not target.is_master:

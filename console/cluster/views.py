@@ -21,7 +21,8 @@ from console.ui.roles import ADMIN, OPERATOR, has_role
 @viewer_required
 def cluster(request: HttpRequest) -> HttpResponse:
     context = {"enabled": services.enabled(), "cluster": "", "nodes": [],
-               "halves": [], "lag": [], "delays": [], "errors": []}  # fmt: skip
+               "halves": [], "discarded": [], "lag": [], "delays": [],
+               "errors": []}  # fmt: skip
     if context["enabled"]:
         from django.conf import settings
 
@@ -34,6 +35,7 @@ def cluster(request: HttpRequest) -> HttpResponse:
             context.update(
                 nodes=state.nodes,
                 halves=state.halves,
+                discarded=state.discarded,
                 lag=state.lag,
                 delays=state.delays,
                 errors=state.errors,
@@ -170,7 +172,8 @@ def decide(request: HttpRequest, node: str, transaction_id: str, verb: str):
     except (services.NodeUnavailable, ValueError) as exc:
         messages.error(request, f"{verb} of {transaction_id} on {node} failed: {exc}")
     else:
-        done = "Committed" if verb == "commit" else "Rolled back"
+        done = {"commit": "Committed", "rollback": "Rolled back",
+                "resume": "Resumed"}.get(verb, verb)  # fmt: skip
         messages.success(request, f"{done} {transaction_id} on {node}.")
     return redirect("cluster:overview")
 

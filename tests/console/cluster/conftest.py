@@ -57,7 +57,12 @@ class Nodes:
         from broker_core.endpoint.server import Endpoint
 
         key = f"{name}:{broker_id}"
-        broker = Broker.open(str(self.tmp / key.replace(":", "-")), **SMALL_STORE)
+        # Ids carry the store's host: distinct per node, as serve --cluster
+        # makes them (two nodes would otherwise hand out the same ids).
+        host = f"127.0.0.1:{20000 + len(self.brokers)}"
+        broker = Broker.open(
+            str(self.tmp / key.replace(":", "-")), store_host=host, **SMALL_STORE
+        )
         ep = Endpoint(broker, EndpointConfig())
         admin = AdminServer(ep, "127.0.0.1:0", TOKEN).start()
         self._stops += [broker.close, ep.close, admin.stop]

@@ -190,3 +190,36 @@ def test_a_viewer_is_refused_the_actions(nodes, client_as):
     assert not AuditRecord.objects.exists()
     body = client_as("operator").get("/cluster/").content.decode()
     assert 'data-testid="reset-form"' in body and 'data-testid="cancel-form"' in body
+
+
+def test_a_discarded_half_is_listed_and_resumed_on_its_node(nodes, client_as):
+    from broker_core.transaction import TransactionService, TransactionState
+
+    a = nodes.start("broker-a")
+    b = nodes.start("broker-b")
+    ids = {}
+    for name, broker in (("broker-a", a), ("broker-b", b)):
+        tx = TransactionService(broker)
+        ids[name] = tx.send_half("PID_shop", Message("orders", b"x")).transaction_id
+        tx.close()
+    # broker-b's checks gave up on its half (its producer never answered).
+    svc = nodes.endpoints["broker-b:0"].tx
+    assert svc.discard(svc.locate(ids["broker-b"]), "max checks", 0) == "discarded"
+
+    body = client_as("viewer").get("/cluster/").content.decode()
+    part = body.split('data-testid="cluster-discarded"', 1)[1].split("</table>")[0]
+    assert f'data-tid="{ids["broker-b"]}" data-node="broker-b"' in part
+    assert ids["broker-a"] not in part
+    assert "Resume" not in part  # a viewer sees no action
+
+    url = f"/cluster/broker-b/halves/{ids['broker-b']}/resume/"
+    refused = client_as("viewer").post(url, {"reason": "retry it"}, follow=True)
+    assert "needs the operator role" in refused.content.decode()
+    done = client_as("operator").post(url, {"reason": "checker fixed"}, follow=True)
+    assert f"Resumed {ids['broker-b']} on broker-b." in done.content.decode()
+    assert svc.state(ids["broker-b"]) == TransactionState.PENDING
+    record = AuditRecord.objects.get(action="transaction.resume")
+    assert record.object_id == f"broker-b/{ids['broker-b']}"
+    assert record.status == AuditRecord.Status.SUCCESS
+    body = client_as("viewer").get("/cluster/").content.decode()
+    assert 'data-testid="cluster-discarded"' not in body
