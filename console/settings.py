@@ -226,6 +226,8 @@ CLUSTER_ADMIN_TOKEN_FILE = env.str("CLUSTER_ADMIN_TOKEN_FILE", default="")
 # waits at most this plus a second for all of them) and one write's.
 CLUSTER_ADMIN_TIMEOUT_S = env.float("CLUSTER_ADMIN_TIMEOUT_S", default=5.0)
 CLUSTER_ADMIN_WRITE_TIMEOUT_S = env.float("CLUSTER_ADMIN_WRITE_TIMEOUT_S", default=30.0)
+# The health banner warns of a slave this many bytes behind its master.
+CLUSTER_LAG_WARN_BYTES = env.int("CLUSTER_LAG_WARN_BYTES", default=64 << 20)
 # Celery per node (console/core/nodes.py): the nodes beat schedules the timers
 # for, each on queue node.<name>; and the node this process's store belongs to.
 CLUSTER_NODES = env.list("CLUSTER_NODES", default=[])

@@ -173,7 +173,30 @@ def _stuck() -> list[Alert]:
     ]
 
 
-CHECKS = (_background, _endpoint, _disk, _stuck)
+def _local_store() -> bool:
+    """Whether this console runs beside a store of its own: always on a single
+    host; in a cluster only on a node's host (``BROKER_NODE``). A console that
+    only manages a cluster has no local endpoint or disk to warn about."""
+    return not getattr(settings, "BROKER_CLUSTER", "") or bool(
+        getattr(settings, "BROKER_NODE", "")
+    )
+
+
+def _local_endpoint() -> list[Alert]:
+    return _endpoint() if _local_store() else []
+
+
+def _local_disk() -> list[Alert]:
+    return _disk() if _local_store() else []
+
+
+def _cluster() -> list[Alert]:
+    from console.cluster.health import cluster_alerts
+
+    return cluster_alerts(PROBE_TIMEOUT_S, Alert)
+
+
+CHECKS = (_background, _local_endpoint, _local_disk, _stuck, _cluster)
 
 _cache: tuple[float, list[Alert]] = (0.0, [])
 _lock = threading.Lock()

@@ -199,3 +199,41 @@ def test_a_node_slow_on_one_path_keeps_its_other_answers(
     assert f'data-tid="{tid}" data-node="broker-a"' in body
     assert "broker-a (ASYNC_MASTER) did not answer /v1/delays" in body
     assert "Not reachable: broker-a " not in body
+
+
+def test_the_banner_says_what_is_wrong_with_the_cluster(nodes, client_as, settings):
+    from broker_core.cluster import NodeInfo
+    from console.core.alerts import current_alerts, reset_cache
+
+    nodes.start("broker-a")
+    # broker-b's master is gone: only its slave heartbeats.
+    nodes.start("broker-b", role="SLAVE", broker_id=1)
+    # broker-a's slave is 5,000 bytes behind (the limit set low below).
+    nodes.registry.register(
+        NodeInfo(nodes.registry.cluster, "broker-a", 1, "SLAVE",
+                 endpoints=["broker-a.invalid:8081"], log_end=1000,
+                 master_log_end=6000)
+    )  # fmt: skip
+    settings.CLUSTER_NODES = ["broker-a", "broker-b", "broker-c"]
+    settings.CLUSTER_LAG_WARN_BYTES = 4096
+    settings.BROKER_NODE = ""
+    reset_cache()
+    titles = [a.title for a in current_alerts()]
+    assert "Node broker-c is not registered" in titles
+    assert "broker-b has no live master" in titles
+    assert "broker-a has no live master" not in titles
+    assert "broker-a:1 is 5,000 bytes behind its master" in titles
+    # A console that only manages the cluster has no endpoint of its own.
+    assert "The gRPC endpoint is down" not in titles
+    page = client_as("viewer").get("/topics/").content.decode()
+    assert "broker-b has no live master" in page
+
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings.REGISTRY_URL = f"redis://127.0.0.1:{port}/0"
+    reset_cache()
+    assert "The route registry is unreachable" in [a.title for a in current_alerts()]
+    reset_cache()
