@@ -178,13 +178,20 @@ def main(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="grpc-floor-")
     procs: dict[str, tuple[subprocess.Popen, int]] = {}
-    res: dict = {"calls": a.calls, "window": WINDOW, "cpus": os.cpu_count(),
-                 "load_before": [round(x, 2) for x in os.getloadavg()], "rows": []}  # fmt: skip
+    res: dict = {
+        "calls": a.calls,
+        "window": WINDOW,
+        "cpus": os.cpu_count(),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "rows": [],
+    }
     try:
         for kind in KINDS:
             port = free_port()
-            p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "_serve",
-                                  kind, str(port)], stdout=subprocess.DEVNULL)  # fmt: skip
+            p = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "_serve", kind, str(port)],
+                stdout=subprocess.DEVNULL,
+            )
             procs[kind] = (p, port)
         port = free_port()
         p = subprocess.Popen(
@@ -210,13 +217,20 @@ def main(argv: list[str]) -> int:
                 c0, t0 = cpu_s(p.pid), time.time()
                 errors = call_many(f"127.0.0.1:{port}", method, a.calls, with_md, proto)
                 t1, c1 = time.time(), cpu_s(p.pid)
-                row = {"round": r + 1, "server": label, "errors": errors,
-                       "calls_per_s": round(a.calls / (t1 - t0), 1),
-                       "server_us_per_call": round((c1 - c0) / a.calls * 1e6, 1)}  # fmt: skip
+                row = {
+                    "round": r + 1,
+                    "server": label,
+                    "errors": errors,
+                    "calls_per_s": round(a.calls / (t1 - t0), 1),
+                    "server_us_per_call": round((c1 - c0) / a.calls * 1e6, 1),
+                }
                 res["rows"].append(row)
-                print(f"{label:<26}{row['calls_per_s']:>10,.0f}"
-                      f"{row['server_us_per_call']:>16,.0f}"
-                      + (f"  ({errors} errors)" if errors else ""), flush=True)  # fmt: skip
+                failed = f"  ({errors} errors)" if errors else ""
+                print(
+                    f"{label:<26}{row['calls_per_s']:>10,.0f}"
+                    f"{row['server_us_per_call']:>16,.0f}{failed}",
+                    flush=True,
+                )
     finally:
         for p, _ in procs.values():
             p.send_signal(signal.SIGTERM)
