@@ -266,9 +266,7 @@ class AdminServer:
     def consumers(self) -> dict[str, Any]:
         from broker_core.lag import consumer_lag
 
-        # The endpoint's client table belongs to its event loop: copy it once
-        # (one C-level call) rather than iterate it from this thread.
-        clients = [c.as_json() for c in list(self.ep.clients.values())]
+        clients = self.ep.client_rows()
         return {"queues": _jsonable(consumer_lag(self.ep.store, clients))}
 
     def delays(self) -> dict[str, Any]:

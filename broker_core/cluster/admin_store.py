@@ -214,7 +214,7 @@ class StoreOperations:
         store = self.ep.store
         if store.topic_config(topic) is None:
             raise AdminError(404, f"topic: no topic {topic!r} on this node")
-        clients = [c.as_json() for c in list(self.ep.clients.values())]
+        clients = self.ep.client_rows()
         if not any(
             g == group and t == topic
             for g, t, _q, _c in subscribed_queues(store, clients)
@@ -273,5 +273,5 @@ class StoreOperations:
         or remembered), only those of ``group`` if given."""
         # The endpoint's client table belongs to its event loop: copy it once
         # (one C-level call) rather than iterate it from this thread.
-        raw = [c.as_json() for c in list(self.ep.clients.values())]
+        raw = self.ep.client_rows()
         return {"clients": client_rows(raw, query.get("group") or None)}

@@ -348,6 +348,12 @@ class Endpoint:
                 continue
             self.clients[c.client_id] = c
 
+    def client_rows(self) -> list[dict[str, Any]]:
+        """The clients as JSON rows, for another thread (the admin API): the
+        table is copied in one C-level call, not iterated while the event
+        loop may change it."""
+        return [c.as_json() for c in list(self.clients.values())]
+
     def clients_snapshot(
         self, force: bool = False, pop_stats: dict[str, Any] | None = None
     ) -> dict[str, Any] | None:
