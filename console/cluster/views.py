@@ -50,7 +50,7 @@ def cluster(request: HttpRequest) -> HttpResponse:
 
 
 @viewer_required
-def node(request: HttpRequest, node: str) -> HttpResponse:
+def node_page(request: HttpRequest, node: str) -> HttpResponse:
     """One node through its admin API: status, metrics, topics, clients,
     consumer lag, delay levels and pending halves; 404 for a key the
     registry does not know."""
