@@ -317,3 +317,16 @@ def test_a_node_page_needs_a_signed_in_user(nodes, client):
     nodes.start("broker-a")
     r = client.get("/cluster/nodes/broker-a:0/")
     assert r.status_code in (302, 403)
+
+
+def test_a_registry_that_does_not_answer_is_said_on_the_node_page(client_as, settings):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings.BROKER_CLUSTER = "c-down"
+    settings.REGISTRY_URL = f"redis://127.0.0.1:{port}/0"
+    r = client_as("viewer").get("/cluster/nodes/broker-a:0/")
+    assert r.status_code == 200
+    assert "Not reachable: the route registry" in r.content.decode()
