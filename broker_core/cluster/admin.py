@@ -12,7 +12,8 @@ slave asked to decide).
 First slice, what the cluster console needs:
 
 * ``GET /v1/node``: name, cluster, role, log end, replication (slaves of a
-  master with their lag; a slave's master and its lag);
+  master with their lag; a slave's master and its lag), the endpoint's
+  counters;
 * ``GET /v1/halves?state=PENDING&topic=&producer_group=&page=&page_size=``;
 * ``POST /v1/halves/<transaction id>/commit``, ``.../rollback`` and
   ``.../resume`` (a discarded half checked again) with
@@ -124,7 +125,15 @@ class AdminServer:
         ep = self.ep
         out: dict[str, Any] = {
             "log_end": ep.store.max_physical_offset(),
-            "counters": dict(ep.counters),
+            # As the endpoint's clients.json: its counters and its group
+            # commits (SendMessage calls and acks per job on its threads).
+            "counters": dict(ep.counters)
+            | {
+                "send_jobs": ep.sending.group.jobs,
+                "send_calls": ep.sending.group.items,
+                "ack_jobs": ep.consuming.acks.jobs,
+                "ack_calls": ep.consuming.acks.items,
+            },
         }
         if ep.node is not None:
             out.update(ep.node.status())

@@ -2,16 +2,17 @@
 with commit (admins) and roll back (operators), each sent to its node, and
 every master's consumer lag and delay levels, with the node shown; a message
 search on a chosen node, and an offset reset and a delayed message's cancel
-on a chosen master (operators)."""
+on a chosen master (operators); and the page of one node."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from console.cluster import services
+from console.cluster import node_detail, services
 from console.cluster.forms import CancelForm, ResetForm, SearchForm
 from console.ui.forms import to_ms
 from console.ui.permissions import admin_required, viewer_required
@@ -46,6 +47,36 @@ def cluster(request: HttpRequest) -> HttpResponse:
     context["reset_form"] = ResetForm()
     context["cancel_form"] = CancelForm()
     return render(request, "cluster/cluster.html", context)
+
+
+@viewer_required
+def node_page(request: HttpRequest, node: str) -> HttpResponse:
+    """One node through its admin API: status, metrics, topics, clients,
+    consumer lag, delay levels and pending halves; 404 for a key the
+    registry does not know."""
+    context: dict = {"key": node, "cluster": getattr(settings, "BROKER_CLUSTER", "")}
+    if not services.enabled():
+        context["missing"] = "This console manages a single node: no cluster is set."
+        return render(request, "cluster/node.html", context, status=404)
+    if node_detail.parse_key(node) is None:
+        context["missing"] = (
+            f"{node!r} is not a node key: a node is named by its broker name "
+            "and id, as broker-a:0."
+        )
+        return render(request, "cluster/node.html", context, status=404)
+    try:
+        detail = node_detail.node_detail(node)
+    except services.NodeUnavailable as exc:
+        context["errors"] = [f"Not reachable: the route registry: {exc}"]
+        return render(request, "cluster/node.html", context)
+    if detail is None:
+        context["missing"] = (
+            f"No live node {node} in cluster {context['cluster']}: it is not "
+            "registered, or it has stopped heartbeating."
+        )
+        return render(request, "cluster/node.html", context, status=404)
+    context.update(detail=detail, n=detail.node, errors=detail.errors)
+    return render(request, "cluster/node.html", context)
 
 
 def _search(request: HttpRequest, context: dict) -> SearchForm:

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import selectors
 import socket
+import subprocess
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +20,7 @@ import pytest
 
 from broker_core import Broker
 from broker_core.cluster import NodeInfo, RouteRegistry
+from tests.conftest import ROOT
 from tests.console.conftest import SMALL_STORE
 
 REGISTRY_URL = "redis://127.0.0.1:6379/11"
@@ -71,6 +75,39 @@ class Nodes:
         self.register(name, f"http://{admin.address}", role, broker_id)
         return broker
 
+    def serve(self, name: str) -> str:
+        """``python -m broker_core serve`` in its own process, its gRPC
+        endpoint and admin API on free ports, registered as the master
+        ``name``; return the gRPC address clients call."""
+        token = self.tmp / "serve.token"
+        token.write_text(TOKEN + "\n")
+        grpc, admin = _free_port(), _free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "broker_core", "serve",
+             "--store", str(self.tmp / f"served-{name}"),
+             "--listen", f"127.0.0.1:{grpc}", "--admin-listen", f"127.0.0.1:{admin}",
+             "--admin-token-file", str(token), "--no-redis-relay"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+        def stop() -> None:
+            proc.terminate()
+            proc.wait(timeout=20)
+
+        self._stops.append(stop)
+        deadline = time.monotonic() + 30
+        for port in (admin, grpc):
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    assert proc.poll() is None, "serve exited"
+                    assert time.monotonic() < deadline, "serve did not listen"
+                    time.sleep(0.1)
+        self.register(name, f"http://127.0.0.1:{admin}")
+        return f"127.0.0.1:{grpc}"
+
     def silent(self, *names: str) -> SilentListener:
         """Nodes whose admin address (one socket for all of them) accepts
         connections and never answers."""
@@ -86,6 +123,12 @@ class Nodes:
         keys = list(self.registry.redis.scan_iter(f"{self.registry.prefix}:*"))
         if keys:
             self.registry.redis.delete(*keys)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class SilentListener:

@@ -39,3 +39,35 @@ def test_the_cluster_page_fits_and_shows_every_part(nodes, page, sign_in, screen
     window = page.evaluate("window.innerWidth")
     screenshot(page, "cluster-page")
     assert width <= window, f"the page is {width} px wide in a {window} px window"
+
+
+def test_a_node_page_fits_the_window(nodes, page, sign_in, screenshot):
+    from broker_core.endpoint.clients import ClientInfo
+
+    a = nodes.start("broker-a")
+    nodes.start("broker-a", role="SLAVE", broker_id=1)
+    for i in range(3):
+        a.create_topic(f"orders-with-a-long-topic-name-{i}", 8)
+        a.send(Message(f"orders-with-a-long-topic-name-{i}", b"y"))
+        a.commit_offset(f"GID_billing_{i}", f"orders-with-a-long-topic-name-{i}", 0, 0)
+    # Clients as the endpoint records them, with long ids and many topics.
+    ep = nodes.endpoints["broker-a:0"]
+    for i in range(3):
+        cid = f"10.0.0.{i}@12345#1234567890#producer-with-a-long-instance-name-{i}"
+        ep.clients[cid] = ClientInfo(
+            cid, client_type="PRODUCER", language="JAVA", version="5.0.7",
+            topics=[f"orders-with-a-long-topic-name-{j}" for j in range(3)],
+        )  # fmt: skip
+    ep.delays.send_delayed(Message("orders-with-a-long-topic-name-0", b"d"), level=5)
+    sign_in(page, "viewer")
+    page.goto("/cluster/")
+    page.click("[data-testid=node-link] >> text=broker-a >> nth=0")
+    page.wait_for_url("**/cluster/nodes/broker-a:0/")
+    for part in ("node-status", "node-metrics", "node-topics", "node-clients",
+                 "node-lag", "node-delays"):  # fmt: skip
+        assert page.locator(f"[data-testid={part}]").count() == 1, part
+    assert page.locator("[data-testid=node-clients] tbody tr").count() == 3
+    width = page.evaluate("document.documentElement.scrollWidth")
+    window = page.evaluate("window.innerWidth")
+    screenshot(page, "cluster-node-page")
+    assert width <= window, f"the page is {width} px wide in a {window} px window"

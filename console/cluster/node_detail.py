@@ -1,0 +1,174 @@
+"""One node of the cluster as its page shows it: status and replication, the
+endpoint's counters, topics, clients, consumer lag per queue, delay levels
+and pending halves, every path of its admin API asked at once
+(``services.ask_nodes``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker_core.metadata import PERM_READ, PERM_WRITE
+from console.cluster.services import (
+    NodeUnavailable,
+    NodeView,
+    _delay_rows,
+    _find,
+    ask_nodes,
+)
+
+STATUS_PATH = "/v1/node"
+TOPICS_PATH = "/v1/topics"
+CLIENTS_PATH = "/v1/clients"
+CONSUMERS_PATH = "/v1/consumers"
+DELAYS_PATH = "/v1/delays"
+#: One row is enough: a state-only filter counts its total exactly.
+PENDING_PATH = "/v1/halves?state=PENDING&page_size=1"
+
+#: What the page asks every node (the status first: without it the node is
+#: shown as not answering), and a master besides: a slave's delay progress
+#: and halves are its master's copies, delivered and decided there.
+NODE_PATHS = [STATUS_PATH, TOPICS_PATH, CLIENTS_PATH, CONSUMERS_PATH]
+MASTER_PATHS = [DELAYS_PATH, PENDING_PATH]
+
+#: The endpoint counters of ``GET /v1/node``: key, label, what it counts.
+COUNTERS = [
+    ("sent", "Messages sent", "stored from producers' SendMessage calls"),
+    ("received", "Messages received", "handed to consumers by ReceiveMessage"),
+    ("acked", "Messages acked", "acknowledged by consumers"),
+    ("checks_sent", "Transaction checks sent", "asked of producers for a half"),
+    ("retries_deduplicated", "Retries deduplicated",
+     "resent by a client and stored once"),
+    ("send_jobs", "Send jobs",
+     "batches of sends stored on the writer thread: sends that found the log busy"),
+    ("ack_jobs", "Ack jobs",
+     "batches of acks on the consumer thread: acks that found the pop state busy"),
+]  # fmt: skip
+
+#: Each section of the page and the path it comes from.
+SECTIONS = {
+    "topics": TOPICS_PATH,
+    "clients": CLIENTS_PATH,
+    "lag": CONSUMERS_PATH,
+    "delays": DELAYS_PATH,
+    "halves": PENDING_PATH,
+}
+
+
+@dataclass
+class NodeDetail:
+    """What the page of one node shows."""
+
+    node: NodeView
+    #: how long ago the node last heartbeated to the registry
+    heartbeat_age_ms: int = 0
+    #: a slave's master (its HA address) as the node reports it
+    master: str = ""
+    #: the node's last failure to heartbeat to the route registry
+    registry_error: str = ""
+    #: ``label``, ``help``, ``key``, ``value`` (None: not reported)
+    counters: list[dict[str, Any]] = field(default_factory=list)
+    #: ``topic``, ``read_queues``, ``write_queues``, ``perm``, ``depth``
+    topics: list[dict[str, Any]] = field(default_factory=list)
+    clients: list[dict[str, Any]] = field(default_factory=list)
+    #: per group, topic and queue: committed offset, queue end, lag
+    lag: list[dict[str, Any]] = field(default_factory=list)
+    delays: list[dict[str, Any]] = field(default_factory=list)
+    #: the master's pending halves (None: a slave, or not answered)
+    pending_halves: int | None = None
+    #: section -> why it is missing (its path did not answer or failed)
+    missing: dict[str, str] = field(default_factory=dict)
+    #: what did not answer, as sentences for the page
+    errors: list[str] = field(default_factory=list)
+
+
+def parse_key(key: str) -> tuple[str, int] | None:
+    """``name:broker_id`` -> (name, id); None for anything else."""
+    name, sep, bid = key.rpartition(":")
+    if not sep or not name or not bid.isdigit():
+        return None
+    return name, int(bid)
+
+
+def node_detail(key: str) -> NodeDetail | None:
+    """The live node ``key`` (``name:broker_id``) and what its admin API
+    answers, every path at once; None when the registry has no such node.
+    Raises ``NodeUnavailable`` when the registry does not answer."""
+    parsed = parse_key(key)
+    if parsed is None:
+        return None
+    info = _find(*parsed)
+    if info is None:
+        return None
+    view = NodeView(
+        info.name, info.broker_id, info.role, info.endpoints, info.admin,
+        info.log_end, info.heartbeat_ms,
+    )  # fmt: skip
+    paths = NODE_PATHS + (MASTER_PATHS if view.is_master else [])
+    got = ask_nodes({view.key: (info.admin, paths)})[view.key]
+    detail = NodeDetail(view)
+    detail.heartbeat_age_ms = max(0, int(time.time() * 1000) - info.heartbeat_ms)
+    if isinstance(got, NodeUnavailable):
+        view.error = str(got)
+        detail.errors.append(f"Not reachable: {view.key} ({view.role}): {got}")
+        detail.missing = {s: str(got) for s, p in SECTIONS.items() if p in paths}
+        return detail
+    for path, answer in got.items():
+        if isinstance(answer, NodeUnavailable):
+            what = "answered" if answer.status else "did not answer"
+            detail.errors.append(f"{view.key} {what} {path.split('?')[0]}: {answer}")
+            for section, p in SECTIONS.items():
+                if p == path:
+                    detail.missing[section] = str(answer)
+            got[path] = {}
+    _status(detail, got[STATUS_PATH])
+    detail.topics = _topic_rows(got.get(TOPICS_PATH, {}))
+    detail.clients = sorted(
+        got.get(CLIENTS_PATH, {}).get("clients", ()),
+        key=lambda c: (not c.get("online"), c.get("group") or "", c["client_id"]),
+    )
+    detail.lag = sorted(
+        got.get(CONSUMERS_PATH, {}).get("queues", ()),
+        key=lambda q: (q["group"], q["topic"], q["queue_id"]),
+    )
+    detail.delays = _delay_rows(view.name, got.get(DELAYS_PATH, {}))
+    if view.is_master and "halves" not in detail.missing:
+        detail.pending_halves = got[PENDING_PATH].get("total")
+    return detail
+
+
+def _status(detail: NodeDetail, status: dict[str, Any]) -> None:
+    """Fill the node's replication, registry error and counters from its
+    ``GET /v1/node``."""
+    view = detail.node
+    view.log_end = status.get("log_end", view.log_end)
+    view.slaves = status.get("slaves") or []
+    following = status.get("following") or {}
+    if following:
+        view.lag_bytes = following.get("lag_bytes")
+        detail.master = following.get("master") or ""
+    detail.registry_error = status.get("registry_error") or ""
+    counters = status.get("counters") or {}
+    detail.counters = [
+        {"key": key, "label": label, "help": help_, "value": counters.get(key)}
+        for key, label, help_ in COUNTERS
+    ]
+
+
+def _topic_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """A node's ``/v1/topics``, each topic's queue depths summed."""
+    rows = []
+    for t in answer.get("topics", ()):
+        perm = t.get("perm") or 0
+        rows.append(
+            {
+                "topic": t["topic"],
+                "read_queues": t["read_queues"],
+                "write_queues": t["write_queues"],
+                "perm": ("R" if perm & PERM_READ else "-")
+                + ("W" if perm & PERM_WRITE else "-"),
+                "depth": sum((t.get("depths") or {}).values()),
+            }
+        )
+    return sorted(rows, key=lambda r: r["topic"])
