@@ -1,0 +1,77 @@
+"""TLS on the HA link: contexts for the master and the slave, and what a
+failed handshake means.
+
+Opt-in: a master given a certificate and key speaks TLS only on its HA port; a
+slave given a CA verifies the master's certificate and host name. The HMAC
+handshake of ``protocol.py`` runs inside TLS as before, so a slave still
+proves it knows the shared secret to a master whose certificate it trusts.
+
+One ``ssl.SSLSocket`` is never used by two threads at once: OpenSSL forbids
+concurrent reads and writes on one connection, so a TLS link on the master is
+served by a single thread (``HAServer._stream`` reads the acks itself).
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+
+from broker_core.errors import ReplicationError
+
+#: First byte of a TLS record carrying a handshake message (a ClientHello);
+#: no HA frame type has this value.
+TLS_HANDSHAKE_RECORD = 0x16
+#: A TLS slave sends its ClientHello as soon as it is connected; a slave that
+#: says nothing this long is a plain one waiting for the master's CHALLENGE.
+CLIENT_HELLO_WAIT_S = 3.0
+
+
+def server_context(cert: str, key: str) -> ssl.SSLContext:
+    """Return the master's context serving ``cert`` (PEM chain) with ``key``.
+
+    Raises ``OSError`` if a file cannot be read, ``ssl.SSLError`` if they do
+    not make a certificate and its key.
+    """
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def client_context(ca: str) -> ssl.SSLContext:
+    """Return the slave's context trusting only the CA (or self-signed
+    certificate) in ``ca``; it checks the master's host name.
+
+    Raises ``OSError`` or ``ssl.SSLError`` if ``ca`` is not a PEM certificate.
+    """
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+def handshake_error(exc: ssl.SSLError, master: str) -> ReplicationError:
+    """Return the slave's account of a TLS handshake with ``master`` that failed."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return ReplicationError(
+            f"TLS: the certificate of {master} failed verification: "
+            f"{exc.verify_message} "
+            "(is --ha-tls-ca the CA that signed it, and --ha-tls-server-name "
+            "a name it holds?)"
+        )
+    return ReplicationError(
+        f"TLS handshake with {master} failed ({exc.reason or exc}): does the "
+        "master serve its HA link with TLS (--ha-tls-cert, --ha-tls-key)?"
+    )
+
+
+def shutdown(sock: socket.socket) -> None:
+    """Shut the connection down at the socket level, from any thread.
+
+    ``SSLSocket.shutdown`` drops its SSL object first, which a thread still in
+    ``sendall`` or ``recv`` on it would then trip over; shutting the file
+    descriptor down makes that thread's call fail with an ``OSError`` instead.
+    """
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass
