@@ -284,7 +284,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             ha_tls_server_name=args.ha_tls_server_name,
             sync_timeout_s=args.sync_timeout,
         )
-    elif args.ha_listen or args.master_ha:
+    elif args.ha_listen or args.master_ha or args.ha_tls_cert or args.ha_tls_ca:
         raise SystemExit(
             "replication needs cluster membership: give --cluster and --node"
         )

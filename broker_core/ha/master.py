@@ -35,7 +35,7 @@ from broker_core.ha.protocol import (
     welcome_mac,
 )
 from broker_core.ha.replica import fingerprint, last_fingerprint
-from broker_core.ha.tls import CLIENT_HELLO_WAIT_S, TLS_HANDSHAKE_RECORD
+from broker_core.ha.tls import accept, speaks_tls
 from broker_core.record import (
     BLANK,
     BLANK_MAGIC,
@@ -167,8 +167,9 @@ class HAServer:
         address = f"{addr[0]}:{addr[1]}"
         try:
             if self.tls is not None:
-                wrapped = self._wrap(raw, address)
+                wrapped = accept(self.tls, raw)
                 if wrapped is None:
+                    log.warning("HA slave %s refused: it does not speak TLS", address)
                     return
                 conn = Conn(wrapped)
             sock = conn.sock
@@ -203,37 +204,11 @@ class HAServer:
         finally:
             self._drop(link)
 
-    def _wrap(self, raw: socket.socket, address: str) -> ssl.SSLSocket | None:
-        """Return ``raw`` after the TLS handshake (None: a plain slave, refused)."""
-        assert self.tls is not None
-        raw.settimeout(CLIENT_HELLO_WAIT_S)
-        try:
-            first = raw.recv(1, socket.MSG_PEEK)
-        except TimeoutError:
-            first = b""
-        if first[:1] != bytes([TLS_HANDSHAKE_RECORD]):
-            # A plain slave waits for the CHALLENGE: say why in its own framing
-            # rather than leave it waiting until its read timeout.
-            reason = (
-                "this master's HA link speaks TLS only: give the slave "
-                "--ha-tls-ca (and --ha-tls-server-name if needed)"
-            )
-            log.warning("HA slave %s refused: it does not speak TLS", address)
-            try:
-                Conn(raw).send_json(Frame.REFUSE, {"reason": reason})
-            finally:
-                Conn(raw).close()
-            return None
-        raw.settimeout(HANDSHAKE_TIMEOUT_S)
-        return self.tls.wrap_socket(raw, server_side=True)
-
     def _handshake(self, conn: Conn, address: str) -> int | None:
         """Authenticate the slave; return where to stream from (None: refused)."""
         nonce = new_nonce()
         conn.send_json(Frame.CHALLENGE, {"version": PROTOCOL_VERSION, "nonce": nonce})
-        if self.tls is None and conn.sock.recv(1, socket.MSG_PEEK) == bytes(
-            [TLS_HANDSHAKE_RECORD]
-        ):
+        if self.tls is None and speaks_tls(conn.sock, HANDSHAKE_TIMEOUT_S):
             raise ReplicationError(
                 "the slave speaks TLS, this master's HA link is plain "
                 "(start it with --ha-tls-cert and --ha-tls-key)"

@@ -34,7 +34,6 @@ import struct
 from typing import Any
 
 from broker_core.errors import ReplicationError
-from broker_core.ha.tls import shutdown
 
 PROTOCOL_VERSION = 1
 # Frame header: type B | payload length I (big-endian).
@@ -192,7 +191,13 @@ class Conn:
 
     def close(self) -> None:
         """Close the connection; another thread blocked on it gets an OSError."""
-        shutdown(self.sock)
+        try:
+            # At the descriptor, also for an SSLSocket: its own shutdown drops
+            # the SSL object first, which a thread still in sendall or recv on
+            # it would trip over (AttributeError) instead of failing cleanly.
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
 
 

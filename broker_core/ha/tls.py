@@ -8,7 +8,8 @@ proves it knows the shared secret to a master whose certificate it trusts.
 
 One ``ssl.SSLSocket`` is never used by two threads at once: OpenSSL forbids
 concurrent reads and writes on one connection, so a TLS link on the master is
-served by a single thread (``HAServer._stream`` reads the acks itself).
+served by a single thread (``HAServer._stream`` reads the acks itself), and
+``Conn.close`` shuts the descriptor down rather than the ``SSLSocket``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import socket
 import ssl
 
 from broker_core.errors import ReplicationError
+from broker_core.ha.protocol import HANDSHAKE_TIMEOUT_S, Conn, Frame
 
 #: First byte of a TLS record carrying a handshake message (a ClientHello);
 #: no HA frame type has this value.
@@ -64,14 +66,37 @@ def handshake_error(exc: ssl.SSLError, master: str) -> ReplicationError:
     )
 
 
-def shutdown(sock: socket.socket) -> None:
-    """Shut the connection down at the socket level, from any thread.
-
-    ``SSLSocket.shutdown`` drops its SSL object first, which a thread still in
-    ``sendall`` or ``recv`` on it would then trip over; shutting the file
-    descriptor down makes that thread's call fail with an ``OSError`` instead.
-    """
+def speaks_tls(sock: socket.socket, wait: float) -> bool:
+    """Whether the peer's first byte, awaited ``wait`` seconds and left unread,
+    opens a TLS handshake."""
+    sock.settimeout(wait)
     try:
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except OSError:
-        pass
+        first = sock.recv(1, socket.MSG_PEEK)
+    except TimeoutError:
+        return False
+    return first == bytes([TLS_HANDSHAKE_RECORD])
+
+
+def accept(ctx: ssl.SSLContext, raw: socket.socket) -> ssl.SSLSocket | None:
+    """Return the master's end of ``raw`` after the TLS handshake, or None
+    after refusing a slave that does not speak TLS.
+
+    Raises ``OSError`` (``ssl.SSLError`` among them) if the handshake fails.
+    """
+    if not speaks_tls(raw, CLIENT_HELLO_WAIT_S):
+        # A plain slave waits for the CHALLENGE: tell it why in its own
+        # framing rather than leave it waiting until its read timeout.
+        conn = Conn(raw)
+        try:
+            conn.send_json(
+                Frame.REFUSE,
+                {
+                    "reason": "this master's HA link speaks TLS only: give the "
+                    "slave --ha-tls-ca (and --ha-tls-server-name if needed)"
+                },
+            )
+        finally:
+            conn.close()
+        return None
+    raw.settimeout(HANDSHAKE_TIMEOUT_S)
+    return ctx.wrap_socket(raw, server_side=True)

@@ -56,8 +56,8 @@ class Recorder:
             except OSError:
                 return
             self._socks += [down, up]
-            threading.Thread(target=self._pipe, args=(up, down, True)).start()
-            threading.Thread(target=self._pipe, args=(down, up, False)).start()
+            for args in ((up, down, True), (down, up, False)):
+                threading.Thread(target=self._pipe, args=args, daemon=True).start()
 
     def _pipe(self, src: socket.socket, dst: socket.socket, record: bool) -> None:
         try:
@@ -205,6 +205,36 @@ def test_the_certificate_must_name_the_master_or_the_server_name_given(
         assert assert_same_store(master, slave) == 200
     finally:
         srv.stop()
+
+
+def test_over_tls_a_sync_send_waits_for_the_slave_which_follows_a_restart(
+    tmp_path: Path, master: Broker, slave: Broker
+) -> None:
+    cert, key = make_cert(tmp_path, "master", "IP:127.0.0.1")
+    tls = server_context(str(cert), str(key))
+    srv = start_ha_server(master.store, "127.0.0.1:0", SECRET, tls=tls)
+    address = srv.address
+    f = SlaveFollower(slave.store, address, SECRET, tls=client_context(
+        str(cert))).start()  # fmt: skip
+    try:
+        wait_for(lambda: srv.replication_status(), 10, "the slave to connect")
+        # The acks come back through the sender's own reads on a TLS link.
+        for i in range(20):
+            master.send(Message("T", b"sync-%d" % i))
+            end = master.store.max_physical_offset()
+            assert srv.wait_replicated(end, 5.0)
+            assert slave.store.max_physical_offset() >= end
+        srv.stop()
+        wait_for(lambda: not f.status()["connected"], 15, "the slave to notice")
+        master.send_batch([Message("T", b"after-%d" % i) for i in range(100)])
+        srv = start_ha_server(master.store, address, SECRET, tls=tls)
+        end = master.store.max_physical_offset()
+        wait_for(lambda: slave.store.max_physical_offset() == end, 20, "a resume")
+        assert f.status()["connects"] == 2
+    finally:
+        f.stop()
+        srv.stop()
+    assert assert_same_store(master, slave) == 320
 
 
 def test_a_plain_slave_is_told_the_master_speaks_tls_only(
