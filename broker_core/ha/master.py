@@ -332,7 +332,7 @@ class HAServer:
                 next_beat = now + HEARTBEAT_S
             time.sleep(POLL_S)
 
-    def _ack(self, link: SlaveLink, kind: Frame, payload: bytes) -> None:
+    def _ack(self, link: SlaveLink, kind: Frame, payload: bytes | bytearray) -> None:
         if kind is not Frame.ACK or len(payload) != OFFSET.size:
             raise ReplicationError(f"unexpected {kind.name} from the slave")
         acked = OFFSET.unpack(payload)[0]

@@ -149,15 +149,33 @@ class Conn:
         except ValueError:
             raise ReplicationError(f"unknown frame type {kind}") from None
 
-    def recv(self) -> tuple[Frame, bytes]:
+    def recv(self) -> tuple[Frame, bytes | bytearray]:
         """Return the next frame; ``ConnectionError`` when the peer closed."""
         while (size := self._frame_size()) is None:
-            self._read_some(FRAME.size - len(self._buf))
-        while len(self._buf) < size:
-            self._read_some(size - len(self._buf))
-        return self._take(size)
+            self._read_some(FRAME.size)
+        if len(self._buf) >= size:
+            return self._take(size)
+        # A large frame (a DATA chunk) is read straight into its own buffer:
+        # through self._buf it would be copied twice more.
+        kind = self._buf[0]
+        payload = bytearray(size - FRAME.size)
+        have = len(self._buf) - FRAME.size
+        payload[:have] = self._buf[FRAME.size :]
+        self._buf.clear()
+        view = memoryview(payload)
+        while have < len(payload):
+            got = self.sock.recv_into(view[have:])
+            if not got:
+                raise ConnectionError("the peer closed the connection mid-frame")
+            have += got
+        view.release()
+        try:
+            # The bytearray itself, not a bytes copy: every caller only reads it.
+            return Frame(kind), payload
+        except ValueError:
+            raise ReplicationError(f"unknown frame type {kind}") from None
 
-    def recv_nowait(self) -> tuple[Frame, bytes] | None:
+    def recv_nowait(self) -> tuple[Frame, bytes | bytearray] | None:
         """Return the next frame if it has arrived whole, else None, without
         waiting; ``ConnectionError`` when the peer closed."""
         timeout = self.sock.gettimeout()
