@@ -9,12 +9,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _hahelpers import (
+    ROOT,
     SECRET,
     SETTINGS,
     assert_same_store,
@@ -265,3 +267,103 @@ def test_a_tls_slave_is_told_the_master_is_plain(
         wait_for(lambda: "the slave speaks TLS" in caplog.text, 10, "the master's log")
     finally:
         srv.stop()
+
+
+REGISTRY = "redis://127.0.0.1:6379/14"
+
+
+def _redis_up() -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _redis_up(), reason="no Redis on 127.0.0.1:6379")
+def test_serve_nodes_replicate_over_tls_with_a_server_name(tmp_path: Path) -> None:
+    """``serve --ha-listen --ha-tls-cert/--ha-tls-key`` and ``serve --master-ha
+    --ha-tls-ca --ha-tls-server-name``: the flags reach the link."""
+    from broker_core.cluster import RouteRegistry
+
+    cert, key = make_cert(tmp_path, "master", "DNS:ha.broker-a.test")
+    mdir, sdir = tmp_path / "master", tmp_path / "slave"
+    with Broker.open(mdir, **SETTINGS) as b:
+        b.send_batch([Message("T", b"node-%d" % i) for i in range(300)])
+        end = b.store.max_physical_offset()
+    cluster = f"ha-tls-{free_port()}"
+    ha = f"127.0.0.1:{free_port()}"
+    common = [
+        "--cluster",
+        cluster,
+        "--node",
+        "broker-a",
+        "--registry",
+        REGISTRY,
+        "--no-redis-relay",
+        "--ha-secret-file",
+        str(secret_file(tmp_path)),
+    ]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "broker_core",
+                "serve",
+                "--store",
+                str(store),
+                "--listen",
+                f"127.0.0.1:{free_port()}",
+                *common,
+                *extra,
+            ],
+            cwd=ROOT,
+            stdout=open(tmp_path / f"{name}.log", "w"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        for name, store, extra in (
+            (
+                "master",
+                mdir,
+                [
+                    "--ha-listen",
+                    ha,
+                    "--ha-tls-cert",
+                    str(cert),
+                    "--ha-tls-key",
+                    str(key),
+                ],
+            ),
+            (
+                "slave",
+                sdir,
+                [
+                    "--broker-id",
+                    "1",
+                    "--master-ha",
+                    ha,
+                    "--ha-tls-ca",
+                    str(cert),
+                    "--ha-tls-server-name",
+                    "ha.broker-a.test",
+                ],
+            ),
+        )  # fmt: skip
+    ]
+    try:
+        wait_for(lambda: read_commit_pos(sdir) == end, 60, "the slave node")
+    finally:
+        for p in procs:
+            _stop(p)
+        registry = RouteRegistry(REGISTRY, cluster, 10.0)
+        for k in registry.redis.scan_iter(f"{registry.prefix}:*"):
+            registry.redis.delete(k)
+    m, s = Broker.open(mdir, **SETTINGS), Broker.open(sdir, **SETTINGS)
+    try:
+        assert assert_same_store(m, s) == 300
+    finally:
+        s.close()
+        m.close()
+    assert "over TLS" in (tmp_path / "master.log").read_text()
