@@ -61,6 +61,13 @@ class NodeConfig:
     #: a slave's master HA address
     master_ha: str = ""
     secret_file: str = ""
+    #: a master's HA certificate and key (PEM): its HA port speaks TLS only
+    ha_tls_cert: str = ""
+    ha_tls_key: str = ""
+    #: a slave's CA for its master's HA certificate: it follows over TLS
+    ha_tls_ca: str = ""
+    #: the name the master's certificate must hold (default: its host)
+    ha_tls_server_name: str = ""
     #: SYNC_MASTER: how long a send waits for a slave
     sync_timeout_s: float = 3.0
     admin: str = ""
@@ -79,12 +86,20 @@ class ClusterNode:
         self.ha_server: Any = None
         self.follower: Any = None
         self._secret = b""
+        self._tls_server: Any = None
+        self._tls_client: Any = None
         if cfg.ha_listen or cfg.master_ha:
             from broker_core.ha.protocol import read_secret
+            from broker_core.ha.tls import client_context, server_context
 
             if not cfg.secret_file:
                 raise ValueError("replication needs --ha-secret-file")
             self._secret = read_secret(cfg.secret_file)
+            # Read at start, so that a bad file stops the node at once.
+            if cfg.ha_tls_cert and cfg.ha_listen:
+                self._tls_server = server_context(cfg.ha_tls_cert, cfg.ha_tls_key)
+            if cfg.ha_tls_ca and cfg.master_ha:
+                self._tls_client = client_context(cfg.ha_tls_ca)
         recorded = read_role(store.root)
         if cfg.master_ha and _promoted(recorded):
             # Promoted earlier: a master now, whatever the start flags say.
@@ -145,7 +160,8 @@ class ClusterNode:
 
             self.follower = SlaveFollower(
                 self.store, self.cfg.master_ha, self._secret,
-                self.cfg.cluster, self.cfg.name,
+                self.cfg.cluster, self.cfg.name, tls=self._tls_client,
+                server_name=self.cfg.ha_tls_server_name or None,
             ).start()  # fmt: skip
         else:
             self._become_master_services()
@@ -176,7 +192,7 @@ class ClusterNode:
         if self.cfg.ha_listen and self.ha_server is None:
             self.ha_server = HAServer(
                 self.store, self.cfg.ha_listen, self._secret,
-                self.cfg.cluster, self.cfg.name,
+                self.cfg.cluster, self.cfg.name, tls=self._tls_server,
             ).start()  # fmt: skip
 
     def _watch_role(self) -> None:

@@ -143,6 +143,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--master-ha", default="", help="follow the master at HOST:PORT")
     g.add_argument("--ha-secret-file", default="", help="shared replication secret")
     g.add_argument(
+        "--ha-tls-cert",
+        default="",
+        help="with --ha-listen: serve the HA link over TLS only, with this "
+        "certificate (PEM)",
+    )
+    g.add_argument("--ha-tls-key", default="", help="the key of --ha-tls-cert")
+    g.add_argument(
+        "--ha-tls-ca",
+        default="",
+        help="with --master-ha: follow over TLS, trusting this CA (or "
+        "self-signed) certificate",
+    )
+    g.add_argument(
+        "--ha-tls-server-name",
+        default="",
+        help="the name the master's HA certificate must hold (default: the "
+        "host of --master-ha)",
+    )
+    g.add_argument(
         "--sync-timeout",
         type=float,
         default=3.0,
@@ -238,6 +257,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             raise SystemExit("--cluster needs --node (this node's broker name)")
         if args.workers > 1 and (args.ha_listen or args.master_ha):
             raise SystemExit("replication (--ha-listen, --master-ha) needs --workers 1")
+        if bool(args.ha_tls_cert) != bool(args.ha_tls_key):
+            raise SystemExit("--ha-tls-cert and --ha-tls-key go together")
+        if args.ha_tls_cert and not args.ha_listen:
+            raise SystemExit("--ha-tls-cert needs --ha-listen")
+        if (args.ha_tls_ca or args.ha_tls_server_name) and not args.master_ha:
+            raise SystemExit("--ha-tls-ca and --ha-tls-server-name need --master-ha")
+        if args.ha_tls_server_name and not args.ha_tls_ca:
+            raise SystemExit("--ha-tls-server-name needs --ha-tls-ca")
         cfg.node = NodeConfig(
             cluster=args.cluster,
             name=args.node,
@@ -251,9 +278,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             ha_listen=args.ha_listen,
             master_ha=args.master_ha,
             secret_file=args.ha_secret_file,
+            ha_tls_cert=args.ha_tls_cert,
+            ha_tls_key=args.ha_tls_key,
+            ha_tls_ca=args.ha_tls_ca,
+            ha_tls_server_name=args.ha_tls_server_name,
             sync_timeout_s=args.sync_timeout,
         )
-    elif args.ha_listen or args.master_ha:
+    elif args.ha_listen or args.master_ha or args.ha_tls_cert or args.ha_tls_ca:
         raise SystemExit(
             "replication needs cluster membership: give --cluster and --node"
         )

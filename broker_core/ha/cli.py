@@ -2,9 +2,10 @@
 
 ``replicate STORE --master HOST:PORT --secret-file F`` follows a master until
 SIGTERM (or until ``promote`` changes the role file), writing its status to
-``STORE/ha/status.json`` every second. ``promote STORE`` makes the store a
-master: a running ``replicate`` sees the role change, stops following and
-exits. ``ha-status STORE`` prints the role and the last status.
+``STORE/ha/status.json`` every second; with ``--ha-tls-ca`` over TLS.
+``promote STORE`` makes the store a master: a running ``replicate`` sees the
+role change, stops following and exits. ``ha-status STORE`` prints the role
+and the last status.
 """
 
 from __future__ import annotations
@@ -30,6 +31,17 @@ def add_commands(sub: Any) -> None:
     rep.add_argument("store_dir")
     rep.add_argument("--master", required=True, help="the master's HA HOST:PORT")
     rep.add_argument("--secret-file", required=True, help="the shared HA secret")
+    rep.add_argument(
+        "--ha-tls-ca",
+        default="",
+        help="speak TLS to the master and trust this CA (or self-signed) certificate",
+    )
+    rep.add_argument(
+        "--ha-tls-server-name",
+        default="",
+        help="the name the master's certificate must hold (default: the host "
+        "of --master)",
+    )
     rep.add_argument("--cluster", default="DefaultCluster")
     rep.add_argument("--broker", default="broker-a", help="the broker name")
     rep.add_argument(
@@ -107,6 +119,7 @@ def _replicate(args: argparse.Namespace) -> int:
     from broker_core import Broker
     from broker_core.ha.protocol import read_secret
     from broker_core.ha.slave import SlaveFollower
+    from broker_core.ha.tls import client_context
     from broker_core.metadata import atomic_write_json
 
     logging.basicConfig(
@@ -114,13 +127,17 @@ def _replicate(args: argparse.Namespace) -> int:
     )
     root = Path(args.store_dir)
     secret = read_secret(args.secret_file)
+    if args.ha_tls_server_name and not args.ha_tls_ca:
+        raise SystemExit("--ha-tls-server-name needs --ha-tls-ca")
+    tls = client_context(args.ha_tls_ca) if args.ha_tls_ca else None
     broker = Broker.open(root, **_store_settings(root, args.store_config))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     follower = SlaveFollower(
-        broker.store, args.master, secret, args.cluster, args.broker
-    ).start()
+        broker.store, args.master, secret, args.cluster, args.broker,
+        tls=tls, server_name=args.ha_tls_server_name or None,
+    ).start()  # fmt: skip
     status_path = root / STATUS_FILE
     try:
         while not stop.wait(1.0):

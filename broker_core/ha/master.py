@@ -3,14 +3,16 @@
 Each slave gets a connection of its own: a handshake (``protocol.py``), then a
 sender thread that streams log bytes from the slave's offset to the commit
 position and on as appends arrive, and a reader thread that takes the slave's
-acks. ``wait_replicated`` is what a SYNC_MASTER send waits on;
-``replication_status`` is what an operator looks at.
+acks (over TLS the sender takes them itself: see ``tls.py``).
+``wait_replicated`` is what a SYNC_MASTER send waits on; ``replication_status``
+is what an operator looks at.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from broker_core.ha.protocol import (
     welcome_mac,
 )
 from broker_core.ha.replica import fingerprint, last_fingerprint
+from broker_core.ha.tls import accept, speaks_tls
 from broker_core.record import (
     BLANK,
     BLANK_MAGIC,
@@ -66,6 +69,7 @@ class SlaveLink:
     connected_at: float = field(default_factory=time.time)
     last_ack_at: float = 0.0
     closed: bool = False
+    tls: bool = False
 
 
 def chunk_extent(
@@ -93,7 +97,8 @@ class HAServer:
     """Serve the commit log of ``store`` to slaves that know ``secret``.
 
     ``listen`` is ``"host:port"`` (port 0 picks one: see ``address``);
-    ``cluster`` and ``broker`` must match what slaves announce.
+    ``cluster`` and ``broker`` must match what slaves announce. With ``tls``
+    (``tls.server_context``) the port speaks TLS only.
     """
 
     def __init__(
@@ -104,8 +109,10 @@ class HAServer:
         cluster: str = "DefaultCluster",
         broker: str = "broker-a",
         chunk_bytes: int = CHUNK_BYTES,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.store = store
+        self.tls = tls
         self.secret = secret
         self.cluster = cluster
         self.broker = broker
@@ -155,10 +162,17 @@ class HAServer:
             self._spawn(self._serve, f"ha-slave-{addr[0]}:{addr[1]}", sock, addr)
 
     # -- one slave -----------------------------------------------------------
-    def _serve(self, sock: socket.socket, addr: tuple[str, int]) -> None:
-        conn = Conn(sock)
+    def _serve(self, raw: socket.socket, addr: tuple[str, int]) -> None:
+        conn = Conn(raw)
         address = f"{addr[0]}:{addr[1]}"
         try:
+            if self.tls is not None:
+                wrapped = accept(self.tls, raw)
+                if wrapped is None:
+                    log.warning("HA slave %s refused: it does not speak TLS", address)
+                    return
+                conn = Conn(wrapped)
+            sock = conn.sock
             sock.settimeout(HANDSHAKE_TIMEOUT_S)
             start = self._handshake(conn, address)
             if start is None:
@@ -172,11 +186,16 @@ class HAServer:
             return
         link = SlaveLink(address, conn, start, acked=start, sent=start)
         link.last_ack_at = time.time()
+        link.tls = self.tls is not None
         with self._cond:
             self._links.append(link)
             self._cond.notify_all()
-        log.info("slave %s follows from offset %d", address, start)
-        self._spawn(self._read_acks, f"ha-acks-{address}", link)
+        log.info(
+            "slave %s follows from offset %d%s",
+            address, start, " over TLS" if link.tls else "",
+        )  # fmt: skip
+        if not link.tls:
+            self._spawn(self._read_acks, f"ha-acks-{address}", link)
         try:
             self._stream(link)
         except (OSError, ReplicationError) as exc:
@@ -189,6 +208,11 @@ class HAServer:
         """Authenticate the slave; return where to stream from (None: refused)."""
         nonce = new_nonce()
         conn.send_json(Frame.CHALLENGE, {"version": PROTOCOL_VERSION, "nonce": nonce})
+        if self.tls is None and speaks_tls(conn.sock, HANDSHAKE_TIMEOUT_S):
+            raise ReplicationError(
+                "the slave speaks TLS, this master's HA link is plain "
+                "(start it with --ha-tls-cert and --ha-tls-key)"
+            )
         _, hello = conn.recv_json(Frame.HELLO)
         slave_end = int(hello.get("log_end", 0))
         end = self.store.state.dispatched_pos
@@ -281,6 +305,8 @@ class HAServer:
         next_config = 0.0
         next_beat = 0.0
         while not self._stop.is_set() and not link.closed:
+            if link.tls:
+                self._take_acks(link)
             now = time.monotonic()
             if now >= next_config:
                 # Offsets are persisted on the flusher's timer; sent when written.
@@ -306,17 +332,27 @@ class HAServer:
                 next_beat = now + HEARTBEAT_S
             time.sleep(POLL_S)
 
+    def _ack(self, link: SlaveLink, kind: Frame, payload: bytes | bytearray) -> None:
+        if kind is not Frame.ACK or len(payload) != OFFSET.size:
+            raise ReplicationError(f"unexpected {kind.name} from the slave")
+        acked = OFFSET.unpack(payload)[0]
+        with self._cond:
+            link.acked = acked
+            link.last_ack_at = time.time()
+            self._cond.notify_all()
+
+    def _take_acks(self, link: SlaveLink) -> None:
+        """Take the acks that have arrived, without waiting (a TLS link: its
+        sender reads them between chunks, see ``tls.py``)."""
+        while (frame := link.conn.recv_nowait()) is not None:
+            self._ack(link, *frame)
+        if time.time() - link.last_ack_at > LINK_TIMEOUT_S:
+            raise ReplicationError(f"no ack from the slave for {LINK_TIMEOUT_S:.0f}s")
+
     def _read_acks(self, link: SlaveLink) -> None:
         try:
             while not link.closed:
-                kind, payload = link.conn.recv()
-                if kind is not Frame.ACK or len(payload) != OFFSET.size:
-                    raise ReplicationError(f"unexpected {kind.name} from the slave")
-                acked = OFFSET.unpack(payload)[0]
-                with self._cond:
-                    link.acked = acked
-                    link.last_ack_at = time.time()
-                    self._cond.notify_all()
+                self._ack(link, *link.conn.recv())
         except (OSError, ReplicationError) as exc:
             if not link.closed:
                 log.warning("HA slave %s gone: %s", link.address, exc)
@@ -366,6 +402,7 @@ class HAServer:
                 "lag_bytes": max(0, end - s.acked),
                 "last_ack_ms": int(s.last_ack_at * 1000),
                 "connected_since_ms": int(s.connected_at * 1000),
+                "tls": s.tls,
             }
             for s in links
         ]
@@ -377,6 +414,8 @@ def start_ha_server(
     secret: bytes,
     cluster: str = "DefaultCluster",
     broker: str = "broker-a",
+    tls: ssl.SSLContext | None = None,
 ) -> HAServer:
-    """Start serving ``store``'s log to slaves on ``listen``; ``stop()`` it at close."""
-    return HAServer(store, listen, secret, cluster, broker).start()
+    """Start serving ``store``'s log to slaves on ``listen`` (TLS only with
+    ``tls``); ``stop()`` it at close."""
+    return HAServer(store, listen, secret, cluster, broker, tls=tls).start()

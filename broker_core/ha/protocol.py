@@ -17,7 +17,8 @@ Handshake, so that only holders of the shared secret follow or lead:
    applies anything.
 
 The stream after the handshake is not authenticated frame by frame: the HMAC
-keeps out a follower without the secret, not an active man in the middle.
+keeps out a follower without the secret, not an active man in the middle. With
+TLS (``tls.py``) the frames travel inside it, the handshake unchanged.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import hmac
 import json
 import secrets
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -44,6 +46,8 @@ CHUNK_BYTES = 1 << 20
 #: Largest frame accepted: a 4 MiB body record plus its header and properties.
 MAX_FRAME = 8 << 20
 HANDSHAKE_TIMEOUT_S = 10.0
+#: Bytes asked of the socket per read (a DATA frame's rest, if larger).
+RECV_BYTES = 1 << 16
 
 
 class Frame(enum.IntEnum):
@@ -93,11 +97,15 @@ def read_secret(path: str) -> bytes:
 
 
 class Conn:
-    """A connected socket that sends and receives whole frames."""
+    """A connected socket (plain or TLS) that sends and receives whole frames.
+
+    It keeps its own receive buffer rather than a ``makefile`` reader, so that
+    ``recv_nowait`` can tell whether a whole frame is already there.
+    """
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self._rfile = sock.makefile("rb", buffering=1 << 20)
+        self._buf = bytearray()
 
     def send(self, kind: Frame, payload: bytes | memoryview = b"") -> None:
         """Send one frame (header and payload in one ``sendall`` when small)."""
@@ -114,21 +122,75 @@ class Conn:
     def send_offset(self, kind: Frame, offset: int) -> None:
         self.send(kind, OFFSET.pack(offset))
 
-    def recv(self) -> tuple[Frame, bytes]:
-        """Return the next frame; ``ConnectionError`` when the peer closed."""
-        head = self._rfile.read(FRAME.size)
-        if len(head) < FRAME.size:
+    def _read_some(self, want: int) -> None:
+        # An SSLSocket returns at most one TLS record's bytes per call: the
+        # callers loop until the frame is whole.
+        chunk = self.sock.recv(max(want, RECV_BYTES))
+        if not chunk:
             raise ConnectionError("the peer closed the connection")
-        kind, n = FRAME.unpack(head)
+        self._buf += chunk
+
+    def _frame_size(self) -> int | None:
+        """Return the size of the whole frame at the buffer's head (None: the
+        header is not all there yet)."""
+        if len(self._buf) < FRAME.size:
+            return None
+        _, n = FRAME.unpack_from(self._buf)
         if n > MAX_FRAME:
             raise ReplicationError(f"a frame of {n} bytes is too large")
-        payload = self._rfile.read(n) if n else b""
-        if len(payload) < n:
-            raise ConnectionError("the peer closed the connection mid-frame")
+        return FRAME.size + n
+
+    def _take(self, size: int) -> tuple[Frame, bytes]:
+        kind = self._buf[0]
+        payload = bytes(self._buf[FRAME.size : size])
+        del self._buf[:size]
         try:
             return Frame(kind), payload
         except ValueError:
             raise ReplicationError(f"unknown frame type {kind}") from None
+
+    def recv(self) -> tuple[Frame, bytes | bytearray]:
+        """Return the next frame; ``ConnectionError`` when the peer closed."""
+        while (size := self._frame_size()) is None:
+            self._read_some(FRAME.size)
+        if len(self._buf) >= size:
+            return self._take(size)
+        # A large frame (a DATA chunk) is read straight into its own buffer:
+        # through self._buf it would be copied twice more.
+        kind = self._buf[0]
+        payload = bytearray(size - FRAME.size)
+        have = len(self._buf) - FRAME.size
+        payload[:have] = self._buf[FRAME.size :]
+        self._buf.clear()
+        view = memoryview(payload)
+        while have < len(payload):
+            got = self.sock.recv_into(view[have:])
+            if not got:
+                raise ConnectionError("the peer closed the connection mid-frame")
+            have += got
+        view.release()
+        try:
+            # The bytearray itself, not a bytes copy: every caller only reads it.
+            return Frame(kind), payload
+        except ValueError:
+            raise ReplicationError(f"unknown frame type {kind}") from None
+
+    def recv_nowait(self) -> tuple[Frame, bytes | bytearray] | None:
+        """Return the next frame if it has arrived whole, else None, without
+        waiting; ``ConnectionError`` when the peer closed."""
+        timeout = self.sock.gettimeout()
+        self.sock.settimeout(0.0)
+        try:
+            while (size := self._frame_size()) is None or len(self._buf) < size:
+                try:
+                    self._read_some(RECV_BYTES)
+                except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    # SSLWantReadError: only part of a TLS record is in; the
+                    # SSL object keeps it until the rest arrives.
+                    return None
+        finally:
+            self.sock.settimeout(timeout)
+        return self._take(size)
 
     def recv_json(self, *expected: Frame) -> tuple[Frame, dict[str, Any]]:
         """Return the next frame, which must be one of ``expected``, as JSON."""
@@ -146,14 +208,15 @@ class Conn:
         return kind, obj
 
     def close(self) -> None:
+        """Close the connection; another thread blocked on it gets an OSError."""
         try:
-            self.sock.shutdown(socket.SHUT_RDWR)
+            # At the descriptor, also for an SSLSocket: its own shutdown drops
+            # the SSL object first, which a thread still in sendall or recv on
+            # it would trip over (AttributeError) instead of failing cleanly.
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
         except OSError:
             pass
-        try:
-            self._rfile.close()
-        finally:
-            self.sock.close()
+        self.sock.close()
 
 
 def parse_address(text: str) -> tuple[str, int]:

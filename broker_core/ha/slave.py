@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from broker_core.ha.protocol import (
 )
 from broker_core.ha.replica import fingerprint, last_fingerprint
 from broker_core.ha.role import ROLE_FILE, Role, read_role, write_role
+from broker_core.ha.tls import handshake_error
 
 if TYPE_CHECKING:
     from broker_core.store import MessageStore
@@ -52,7 +54,12 @@ class _Promoted(Exception):
 
 
 class SlaveFollower:
-    """Follow the master at ``master`` (``"host:port"``) into ``store``."""
+    """Follow the master at ``master`` (``"host:port"``) into ``store``.
+
+    With ``tls`` (``tls.client_context``) the link is TLS: the master's
+    certificate must be signed by the context's CA and name ``server_name``
+    (default: the host of ``master``).
+    """
 
     def __init__(
         self,
@@ -61,9 +68,13 @@ class SlaveFollower:
         secret: bytes,
         cluster: str = "DefaultCluster",
         broker: str = "broker-a",
+        tls: ssl.SSLContext | None = None,
+        server_name: str | None = None,
     ) -> None:
         self.store = store
         self.master = master
+        self.tls = tls
+        self.server_name = server_name
         self.secret = secret
         self.cluster = cluster
         self.broker = broker
@@ -128,6 +139,7 @@ class SlaveFollower:
         return {
             "master": self.master,
             "connected": self.connected,
+            "tls": self.tls is not None,
             "following": self._thread is not None and self._thread.is_alive(),
             "replicated_offset": end,
             "master_offset": self.master_end,
@@ -191,17 +203,32 @@ class SlaveFollower:
         host, port = parse_address(self.master)
         sock = socket.create_connection((host, port), timeout=HANDSHAKE_TIMEOUT_S)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.tls is not None:
+            sock = self.tls.wrap_socket(
+                sock,
+                server_hostname=self.server_name or host,
+                do_handshake_on_connect=False,
+            )
         conn = Conn(sock)
+        # Published before the TLS handshake, so that stop() can cut it short.
         self._conn = conn
         if self._stop.is_set():
             raise ConnectionError("stopping")
+        if isinstance(sock, ssl.SSLSocket):
+            try:
+                sock.do_handshake()
+            except ssl.SSLError as exc:
+                raise handshake_error(exc, self.master) from exc
         return conn
 
     def _follow(self) -> None:
         """One connection: handshake, then apply until it ends or fails."""
         conn = self._connect()
         store = self.store
-        _, challenge = conn.recv_json(Frame.CHALLENGE)
+        # A TLS-only master refuses a plain slave in place of the challenge.
+        kind, challenge = conn.recv_json(Frame.CHALLENGE, Frame.REFUSE)
+        if kind is Frame.REFUSE:
+            raise ReplicationError(f"the master refused: {challenge.get('reason')}")
         if challenge.get("version") != PROTOCOL_VERSION:
             raise ReplicationError(f"master speaks protocol {challenge.get('version')}")
         with store.state.append_lock:

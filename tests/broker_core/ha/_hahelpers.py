@@ -68,15 +68,31 @@ def start_master(
     return p
 
 
-def start_replicate(store: Path, master: str, secret: Path) -> subprocess.Popen[bytes]:
-    """Start ``python -m broker_core replicate`` (a slave in its own process)."""
+def start_replicate(
+    store: Path, master: str, secret: Path, *extra: str
+) -> subprocess.Popen[bytes]:
+    """Start ``python -m broker_core replicate`` (a slave in its own process);
+    ``extra`` are more of its flags (``--ha-tls-ca F``)."""
     return subprocess.Popen(
         [sys.executable, "-m", "broker_core", "replicate", str(store),
          "--master", master, "--secret-file", str(secret),
-         "--store-config", json.dumps(SETTINGS)],
+         "--store-config", json.dumps(SETTINGS), *extra],
         cwd=ROOT,
         stderr=subprocess.PIPE,
     )  # fmt: skip
+
+
+def make_cert(tmp: Path, name: str, san: str) -> tuple[Path, Path]:
+    """Make a self-signed certificate for ``san`` (``IP:127.0.0.1``,
+    ``DNS:x``) with /usr/bin/openssl; return its and its key's paths."""
+    cert, key = tmp / f"{name}.pem", tmp / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={name}",
+         "-addext", f"subjectAltName={san}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
 
 
 def slave_status(store: Path) -> dict[str, Any]:

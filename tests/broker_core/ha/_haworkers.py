@@ -8,7 +8,8 @@ rolled back or left pending) and delayed messages, delivering them in the
 background; with ``sync`` a batch counts as acknowledged (and is recorded)
 only once ``wait_replicated`` says a slave has it. Each acknowledged action
 is appended to OUT as a JSON line before the next, so a SIGKILL loses nothing
-the test was told about. Prints
+the test was told about. With ``tls_cert`` and ``tls_key`` the HA port speaks
+TLS only. Prints
 ``DONE <log end>`` and serves until SIGTERM.
 """
 
@@ -30,6 +31,7 @@ from _hahelpers import SETTINGS  # noqa: E402
 from broker_core import Broker, Message  # noqa: E402
 from broker_core.ha import start_ha_server  # noqa: E402
 from broker_core.ha.protocol import read_secret  # noqa: E402
+from broker_core.ha.tls import server_context  # noqa: E402
 
 TOPICS = (("HA-A", 4), ("HA-B", 8), ("HA-C", 2))
 
@@ -39,7 +41,10 @@ def master(store: str, addr: str, secret_file: str, out: str, opts: dict) -> Non
     for name, n in TOPICS:
         if b.store.topic_config(name) is None:
             b.create_topic(name, n)
-    srv = start_ha_server(b.store, addr, read_secret(secret_file))
+    tls = None
+    if opts.get("tls_cert"):
+        tls = server_context(opts["tls_cert"], opts["tls_key"])
+    srv = start_ha_server(b.store, addr, read_secret(secret_file), tls=tls)
     tx = ds = None
     if opts.get("services"):
         from broker_core.schedule import DelayService
