@@ -114,13 +114,15 @@ def half(access: str, topic: str, body: str):
     return {"broker": _broker(receipt), "id": receipt.message_id}
 
 
-def checker(access: str, topic: str, seconds: str):
+def checker(access: str, topic: str, seconds: str, want: str = ""):
+    """Answer check-backs (commit) until ``want`` is checked (or any, without
+    it): a check for another node's half may come first."""
     c = _Commit()
     p = Producer(_cfg(access), (topic,), checker=c)
     p.startup()
     end = time.time() + float(seconds)
     try:
-        while time.time() < end and not c.checked:
+        while time.time() < end and not (want in c.checked if want else c.checked):
             time.sleep(0.2)
         time.sleep(1.0)  # let the EndTransaction go out
     finally:
