@@ -1,7 +1,7 @@
 """Replication benchmark: a master appending at full speed with a slave following.
 
 Usage: python bench/replication.py [--messages 300000] [--batch 32] [--size 1024]
-[--rate MSG_PER_S] [--sync-sends 2000] [--dir DIR] [--json out.json]
+[--rate MSG_PER_S] [--sync-sends 2000] [--tls] [--dir DIR] [--json out.json]
 
 Three runs on fresh stores, the slave always in its own process
 (``python -m broker_core replicate``) over loopback:
@@ -14,6 +14,8 @@ Three runs on fresh stores, the slave always in its own process
    then single sends each waiting for ``wait_replicated`` (a SYNC_MASTER send).
 
 ``--rate`` paces run 2 (msg/s) to see the lag under a load the pair sustains.
+``--tls`` runs the link over TLS (a self-signed certificate made with openssl;
+the slave trusts it with ``--ha-tls-ca``).
 
 Prints the load average before and after (the figures depend on it) and a
 table, then the JSON result.
@@ -73,14 +75,29 @@ def _append(
     return time.perf_counter() - t0
 
 
-def _slave(store: Path, master: str, secret: Path) -> subprocess.Popen[bytes]:
+def _slave(
+    store: Path, master: str, secret: Path, ca: Path | None = None
+) -> subprocess.Popen[bytes]:
+    tls = ["--ha-tls-ca", str(ca)] if ca is not None else []
     return subprocess.Popen(
         [sys.executable, "-m", "broker_core", "replicate", str(store),
          "--master", master, "--secret-file", str(secret),
-         "--store-config", json.dumps(SETTINGS)],
+         "--store-config", json.dumps(SETTINGS), *tls],
         cwd=ROOT,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+def _certificate(base: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (``--tls``), by openssl."""
+    cert, key = base / "ha.pem", base / "ha.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=bench-ha",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
 
 
 def _wait_acked(srv: Any, end: int, timeout: float) -> float:
@@ -106,8 +123,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     n, batch, size = args.messages, args.batch, args.size
     res: dict[str, Any] = {
         "messages": n, "batch": batch, "body_bytes": size, "rate": args.rate,
-        "loadavg_before": os.getloadavg(), "cpus": os.cpu_count(),
+        "tls": args.tls, "loadavg_before": os.getloadavg(), "cpus": os.cpu_count(),
     }  # fmt: skip
+    ca: Path | None = None
+    tls: Any = None
+    if args.tls:
+        from broker_core.ha.tls import server_context
+
+        ca, key = _certificate(base)
+        tls = server_context(str(ca), str(key))
     try:
         # 1. alone
         with Broker.open(base / "alone", **SETTINGS) as b:
@@ -118,8 +142,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # 2. with a slave following
         with Broker.open(base / "master", **SETTINGS) as b:
-            srv = start_ha_server(b.store, "127.0.0.1:0", SECRET)
-            slave = _slave(base / "slave", srv.address, secret)
+            srv = start_ha_server(b.store, "127.0.0.1:0", SECRET, tls=tls)
+            slave = _slave(base / "slave", srv.address, secret, ca)
             try:
                 _wait_connected(srv)
                 marks: list[tuple[float, int]] = []
@@ -169,10 +193,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # 3. a fresh slave catches up with the finished log
         with Broker.open(base / "master", **SETTINGS) as b:
-            srv = start_ha_server(b.store, "127.0.0.1:0", SECRET)
+            srv = start_ha_server(b.store, "127.0.0.1:0", SECRET, tls=tls)
             end = b.store.max_physical_offset()
             t0 = time.perf_counter()
-            slave = _slave(base / "slave2", srv.address, secret)
+            slave = _slave(base / "slave2", srv.address, secret, ca)
             try:
                 _wait_connected(srv)
                 t1 = time.perf_counter()
@@ -249,6 +273,9 @@ def main(argv: list[str]) -> int:
         "--rate", type=float, default=0, help="msg/s of run 2 (0: full speed)"
     )
     ap.add_argument("--sync-sends", type=int, default=2000)
+    ap.add_argument(
+        "--tls", action="store_true", help="the link over TLS (a self-signed cert)"
+    )
     ap.add_argument("--dir", default=None, help="work directory (kept)")
     ap.add_argument("--json", default=None, help="also write the result here")
     args = ap.parse_args(argv)
