@@ -226,6 +226,9 @@ CLUSTER_ADMIN_TOKEN_FILE = env.str("CLUSTER_ADMIN_TOKEN_FILE", default="")
 # waits at most this plus a second for all of them) and one write's.
 CLUSTER_ADMIN_TIMEOUT_S = env.float("CLUSTER_ADMIN_TIMEOUT_S", default=5.0)
 CLUSTER_ADMIN_WRITE_TIMEOUT_S = env.float("CLUSTER_ADMIN_WRITE_TIMEOUT_S", default=30.0)
+# The hosts (names, addresses or networks) the admin token may be sent to;
+# empty: whatever admin URL a node registers.
+CLUSTER_ADMIN_HOSTS = env.list("CLUSTER_ADMIN_HOSTS", default=[])
 # The health banner warns of a slave this many bytes behind its master.
 CLUSTER_LAG_WARN_BYTES = env.int("CLUSTER_LAG_WARN_BYTES", default=64 << 20)
 # Celery per node (console/core/nodes.py): the nodes beat schedules the timers

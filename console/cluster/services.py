@@ -113,6 +113,7 @@ def admin_call(
     """Call a node's admin API; raise ``NodeUnavailable`` with its reason."""
     if not base:
         raise NodeUnavailable("the node advertises no admin API (--admin-listen)")
+    _check_admin_host(base)
     req = urllib.request.Request(
         base.rstrip("/") + path,
         method=method,
@@ -144,6 +145,37 @@ def admin_call(
         ) from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise NodeUnavailable(f"{base}: {exc}") from exc
+
+
+def _check_admin_host(base: str) -> None:
+    """Refuse to send the token to an admin URL outside ``CLUSTER_ADMIN_HOSTS``
+    (host names, addresses or networks; empty: any). A node registers its
+    admin URL in the registry: whoever can write there could otherwise
+    collect the cluster's admin token."""
+    import ipaddress
+    import urllib.parse
+
+    allowed = getattr(settings, "CLUSTER_ADMIN_HOSTS", []) or []
+    if not allowed:
+        return
+    host = urllib.parse.urlsplit(base).hostname or ""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in allowed:
+        if host == entry.lower():
+            return
+        if address is not None:
+            try:
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return
+            except ValueError:
+                continue
+    raise NodeUnavailable(
+        f"{base}: {host} is not in CLUSTER_ADMIN_HOSTS, so the admin token is "
+        "not sent there"
+    )
 
 
 def ask_nodes(

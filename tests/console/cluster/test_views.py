@@ -237,3 +237,14 @@ def test_the_banner_says_what_is_wrong_with_the_cluster(nodes, client_as, settin
     reset_cache()
     assert "The route registry is unreachable" in [a.title for a in current_alerts()]
     reset_cache()
+
+
+def test_the_token_goes_only_to_the_admin_hosts_allowed(nodes, client_as, settings):
+    nodes.start("broker-a")
+    settings.CLUSTER_ADMIN_HOSTS = ["10.9.9.9", "admin.example"]
+    body = client_as("viewer").get("/cluster/").content.decode()
+    assert "127.0.0.1 is not in CLUSTER_ADMIN_HOSTS" in body
+    settings.CLUSTER_ADMIN_HOSTS = ["10.9.9.9", "127.0.0.0/8"]
+    body = client_as("viewer").get("/cluster/").content.decode()
+    assert "CLUSTER_ADMIN_HOSTS" not in body
+    assert "Not reachable" not in body
