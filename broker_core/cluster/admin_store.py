@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 #: that one answer stays within a few times the largest message.
 MESSAGES_MAX = 200
 MESSAGES_MAX_BASE64 = 32
+#: Whole bodies per answer at most (``body=base64``): later messages come
+#: without ``body_base64`` and with ``body_omitted``, to be asked one by one.
+BASE64_BUDGET_BYTES = 8 << 20
 #: The largest ``preview_bytes`` (as the console's page shows at most).
 PREVIEW_MAX = 64 * 1024
 BODY_MODES = ("preview", "none", "base64")
@@ -135,9 +138,19 @@ class StoreOperations:
         if msg_id and not out["found"]:
             raise AdminError(404, f"msg_id: no message {msg_id!r} on this node")
         found = out.pop("found")
-        out["messages"] = [
-            browse.message_json(m, preview, mode == "base64") for m in found
-        ]
+        out["messages"] = []
+        budget = BASE64_BUDGET_BYTES
+        for m in found:
+            whole = mode == "base64" and (len(m.body) <= budget or not out["messages"])
+            row = browse.message_json(m, preview, whole)
+            if whole:
+                budget -= len(m.body)
+            elif mode == "base64":
+                row["body_omitted"] = (
+                    f"the answer's bodies reached {BASE64_BUDGET_BYTES} bytes: "
+                    "ask for this message by msg_id"
+                )
+            out["messages"].append(row)
         return out
 
     def _browse(

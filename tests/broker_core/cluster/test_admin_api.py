@@ -522,3 +522,27 @@ def test_admin_api_refuses_a_bad_content_length(node):
         assert r.status == 400, length
         assert json.loads(r.read())["error"].startswith("Content-Length:"), length
         conn.close()
+
+
+def test_admin_api_bounds_the_bodies_of_one_answer(endpoint, monkeypatch):
+    import base64
+
+    from broker_core.cluster import admin_store
+
+    base, ep = endpoint
+    ep.broker.create_topic("blobs", 1)
+    body = bytes(range(256)) * 12  # 3,072 bytes
+    ids = [ep.broker.send(Message("blobs", body, keys="b")).msg_id for _ in range(3)]
+    monkeypatch.setattr(admin_store, "BASE64_BUDGET_BYTES", 7000)
+    code, out = call(base, "GET", "/v1/messages?topic=blobs&key=b&body=base64")
+    assert code == 200, out
+    rows = {m["msg_id"]: m for m in out["messages"]}
+    assert set(rows) == set(ids)
+    whole = [m for m in rows.values() if "body_base64" in m]
+    cut = [m for m in rows.values() if "body_omitted" in m]
+    assert len(whole) == 2 and len(cut) == 1
+    assert all(base64.b64decode(m["body_base64"]) == body for m in whole)
+    assert "ask for this message by msg_id" in cut[0]["body_omitted"]
+    # Asked alone, its body comes whole.
+    _, one = call(base, "GET", f"/v1/messages?msg_id={cut[0]['msg_id']}&body=base64")
+    assert base64.b64decode(one["messages"][0]["body_base64"]) == body
