@@ -16,6 +16,8 @@ from console.cluster.services import (
     _delay_rows,
     _find,
     ask_nodes,
+    failure_sentence,
+    take_failures,
 )
 
 STATUS_PATH = "/v1/node"
@@ -101,10 +103,7 @@ def node_detail(key: str) -> NodeDetail | None:
     info = _find(*parsed)
     if info is None:
         return None
-    view = NodeView(
-        info.name, info.broker_id, info.role, info.endpoints, info.admin,
-        info.log_end, info.heartbeat_ms,
-    )  # fmt: skip
+    view = NodeView.of(info)
     paths = NODE_PATHS + (MASTER_PATHS if view.is_master else [])
     got = ask_nodes({view.key: (info.admin, paths)})[view.key]
     detail = NodeDetail(view)
@@ -114,14 +113,11 @@ def node_detail(key: str) -> NodeDetail | None:
         detail.errors.append(f"Not reachable: {view.key} ({view.role}): {got}")
         detail.missing = {s: str(got) for s, p in SECTIONS.items() if p in paths}
         return detail
-    for path, answer in got.items():
-        if isinstance(answer, NodeUnavailable):
-            what = "answered" if answer.status else "did not answer"
-            detail.errors.append(f"{view.key} {what} {path.split('?')[0]}: {answer}")
-            for section, p in SECTIONS.items():
-                if p == path:
-                    detail.missing[section] = str(answer)
-            got[path] = {}
+    for path, exc in take_failures(got).items():
+        detail.errors.append(failure_sentence(view.key, path, exc))
+        for section, p in SECTIONS.items():
+            if p == path:
+                detail.missing[section] = str(exc)
     _status(detail, got[STATUS_PATH])
     detail.topics = _topic_rows(got.get(TOPICS_PATH, {}))
     detail.clients = sorted(
@@ -141,13 +137,8 @@ def node_detail(key: str) -> NodeDetail | None:
 def _status(detail: NodeDetail, status: dict[str, Any]) -> None:
     """Fill the node's replication, registry error and counters from its
     ``GET /v1/node``."""
-    view = detail.node
-    view.log_end = status.get("log_end", view.log_end)
-    view.slaves = status.get("slaves") or []
-    following = status.get("following") or {}
-    if following:
-        view.lag_bytes = following.get("lag_bytes")
-        detail.master = following.get("master") or ""
+    following = detail.node.take_status(status)
+    detail.master = following.get("master") or ""
     detail.registry_error = status.get("registry_error") or ""
     counters = status.get("counters") or {}
     detail.counters = [

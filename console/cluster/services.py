@@ -64,6 +64,39 @@ class NodeView:
     def is_master(self) -> bool:
         return self.role in ("SYNC_MASTER", "ASYNC_MASTER")
 
+    @classmethod
+    def of(cls, n: Any) -> NodeView:
+        """The view of a registry ``NodeInfo``, before its admin API answers."""
+        return cls(
+            n.name, n.broker_id, n.role, n.endpoints, n.admin, n.log_end,
+            n.heartbeat_ms,
+        )  # fmt: skip
+
+    def take_status(self, status: dict[str, Any]) -> dict[str, Any]:
+        """Update from the node's ``GET /v1/node``; return what a slave
+        follows (its master and lag), empty for a master."""
+        self.log_end = status.get("log_end", self.log_end)
+        self.slaves = status.get("slaves") or []
+        following = status.get("following") or {}
+        if following:
+            self.lag_bytes = following.get("lag_bytes")
+        return dict(following)
+
+
+def take_failures(got: dict[str, Any]) -> dict[str, NodeUnavailable]:
+    """Of one node's ``ask_nodes`` answers, the paths that have none and why;
+    each is replaced by an empty answer, so the rest of the page is built."""
+    failed = {p: a for p, a in got.items() if isinstance(a, NodeUnavailable)}
+    for path in failed:
+        got[path] = {}
+    return failed
+
+
+def failure_sentence(label: str, path: str, exc: NodeUnavailable) -> str:
+    """What the page says of a path of the node ``label`` with no answer."""
+    what = "answered" if exc.status else "did not answer"
+    return f"{label} {what} {path.split('?')[0]}: {exc}"
+
 
 def enabled() -> bool:
     return bool(getattr(settings, "BROKER_CLUSTER", ""))
@@ -265,10 +298,7 @@ def cluster_state() -> ClusterState:
     views: list[NodeView] = []
     calls: dict[str, tuple[str, list[str]]] = {}
     for n in _registry().nodes():
-        view = NodeView(
-            n.name, n.broker_id, n.role, n.endpoints, n.admin, n.log_end,
-            n.heartbeat_ms,
-        )  # fmt: skip
+        view = NodeView.of(n)
         views.append(view)
         calls[view.key] = (
             n.admin,
@@ -282,19 +312,11 @@ def cluster_state() -> ClusterState:
             view.error = str(got)
             state.errors.append(f"Not reachable: {view.name} ({view.role}): {got}")
             continue
-        for path, answer in got.items():
-            if isinstance(answer, NodeUnavailable):
-                what = "answered" if answer.status else "did not answer"
-                state.errors.append(
-                    f"{view.name} ({view.role}) {what} {path.split('?')[0]}: {answer}"
-                )
-                got[path] = {}
-        status = got["/v1/node"]
-        view.log_end = status.get("log_end", view.log_end)
-        view.slaves = status.get("slaves") or []
-        following = status.get("following") or {}
-        if following:
-            view.lag_bytes = following.get("lag_bytes")
+        for path, exc in take_failures(got).items():
+            state.errors.append(
+                failure_sentence(f"{view.name} ({view.role})", path, exc)
+            )
+        view.take_status(got["/v1/node"])
         for h in got.get(HALVES_PATH, {}).get("items", ()):
             state.halves.append({"node": view.name, **h})
         for h in got.get(DISCARDED_PATH, {}).get("items", ()):
@@ -382,13 +404,7 @@ def promote(node_key: str, role: str, actor: Any, reason: str, force: bool = Fal
     admin API, audited (object ``<name>:<id>``). The node refuses while its
     master still heartbeats unless ``force``; its routes follow at its next
     heartbeat, which it sends at once."""
-    name, _, bid = node_key.rpartition(":")
-    try:
-        target = _find(name, int(bid))
-    except ValueError:
-        target = None
-    if target is None:
-        raise NodeUnavailable(f"{node_key} is not a live node")
+    target = _live(node_key)
     if target.is_master:
         raise NodeUnavailable(f"{node_key} is already a master ({target.role})")
     return audited(
