@@ -35,7 +35,6 @@ import asyncio  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
-import socket  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -140,29 +139,20 @@ def call_many(ep: str, method: str, n: int, with_md: bool, proto: bool) -> int:
     return asyncio.run(main())
 
 
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _load_grpc_bench():
+    """bench/grpc.py as a module (its name would shadow grpcio's): its port
+    and /proc helpers, as bench/cluster.py uses them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_grpc", os.path.join(_HERE, "grpc.py")
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on {port}")
+bg = _load_grpc_bench()
 
 
 def main(argv: list[str]) -> int:
@@ -187,13 +177,13 @@ def main(argv: list[str]) -> int:
     }
     try:
         for kind in KINDS:
-            port = free_port()
+            port = bg.free_port()
             p = subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "_serve", kind, str(port)],
                 stdout=subprocess.DEVNULL,
             )
             procs[kind] = (p, port)
-        port = free_port()
+        port = bg.free_port()
         p = subprocess.Popen(
             [sys.executable, "-m", "broker_core", "serve", "--store", f"{tmp}/store",
              "--listen", f"127.0.0.1:{port}", "--no-redis-relay"],
@@ -202,7 +192,7 @@ def main(argv: list[str]) -> int:
         )  # fmt: skip
         procs["endpoint"] = (p, port)
         for p, port in procs.values():
-            wait_port(port, p)
+            bg.wait_port(port, p)
         plan = [
             ("echo", "echo", METHOD, False, False),
             ("echo+metadata", "echo", METHOD, True, False),
@@ -214,9 +204,9 @@ def main(argv: list[str]) -> int:
         for r in range(a.rounds):
             for label, kind, method, with_md, proto in plan:
                 p, port = procs[kind]
-                c0, t0 = cpu_s(p.pid), time.time()
+                c0, t0 = bg.proc_cpu(p.pid), time.time()
                 errors = call_many(f"127.0.0.1:{port}", method, a.calls, with_md, proto)
-                t1, c1 = time.time(), cpu_s(p.pid)
+                t1, c1 = time.time(), bg.proc_cpu(p.pid)
                 row = {
                     "round": r + 1,
                     "server": label,
