@@ -49,6 +49,7 @@ from broker_core.errors import StorageIOError, StoreError
 from broker_core.filter import TAG, build_matcher
 from broker_core.message import MessageExt, MessageInner, PullStatus
 from broker_core.metadata import atomic_write_json
+from broker_core.sqlite_wal import connect_wal
 from broker_core.tags import parse_subscription
 
 SHARDING_KEY = "__SHARDINGKEY"
@@ -240,13 +241,9 @@ class PopManager:
         # Autocommit (explicit transactions); used by one thread at a time.
         # Set up waiting for the lock whatever ``timeout`` (another worker
         # may be writing); ``timeout`` applies to what follows.
-        db = sqlite3.connect(
-            self.path, timeout=30, isolation_level=None, check_same_thread=False
-        )
         # Small pages (for a new database; WAL fixes the size): an ack's
         # commit writes one whole page to the WAL, 1 KiB costs less than 4.
-        db.execute("PRAGMA page_size=1024")
-        db.execute("PRAGMA journal_mode=WAL")
+        db = connect_wal(self.path, 30, page_size=1024, check_same_thread=False)
         # A commit is written to the WAL, not fsynced: it survives the
         # process, not the machine (as the store's async flush).
         db.execute("PRAGMA synchronous=NORMAL")

@@ -17,6 +17,8 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from broker_core.sqlite_wal import connect_wal
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sends (
     topic TEXT NOT NULL, msg_id TEXT NOT NULL,
@@ -39,8 +41,7 @@ class SharedSends:
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
+            db = connect_wal(self.path, 30)
             db.execute("PRAGMA synchronous=NORMAL")
             self._local.db = db
         return db

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from broker_core.sqlite_wal import connect_wal
 from broker_core.store import MessageStore
 from broker_core.transaction import records as R
 from broker_core.transaction import statetable as S
@@ -124,10 +125,7 @@ class PendingIndex:
     def conn(self) -> sqlite3.Connection:
         c: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if c is None:
-            c = sqlite3.connect(
-                self.path, timeout=60, isolation_level=None, check_same_thread=False
-            )
-            c.execute("PRAGMA journal_mode=WAL")
+            c = connect_wal(self.path, 60, check_same_thread=False)
             c.execute("PRAGMA synchronous=NORMAL")
             c.execute("PRAGMA cache_size=-65536")
             c.execute("PRAGMA temp_store=MEMORY")
