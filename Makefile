@@ -11,9 +11,9 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-postgres test-fast setup system-packages venv redis node-client migrate admin seed demo-data lint typecheck clean
+.PHONY: run test test-postgres test-fast setup system-packages venv redis node-client migrate admin admin-token seed demo-data lint typecheck clean
 
-run: setup migrate admin demo-data
+run: setup migrate admin demo-data admin-token
 	@$(BIN)/python manage.py print_urls
 	@exec $(BIN)/honcho start -f Procfile
 
@@ -25,9 +25,11 @@ test: setup
 # at TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/postgres) when
 # it answers, else a private one under var/postgres (console/core/ensure_postgres.py).
 # Spark, service and slow tests ran above; they do not depend on the database.
+# This run reaches each test's store through a node's admin API (CONSOLE_VIA_ADMIN),
+# as a console deployed apart from its node does (BROKER_ADMIN_URL).
 test-postgres: venv
 	@url=$$($(BIN)/python -m console.core.ensure_postgres) && echo "console suite on $$url" && \
-	DATABASE_URL=$$url $(BIN)/python -m pytest tests/console -q \
+	DATABASE_URL=$$url CONSOLE_VIA_ADMIN=1 $(BIN)/python -m pytest tests/console -q \
 	  -m "not spark and not services and not slow" $(PYTEST_ARGS)
 
 # Everything but the crash, browser, Spark, protocol and service groups.
@@ -76,6 +78,12 @@ migrate: venv
 
 admin: venv
 	@$(BIN)/python manage.py ensure_admin
+
+# The token of the node's admin API (serve --admin-listen), through which the
+# console's web process manages the store (BROKER_ADMIN_URL): made once, 0600.
+admin-token:
+	@f="$${CLUSTER_ADMIN_TOKEN_FILE:-var/admin_token}"; [ -s "$$f" ] || \
+	  { mkdir -p "$$(dirname "$$f")" && (umask 077; $(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(32))' > "$$f") && echo "admin API token: $$f"; }
 
 seed: migrate
 	$(BIN)/python manage.py seed_demo

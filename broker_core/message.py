@@ -227,6 +227,10 @@ class MessageExt:
             self._body_at = hs.size
         return h
 
+    def raw_record(self) -> bytes:
+        """The record as stored in the commit log (``MessageExt(raw)`` again)."""
+        return bytes(self._raw)
+
     @property
     def store_size(self) -> int:
         return len(self._raw)

@@ -13,11 +13,12 @@ import atexit
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 
 from broker_core import Broker
+from broker_core.cluster.node_ops import NodeOps
 
 _lock = threading.Lock()
 _broker: Broker | None = None
@@ -90,6 +91,43 @@ def get_transaction_service() -> Any:
             options = getattr(settings, "TRANSACTION_OPTIONS", {}) or {}
             service = _services["transaction"] = TransactionService(broker, **options)
         return service
+
+
+def local_node_ops() -> NodeOps:
+    """The console's operations over the store this process opens
+    (``settings.BROKER_STORE_DIR``)."""
+    return NodeOps(
+        get_broker,
+        get_transaction_service,
+        get_delay_service,
+        NodeOps.clients_file(settings.BROKER_STORE_DIR),
+    )
+
+
+def node_ops() -> NodeOps:
+    """The operations of the node whose store the console's pages show.
+
+    With ``BROKER_ADMIN_URL`` set, that node's admin API
+    (``RemoteNodeOps``, its token in ``CLUSTER_ADMIN_TOKEN_FILE``): the
+    console opens no store file. Without it, the store at
+    ``BROKER_STORE_DIR``, opened here. The pages cannot tell the difference.
+    """
+    url = getattr(settings, "BROKER_ADMIN_URL", "")
+    if not url:
+        return local_node_ops()
+    from broker_core.cluster.node_ops import NodeUnavailableError, RemoteNodeOps
+
+    path = getattr(settings, "CLUSTER_ADMIN_TOKEN_FILE", "")
+    try:
+        token = Path(path).read_text().strip() if path else ""
+    except OSError as exc:
+        raise NodeUnavailableError(f"CLUSTER_ADMIN_TOKEN_FILE: {exc}") from exc
+    if not token:
+        raise NodeUnavailableError(
+            "BROKER_ADMIN_URL needs the admin token in CLUSTER_ADMIN_TOKEN_FILE"
+        )
+    timeout = float(getattr(settings, "CLUSTER_ADMIN_WRITE_TIMEOUT_S", 30.0))
+    return cast(NodeOps, RemoteNodeOps(url, token, timeout))
 
 
 def _close_services() -> None:

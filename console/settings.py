@@ -211,6 +211,10 @@ BROKER_STORE_OPTIONS = {
     "disk_space_warning_ratio": env.float("BROKER_DISK_RATIO", default=0.90),
 }
 GRPC_LISTEN = env.str("GRPC_LISTEN", default="127.0.0.1:8081")
+# The node whose store the console's pages manage, through its admin API
+# (``serve --admin-listen``; its token in CLUSTER_ADMIN_TOKEN_FILE). Empty: the
+# console opens BROKER_STORE_DIR itself (development and tests).
+BROKER_ADMIN_URL = env.str("BROKER_ADMIN_URL", default="")
 # Live lists (pending and discarded halves, consumer groups, scheduled messages)
 # fetch themselves again this often (seconds); each has a pause button.
 LIVE_REFRESH_SECONDS = env.float("LIVE_REFRESH_SECONDS", default=15.0)

@@ -40,8 +40,15 @@ First slice, what the cluster console needs:
 * ``POST /v1/promote`` with ``{"operator", "role"?, "force"?}``: make this
   slave a master (409 while its master still heartbeats, unless ``force``).
 
-Those four live in ``admin_store.StoreOperations``. Every write names its
-``operator`` and is refused (400) without one; a slave refuses writes (503).
+* ``POST /v1/ops/<name>`` with ``{"args": [...], "kwargs": {...}}``: one of
+  the console's operations (``node_ops.NodeOps``: halves, messages, topics,
+  consumer groups, delays), arguments and answer in ``opscodec``'s tagged
+  JSON; a library error comes back as ``broker_error`` and is raised again
+  on the console's side (``RemoteNodeOps``).
+
+Messages, resets, cancels and clients live in ``admin_store.StoreOperations``.
+Every write names its ``operator`` and is refused (400) without one; a slave
+refuses writes (503).
 """
 
 from __future__ import annotations
@@ -59,7 +66,9 @@ from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from broker_core.clients import client_rows
 from broker_core.cluster.admin_store import AdminError, StoreOperations, operator_of
+from broker_core.cluster.node_ops import NodeOps, run_remote
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +76,9 @@ _DECIDE = re.compile(r"^/v1/halves/([0-9A-Fa-f]{1,64})/(commit|rollback|resume)$
 _RESET = re.compile(r"^/v1/consumers/([^/]{1,512})/reset$")
 _CANCEL = re.compile(r"^/v1/delays/([0-9A-Fa-f]{1,64})/cancel$")
 _MAX_BODY = 64 * 1024
+#: ``POST /v1/ops/send`` carries a whole message body (4 MiB at most), in base64
+_MAX_OPS_BODY = 8 << 20
+_OPS = re.compile(r"^/v1/ops/([a-z_]{1,64})$")
 
 
 def _jsonable(value: Any) -> Any:
@@ -90,6 +102,7 @@ class AdminServer:
         listen: str,
         token: str,
         tls: tuple[str, str] | None = None,
+        node_ops: NodeOps | None = None,
     ) -> None:
         if not token:
             raise ValueError("the admin API needs a token (--admin-token-file)")
@@ -97,6 +110,14 @@ class AdminServer:
         self.token = token
         #: messages, offset resets, delay cancels, clients (``admin_store``)
         self.ops = StoreOperations(ep)
+        #: the console's operations (``POST /v1/ops/<name>``, ``node_ops``);
+        #: a test may give the console's own ``NodeOps`` instead
+        def clients(group: str | None = None) -> list[dict[str, Any]]:
+            return client_rows(ep.client_rows(), group)
+
+        self.node_ops = node_ops or NodeOps(
+            lambda: ep.broker, lambda: ep.tx, lambda: ep.delays, clients
+        )
         self._promoting = threading.Lock()
         host, _, port = listen.rpartition(":")
         server = ThreadingHTTPServer((host, int(port)), self._handler())
@@ -108,8 +129,12 @@ class AdminServer:
         self.server = server
         self.address = f"{host}:{server.server_address[1]}"
         self.scheme = "https" if tls else "http"
+        # stop() waits up to one poll interval (0.5 s by default).
         self._thread = threading.Thread(
-            target=server.serve_forever, name="admin-api", daemon=True
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="admin-api",
+            daemon=True,
         )
 
     def start(self) -> AdminServer:
@@ -311,6 +336,22 @@ class AdminServer:
                     return
                 url = urllib.parse.urlsplit(self.path)
                 query = dict(urllib.parse.parse_qsl(url.query))
+                if method == "POST" and (m := _OPS.match(url.path)):
+                    try:
+                        body = self._body(_MAX_OPS_BODY)
+                    except AdminError as exc:
+                        self._reply(exc.code, {"error": str(exc)})
+                        return
+                    try:
+                        code, payload = run_remote(
+                            api.node_ops, m.group(1), body, api.ep.writable()
+                        )
+                    except Exception as exc:  # noqa: BLE001 - reported, not raised
+                        log.exception("admin ops %s failed", m.group(1))
+                        code = 500
+                        payload = {"error": f"{type(exc).__name__}: {exc}"}
+                    self._reply(code, payload)
+                    return
                 try:
                     if method == "GET" and url.path == "/v1/node":
                         out = api.node()
@@ -348,13 +389,13 @@ class AdminServer:
                     return
                 self._reply(200, out)
 
-            def _body(self) -> dict[str, Any]:
+            def _body(self, limit: int = _MAX_BODY) -> dict[str, Any]:
                 try:
                     size = int(self.headers.get("Content-Length") or 0)
                 except ValueError:
                     raise AdminError(400, "Content-Length: a number") from None
-                if not 0 <= size <= _MAX_BODY:
-                    raise AdminError(400, f"Content-Length: 0 to {_MAX_BODY} bytes")
+                if not 0 <= size <= limit:
+                    raise AdminError(400, f"Content-Length: 0 to {limit} bytes")
                 raw = self.rfile.read(size) if size else b"{}"
                 try:
                     body = json.loads(raw or b"{}")

@@ -10,11 +10,10 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
-from broker_core import offset_reset
-from broker_core.lag import CONSUMER_TYPES, consumer_lag, lag_of, subscribed_queues
+from broker_core.lag import CONSUMER_TYPES
 from broker_core.offset_reset import ResetChange
 from console.audit.services import audited
-from console.brokerlink import get_broker
+from console.brokerlink import node_ops
 from console.consumers.models import ConsumerQueue
 
 SYNC_MAX_AGE = timedelta(seconds=5)
@@ -41,8 +40,6 @@ def sync_offsets(force: bool = False) -> int:
     )
     if not force and latest is not None and now - latest < SYNC_MAX_AGE:
         return ConsumerQueue.objects.count()
-    from console.transactions.producers import connected_clients
-
     rows = [
         ConsumerQueue(
             group=q.group,
@@ -53,7 +50,7 @@ def sync_offsets(force: bool = False) -> int:
             lag=q.lag,
             synced_at=now,
         )
-        for q in consumer_lag(get_broker().store, connected_clients())
+        for q in node_ops().consumer_lag()
     ]
     with transaction.atomic():
         ConsumerQueue.objects.all().delete()
@@ -79,30 +76,7 @@ def group_summaries(queryset: Any = None) -> Any:
 
 def group_queues(group: str) -> list[dict[str, Any]]:
     """Live per-queue state of a group: committed, max, lag, last consumed time."""
-    from console.transactions.producers import connected_clients
-
-    store = get_broker().store
-    out = []
-    for g, topic, qid, committed in subscribed_queues(store, connected_clients()):
-        if g != group:
-            continue
-        hi, lag = lag_of(store, topic, qid, committed)
-        last_ms = None
-        if committed > store.min_offset(topic, qid):
-            units = store.get_queue_units(topic, qid, committed - 1, 1)
-            if units:
-                last_ms = store.read_message(units[0][0]).store_timestamp
-        out.append(
-            {
-                "topic": topic,
-                "queue_id": qid,
-                "committed_offset": committed,
-                "max_offset": hi,
-                "lag": lag,
-                "last_consumed_ms": last_ms,
-            }
-        )
-    return out
+    return node_ops().group_queues(group)
 
 
 def preview_reset(
@@ -115,13 +89,8 @@ def preview_reset(
 ) -> list[ResetChange]:
     """Return what a reset would change on each queue, without changing anything
     (``broker_core.offset_reset.preview_reset``)."""
-    return offset_reset.preview_reset(
-        get_broker().store,
-        group,
-        topic,
-        to_offset=to_offset,
-        to_ms=to_ms,
-        queue_id=queue_id,
+    return node_ops().preview_reset(
+        group, topic, to_offset=to_offset, to_ms=to_ms, queue_id=queue_id
     )
 
 
@@ -138,12 +107,12 @@ def reset_offsets(
 ) -> list[ResetChange]:
     """Move a group's committed offsets (operator); consumers pick them up on
     their next pull. Returns the changes made."""
-    broker = get_broker()
+    ops = node_ops()
     changes = preview_reset(
         group, topic, to_offset=to_offset, to_ms=to_ms, queue_id=queue_id
     )
     audited(
-        lambda: offset_reset.apply_reset(broker, group, topic, changes),
+        lambda: ops.apply_reset(group, topic, changes),
         actor=actor,
         request=request,
         action="consumer_group.reset_offset",

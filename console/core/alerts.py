@@ -116,18 +116,38 @@ def _endpoint() -> list[Alert]:
         ]
 
 
-def _disk() -> list[Alert]:
-    path = settings.BROKER_STORE_DIR
+def _disk_usage() -> tuple[float, float] | None:
+    """(how full the store's disk is, the fill at which sends are refused):
+    the node's own figures through its admin API with ``BROKER_ADMIN_URL``,
+    else this host's."""
+    if getattr(settings, "BROKER_ADMIN_URL", ""):
+        from broker_core.errors import BrokerError
+        from console.brokerlink import node_ops
+
+        try:
+            status = node_ops().store_status()
+        except BrokerError:
+            return None  # the endpoint and node checks say the node is down
+        if status.get("disk_used") is None:
+            return None
+        return float(status["disk_used"]), float(status["disk_limit"])
     opts = getattr(settings, "BROKER_STORE_OPTIONS", {}) or {}
     ratio = float(opts.get("disk_space_warning_ratio", 0.9))
     try:
-        st = os.statvfs(path)
+        st = os.statvfs(settings.BROKER_STORE_DIR)
     except OSError:
-        return []
+        return None
     total = st.f_blocks * st.f_frsize
-    if not total or ratio >= 1.0:
+    if not total:
+        return None
+    return 1 - st.f_bavail * st.f_frsize / total, ratio
+
+
+def _disk() -> list[Alert]:
+    usage = _disk_usage()
+    if usage is None or usage[1] >= 1.0:
         return []
-    used = 1 - st.f_bavail * st.f_frsize / total
+    used, ratio = usage
     if used >= ratio:
         return [
             Alert(

@@ -37,6 +37,12 @@ def check_redis() -> dict[str, Any]:
 
 
 def check_store() -> dict[str, Any]:
+    if getattr(settings, "BROKER_ADMIN_URL", ""):
+        # The console's store is a node's: its admin API answers for it.
+        from console.brokerlink import node_ops
+
+        status = node_ops().store_status()
+        return {"node": settings.BROKER_ADMIN_URL, "path": status["path"]}
     path = settings.BROKER_STORE_DIR
     path.mkdir(parents=True, exist_ok=True)
     if not os.access(path, os.W_OK):

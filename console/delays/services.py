@@ -8,12 +8,12 @@ from typing import Any
 
 from broker_core.schedule import DelayStats, ScheduledMessage
 from console.audit.services import audited
-from console.brokerlink import get_delay_service
+from console.brokerlink import node_ops
 
 
 def delay_stats() -> DelayStats:
     """Return every level's backlog, next due and oldest overdue, and the timers."""
-    return get_delay_service().stats()
+    return node_ops().delay_stats()
 
 
 def level_rows(stats: DelayStats) -> list[dict[str, Any]]:
@@ -28,7 +28,7 @@ def list_scheduled(
     start: int = 0,
 ) -> list[ScheduledMessage]:
     """Return pending scheduled messages, earliest due first."""
-    return get_delay_service().list_scheduled(kind or None, level, limit, start)
+    return node_ops().list_scheduled(kind or None, level, limit, start)
 
 
 def cancel_scheduled(
@@ -38,9 +38,9 @@ def cancel_scheduled(
 
     Raises ``RecallError`` when it is unknown, delivered or already cancelled.
     """
-    service = get_delay_service()
+    ops = node_ops()
     return audited(
-        lambda: service.recall(msg_id),
+        lambda: ops.recall(msg_id),
         actor=actor,
         request=request,
         action="delay.cancel",

@@ -6,18 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker_core import Message, MessageExt, MessageInner, browse
+from broker_core import Message, MessageExt
 from broker_core.browse import SEARCH_SCAN_BUDGET, QueuePage
 from broker_core.search import MessageQuery, SearchPage
-from broker_core.search import search_messages as core_search
 from broker_core.validation import validate_group
 from console.audit.services import audited
-from console.brokerlink import get_broker, get_delay_service
+from console.brokerlink import node_ops
 
 
 def offset_for_time(topic: str, queue_id: int, at_ms: int) -> int:
     """Return the first queue offset stored at or after ``at_ms``."""
-    return browse.offset_for_time(get_broker().store, topic, queue_id, at_ms)
+    return node_ops().offset_for_time(topic, queue_id, at_ms)
 
 
 def browse_queue(
@@ -31,14 +30,12 @@ def browse_queue(
 
     Neither given: the newest ``count`` messages (``broker_core.browse``).
     """
-    return browse.browse_queue(
-        get_broker().store, topic, queue_id, offset, at_ms, count
-    )
+    return node_ops().browse_queue(topic, queue_id, offset, at_ms, count)
 
 
 def find_message(msg_id: str, topic: str | None = None) -> MessageExt:
     """Return a message by UNIQ_KEY or offset id; ``MessageNotFoundError`` if none."""
-    return get_broker().get_message(msg_id.strip(), topic or None)
+    return node_ops().get_message(msg_id.strip(), topic or None)
 
 
 def search_messages(
@@ -71,7 +68,7 @@ def search_messages(
         tag=tag.strip() or None,
         sql=sql.strip() or None,
     )
-    return core_search(get_broker(), query, limit, cursor or None, SEARCH_SCAN_BUDGET)
+    return node_ops().search_messages(query, limit, cursor or None, SEARCH_SCAN_BUDGET)
 
 
 def send_test_message(
@@ -85,13 +82,12 @@ def send_test_message(
     request: Any = None,
 ) -> Any:
     """Send one message as a client would (operator), audited."""
-    broker = get_broker()
-    get_delay_service()  # its send hook parks a test message sent with DELAY
+    ops = node_ops()  # a test message sent with DELAY is scheduled
     msg = Message(
         topic, body, tags=tags or None, keys=keys or None, properties=properties or None
     )
     return audited(
-        lambda: broker.send(msg),
+        lambda: ops.send(msg),
         actor=actor,
         request=request,
         action="message.send_test",
@@ -122,21 +118,10 @@ def resend_message(
     group subscribes to, with ``RETRY_TOPIC`` naming the original topic.
     """
     validate_group(group)
-    broker = get_broker()
     original = find_message(msg_id)
-    props = dict(original.properties)
-    props.setdefault("RETRY_TOPIC", original.topic)
-    props["ORIGIN_MESSAGE_ID"] = original.msg_id
-    inner = MessageInner(
-        topic=f"%RETRY%{group}",
-        queue_id=0,
-        body=original.body,
-        properties=props,
-        flag=original.flag,
-        reconsume_times=original.reconsume_times + 1,
-    )
+    ops = node_ops()
     return audited(
-        lambda: broker.store.put_inner(inner),
+        lambda: ops.resend(original.msg_id, group),
         actor=actor,
         request=request,
         action="message.resend",
@@ -150,7 +135,7 @@ def resend_message(
         },
         after=lambda r: {
             "group": group,
-            "retry_topic": inner.topic,
+            "retry_topic": f"%RETRY%{group}",
             "queue_offset": r.queue_offset,
         },
     )

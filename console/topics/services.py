@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from broker_core.validation import is_system_topic
 from console.audit.services import audited
-from console.brokerlink import get_broker
+from console.brokerlink import node_ops
 from console.topics.models import Topic, TopicSample
 
 #: A list page older than this re-reads the store before answering.
@@ -40,13 +40,7 @@ def sync_topics(force: bool = False) -> int:
     )
     if not force and latest is not None and now - latest < SYNC_MAX_AGE:
         return Topic.objects.count()
-    broker = get_broker()
-    store = broker.store
-    configs = broker.list_topics()
-    rows = []
-    for cfg in configs:
-        depths = [store.max_offset(cfg.topic_name, q) for q in range(cfg.queue_nums)]
-        rows.append((cfg, depths))
+    rows = node_ops().topics_with_depths()
     last_sample = (
         TopicSample.objects.order_by("-at").values_list("at", flat=True).first()
     )
@@ -125,9 +119,9 @@ def create_topic(
     request: Any = None,
 ) -> Any:
     """Create a topic in the store and in the table (admin)."""
-    broker = get_broker()
+    ops = node_ops()
     cfg = audited(
-        lambda: broker.create_topic(
+        lambda: ops.create_topic(
             name, read_queue_nums, write_queue_nums, perm, message_type
         ),
         actor=actor,
@@ -151,10 +145,10 @@ def update_topic(
     **changes: Any,
 ) -> Any:
     """Change a topic's queue numbers, permission or message type (admin)."""
-    broker = get_broker()
-    before = _config_dict(broker.store.get_topic(name))
+    ops = node_ops()
+    before = _config_dict(ops.get_topic(name))
     cfg = audited(
-        lambda: broker.update_topic(name, **changes),
+        lambda: ops.update_topic(name, **changes),
         actor=actor,
         request=request,
         action="topic.update",
@@ -170,10 +164,10 @@ def update_topic(
 
 def delete_topic(*, actor: Any, name: str, reason: str, request: Any = None) -> None:
     """Delete a topic and its consume queues (admin)."""
-    broker = get_broker()
-    before = _config_dict(broker.store.get_topic(name))
+    ops = node_ops()
+    before = _config_dict(ops.get_topic(name))
     audited(
-        lambda: broker.delete_topic(name),
+        lambda: ops.delete_topic(name),
         actor=actor,
         request=request,
         action="topic.delete",
@@ -187,13 +181,4 @@ def delete_topic(*, actor: Any, name: str, reason: str, request: Any = None) -> 
 
 def queue_ranges(name: str) -> list[dict[str, int]]:
     """Return each queue's min and max offset, straight from the store."""
-    broker = get_broker()
-    cfg = broker.store.get_topic(name)
-    store = broker.store
-    out = []
-    for q in range(cfg.queue_nums):
-        lo, hi = store.min_offset(name, q), store.max_offset(name, q)
-        out.append(
-            {"queue_id": q, "min_offset": lo, "max_offset": hi, "depth": hi - lo}
-        )
-    return out
+    return node_ops().queue_ranges(name)

@@ -21,7 +21,7 @@ from broker_core.transaction import (
     TransactionState,
 )
 from console.audit.services import audited
-from console.brokerlink import get_transaction_service
+from console.brokerlink import get_transaction_service, node_ops
 from console.ui.roles import ADMIN, OPERATOR
 
 #: The most halves one bulk rollback touches; the operator repeats for more.
@@ -67,7 +67,7 @@ def list_transactions(
     page_size: int = 50,
 ) -> HalfPage:
     """Return one page of halves matching the filters (the index answers in SQL)."""
-    return get_transaction_service().list_halves(
+    return node_ops().list_halves(
         state=state or None,
         producer_group=producer_group or None,
         topic=topic or None,
@@ -84,7 +84,7 @@ def get_transaction(transaction_id: str) -> HalfDetail:
     """Return a half with properties, body and check history.
 
     Raises ``UnknownTransactionError``."""
-    return get_transaction_service().get_half(transaction_id)
+    return node_ops().get_half(transaction_id)
 
 
 def _info_dict(info: HalfInfo) -> dict[str, Any]:
@@ -117,7 +117,8 @@ def _before(transaction_id: str) -> dict[str, Any] | None:
 class Verb:
     """One operator action on a half, the same on the pages and the API.
 
-    ``role`` is the least role allowed; ``run(service, id, operator)`` does it;
+    ``role`` is the least role allowed; ``run(ops, id, operator)`` does it
+    (``ops``: the node's ``NodeOps``);
     ``after`` turns its result into the audit record's "after"."""
 
     name: str
@@ -182,9 +183,9 @@ def perform(
 
     The caller has checked ``actor``'s role against ``verb.role``."""
     v = VERBS[verb] if isinstance(verb, str) else verb
-    service = get_transaction_service()
+    ops = node_ops()
     return audited(
-        lambda: v.run(service, transaction_id, actor.get_username()),
+        lambda: v.run(ops, transaction_id, actor.get_username()),
         actor=actor,
         request=request,
         action=v.action,
@@ -244,7 +245,7 @@ def matching_ids(limit: int = BULK_MAX, **filters: Any) -> list[str]:
 
 
 def transaction_metrics() -> Any:
-    return get_transaction_service().metrics()
+    return node_ops().transaction_metrics()
 
 
 def seed_demo_transactions(broker: Any, rnd: Any) -> int:
@@ -402,11 +403,11 @@ def published_stuck_counts(client: Any) -> dict[str, Any] | None:
 def stuck_counts() -> dict[str, int]:
     """Pending halves checked too often, and pending halves too old."""
     age_s, checks = stuck_thresholds()
-    svc = get_transaction_service()
+    ops = node_ops()
     by_checks = (
-        svc.list_halves(min_checks=checks, page_size=1, refresh=False).total or 0
+        ops.list_halves(min_checks=checks, page_size=1, refresh=False).total or 0
     )
-    by_age = svc.list_halves(min_age_s=age_s, page_size=1, refresh=False).total or 0
+    by_age = ops.list_halves(min_age_s=age_s, page_size=1, refresh=False).total or 0
     return {
         "by_checks": by_checks,
         "by_age": by_age,

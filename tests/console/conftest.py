@@ -58,16 +58,53 @@ def _fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+#: ``CONSOLE_VIA_ADMIN=1``: every console test reaches its store through a
+#: node's admin API (``BROKER_ADMIN_URL``), as a console deployed apart from
+#: its node does; ``make test`` runs the console suite so on PostgreSQL.
+VIA_ADMIN = os.environ.get("CONSOLE_VIA_ADMIN", "") not in ("", "0")
+
+
 @pytest.fixture
 def broker(settings: Any, tmp_path: Path) -> Iterator[Any]:
-    """Point BROKER_STORE_DIR at a fresh directory and return its open Broker."""
+    """Point BROKER_STORE_DIR at a fresh directory and return its open Broker.
+
+    With ``CONSOLE_VIA_ADMIN`` the pages ask for it through a real
+    ``AdminServer`` (an endpoint over the same store, serving the console's
+    operations over HTTP on 127.0.0.1) instead of opening it themselves."""
     from console.brokerlink import close_broker, get_broker
 
     close_broker()
     settings.BROKER_STORE_DIR = tmp_path / "store"
     settings.BROKER_STORE_OPTIONS = dict(SMALL_STORE)
-    yield get_broker()
+    broker = get_broker()
+    with contextlib.ExitStack() as stack:
+        if VIA_ADMIN:
+            stack.enter_context(_admin_api(settings, broker, tmp_path))
+        yield broker
     close_broker()
+
+
+@contextlib.contextmanager
+def _admin_api(settings: Any, broker: Any, tmp_path: Path) -> Iterator[None]:
+    import secrets
+
+    from broker_core.cluster.admin import AdminServer
+    from broker_core.endpoint.config import EndpointConfig
+    from broker_core.endpoint.server import Endpoint
+    from console.brokerlink import local_node_ops
+
+    token = secrets.token_urlsafe(24)
+    token_file = tmp_path / "admin_token"
+    token_file.write_text(token)
+    ep = Endpoint(broker, EndpointConfig())
+    admin = AdminServer(ep, "127.0.0.1:0", token, node_ops=local_node_ops()).start()
+    settings.BROKER_ADMIN_URL = f"http://{admin.address}"
+    settings.CLUSTER_ADMIN_TOKEN_FILE = str(token_file)
+    try:
+        yield
+    finally:
+        admin.stop()
+        ep.close()
 
 
 @pytest.fixture

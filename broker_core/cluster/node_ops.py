@@ -1,0 +1,479 @@
+"""Everything the console does to one node's store, as one interface.
+
+``NodeOps`` runs the operations on a store this process has open: the node's
+admin API runs them for a console elsewhere (``POST /v1/ops/<name>``), and a
+console that opens the store itself (tests, development) runs them in place.
+``RemoteNodeOps`` has the same methods and sends each call to a node's admin
+API, so the console's pages are written once and cannot tell a local store
+from a node on another host: arguments and answers cross as the library's own
+types (``opscodec``), errors as the library's own exceptions.
+
+Only the methods in ``READS`` and ``WRITES`` can be called remotely; a slave
+refuses ``WRITES`` (``ReplicaReadOnlyError``), as its store does. Writes
+carry the operator's name where the log records one (transaction outcomes);
+the console audits every write on its side.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from broker_core import browse, offset_reset
+from broker_core.clients import client_rows
+from broker_core.cluster import opscodec
+from broker_core.errors import BrokerError, StoreError
+from broker_core.lag import QueueLag, consumer_lag, lag_of, subscribed_queues
+from broker_core.message import (
+    Message,
+    MessageExt,
+    MessageInner,
+    PutResult,
+    SendResult,
+)
+from broker_core.metadata import TopicConfig
+from broker_core.offset_reset import ResetChange
+from broker_core.search import MessageQuery, SearchPage
+from broker_core.search import search_messages as core_search
+from broker_core.validation import validate_group
+
+READS = frozenset(
+    {
+        "list_halves",
+        "get_half",
+        "transaction_metrics",
+        "producer_group_counts",
+        "checkers",
+        "offset_for_time",
+        "browse_queue",
+        "get_message",
+        "search_messages",
+        "topics_with_depths",
+        "get_topic",
+        "queue_ranges",
+        "clients",
+        "consumer_lag",
+        "group_queues",
+        "preview_reset",
+        "delay_stats",
+        "list_scheduled",
+        "store_status",
+    }
+)
+WRITES = frozenset(
+    {
+        "commit",
+        "rollback",
+        "resume",
+        "configure_checker",
+        "remove_checker",
+        "send",
+        "resend",
+        "create_topic",
+        "update_topic",
+        "delete_topic",
+        "apply_reset",
+        "recall",
+    }
+)
+
+
+class NodeOps:
+    """The operations over a store open in this process.
+
+    ``broker``, ``tx`` (``TransactionService``) and ``delays``
+    (``DelayService``) are given as functions, so that a page that needs only
+    topics never builds the transaction index; ``clients(group)`` returns
+    the clients the node's endpoint knows (``broker_core.clients`` rows).
+    """
+
+    def __init__(
+        self,
+        broker: Callable[[], Any],
+        tx: Callable[[], Any],
+        delays: Callable[[], Any],
+        clients: Callable[[str | None], list[dict[str, Any]]],
+    ) -> None:
+        self._broker = broker
+        self._tx = tx
+        self._delays = delays
+        self._clients = clients
+
+    @staticmethod
+    def clients_file(store_root: str | Path) -> Callable[[str | None], list[dict]]:
+        """``clients`` read from ``<store>/clients.json``, which the endpoint
+        rewrites atomically (its workers' lists merged)."""
+        path = Path(store_root) / "clients.json"
+
+        def read(group: str | None = None) -> list[dict[str, Any]]:
+            try:
+                clients = json.loads(path.read_text()).get("clients", [])
+            except (OSError, ValueError, AttributeError):
+                return []
+            return client_rows(clients if isinstance(clients, list) else [], group)
+
+        return read
+
+    # -- transactions ---------------------------------------------------------
+    def list_halves(self, **filters: Any) -> Any:
+        """One page of halves (``TransactionService.list_halves``)."""
+        return self._tx().list_halves(**filters)
+
+    def get_half(self, transaction_id: str) -> Any:
+        return self._tx().get_half(transaction_id)
+
+    def commit(self, transaction_id: str, operator: str) -> Any:
+        return self._tx().commit(transaction_id, operator=operator)
+
+    def rollback(self, transaction_id: str, operator: str) -> Any:
+        return self._tx().rollback(transaction_id, operator=operator)
+
+    def resume(self, transaction_id: str, operator: str) -> Any:
+        return self._tx().resume(transaction_id, operator=operator)
+
+    def transaction_metrics(self) -> Any:
+        return self._tx().metrics()
+
+    def producer_group_counts(self) -> list[tuple[str, int, int]]:
+        """(producer group, state, halves) for every group with halves: one
+        pass over the index's (producer_group, state, born_ts) index."""
+        svc = self._tx()
+        svc.refresh_index(2.0)
+        return [
+            (str(g), int(s), int(n))
+            for g, s, n in svc.index.query(
+                "SELECT producer_group, state, COUNT(*) FROM halves "
+                "GROUP BY producer_group, state"
+            )
+        ]
+
+    def checkers(self) -> dict[str, dict[str, Any]]:
+        """The check-back transport configured per producer group."""
+        return dict(self._tx().checkers.configured())
+
+    def configure_checker(
+        self, group: str, url: str, secret: str, timeout_s: float
+    ) -> None:
+        validate_group(group)
+        self._tx().checkers.configure(
+            group, "webhook", url=url, secret=secret, timeout_s=timeout_s
+        )
+
+    def remove_checker(self, group: str) -> None:
+        self._tx().checkers.remove(group)
+
+    # -- messages -------------------------------------------------------------
+    def offset_for_time(self, topic: str, queue_id: int, at_ms: int) -> int:
+        return browse.offset_for_time(self._broker().store, topic, queue_id, at_ms)
+
+    def browse_queue(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int | None,
+        at_ms: int | None,
+        count: int,
+    ) -> browse.QueuePage:
+        return browse.browse_queue(
+            self._broker().store, topic, queue_id, offset, at_ms, count
+        )
+
+    def get_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        return self._broker().get_message(msg_id, topic)
+
+    def search_messages(
+        self, query: MessageQuery, limit: int, cursor: str | None, budget: int
+    ) -> SearchPage:
+        return core_search(self._broker(), query, limit, cursor, budget)
+
+    def send(self, message: Message) -> SendResult:
+        """Send as a client would (a DELAY or timer message is scheduled: the
+        delay service's send hook is installed with it)."""
+        self._delays()
+        return self._broker().send(message)
+
+    def resend(self, msg_id: str, group: str) -> PutResult:
+        """Redeliver a message to one consumer group through its retry topic
+        (``%RETRY%<group>``, which only that group subscribes to), with
+        ``RETRY_TOPIC`` naming the original topic, as RocketMQ's retry."""
+        validate_group(group)
+        broker = self._broker()
+        original = broker.get_message(msg_id)
+        props = dict(original.properties)
+        props.setdefault("RETRY_TOPIC", original.topic)
+        props["ORIGIN_MESSAGE_ID"] = original.msg_id
+        inner = MessageInner(
+            topic=f"%RETRY%{group}",
+            queue_id=0,
+            body=original.body,
+            properties=props,
+            flag=original.flag,
+            reconsume_times=original.reconsume_times + 1,
+        )
+        return broker.store.put_inner(inner)
+
+    # -- topics ---------------------------------------------------------------
+    def topics_with_depths(self) -> list[tuple[TopicConfig, list[int]]]:
+        """Every topic's settings and each queue's end offset."""
+        broker = self._broker()
+        store = broker.store
+        return [
+            (cfg, [store.max_offset(cfg.topic_name, q) for q in range(cfg.queue_nums)])
+            for cfg in broker.list_topics()
+        ]
+
+    def get_topic(self, name: str) -> TopicConfig:
+        return self._broker().store.get_topic(name)
+
+    def create_topic(
+        self,
+        name: str,
+        read_queue_nums: int,
+        write_queue_nums: int,
+        perm: int,
+        message_type: str,
+    ) -> TopicConfig:
+        return self._broker().create_topic(
+            name, read_queue_nums, write_queue_nums, perm, message_type
+        )
+
+    def update_topic(self, name: str, **changes: Any) -> TopicConfig:
+        return self._broker().update_topic(name, **changes)
+
+    def delete_topic(self, name: str) -> None:
+        self._broker().delete_topic(name)
+
+    def queue_ranges(self, name: str) -> list[dict[str, int]]:
+        """Each queue's min and max offset."""
+        store = self._broker().store
+        cfg = store.get_topic(name)
+        out = []
+        for q in range(cfg.queue_nums):
+            lo, hi = store.min_offset(name, q), store.max_offset(name, q)
+            out.append(
+                {"queue_id": q, "min_offset": lo, "max_offset": hi, "depth": hi - lo}
+            )
+        return out
+
+    # -- consumers ------------------------------------------------------------
+    def clients(self, group: str | None = None) -> list[dict[str, Any]]:
+        return self._clients(group)
+
+    def consumer_lag(self) -> list[QueueLag]:
+        """Every group's lag per queue it consumes."""
+        return consumer_lag(self._broker().store, self._clients(None))
+
+    def group_queues(self, group: str) -> list[dict[str, Any]]:
+        """A group's queues: committed, max, lag and when it last consumed."""
+        store = self._broker().store
+        out = []
+        for g, topic, qid, committed in subscribed_queues(store, self._clients(None)):
+            if g != group:
+                continue
+            hi, lag = lag_of(store, topic, qid, committed)
+            last_ms = None
+            if committed > store.min_offset(topic, qid):
+                units = store.get_queue_units(topic, qid, committed - 1, 1)
+                if units:
+                    last_ms = store.read_message(units[0][0]).store_timestamp
+            out.append(
+                {
+                    "topic": topic,
+                    "queue_id": qid,
+                    "committed_offset": committed,
+                    "max_offset": hi,
+                    "lag": lag,
+                    "last_consumed_ms": last_ms,
+                }
+            )
+        return out
+
+    def preview_reset(
+        self,
+        group: str,
+        topic: str,
+        to_offset: int | None = None,
+        to_ms: int | None = None,
+        queue_id: int | None = None,
+    ) -> list[ResetChange]:
+        return offset_reset.preview_reset(
+            self._broker().store,
+            group,
+            topic,
+            to_offset=to_offset,
+            to_ms=to_ms,
+            queue_id=queue_id,
+        )
+
+    def apply_reset(
+        self, group: str, topic: str, changes: list[ResetChange]
+    ) -> list[ResetChange]:
+        return offset_reset.apply_reset(self._broker(), group, topic, changes)
+
+    # -- delays ---------------------------------------------------------------
+    def delay_stats(self) -> Any:
+        return self._delays().stats()
+
+    def list_scheduled(
+        self, kind: str | None, level: int | None, limit: int, start: int
+    ) -> Any:
+        return self._delays().list_scheduled(kind, level, limit, start)
+
+    def recall(self, msg_id: str) -> Any:
+        return self._delays().recall(msg_id)
+
+    # -- health ---------------------------------------------------------------
+    def store_status(self) -> dict[str, Any]:
+        """The store's directory, how full its disk is (0..1, None if unknown)
+        and the fill at which appends are refused."""
+        store = self._broker().store
+        used: float | None = None
+        try:
+            st = os.statvfs(store.root)
+            total = st.f_blocks * st.f_frsize
+            if total:
+                used = 1 - st.f_bavail * st.f_frsize / total
+        except OSError:
+            pass
+        return {
+            "path": str(store.root),
+            "disk_used": used,
+            "disk_limit": float(store.config.disk_space_warning_ratio),
+        }
+
+    # -- the admin API's side ---------------------------------------------------
+    def call(self, name: str, body: dict[str, Any], writable: bool = True) -> Any:
+        """Run ``name`` with the encoded ``{"args", "kwargs"}`` of ``body``;
+        the encoded answer. ``KeyError`` for a name that is not an operation."""
+        if name not in READS and name not in WRITES:
+            raise KeyError(name)
+        if name in WRITES and not writable:
+            from broker_core.errors import ReplicaReadOnlyError
+
+            raise ReplicaReadOnlyError(f"{name}: this node is a slave (read-only)")
+        args = opscodec.decode(body.get("args") or [])
+        kwargs = opscodec.decode(body.get("kwargs") or {})
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise opscodec.CodecError("args: a list; kwargs: an object")
+        fn = getattr(self, name)
+        try:
+            inspect.signature(fn).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise opscodec.CodecError(f"{name}: {exc}") from None
+        return opscodec.encode(fn(*args, **kwargs))
+
+
+class NodeUnavailableError(StoreError):
+    """The node's admin API did not answer (down, refused, timed out) or
+    answered something that is not an operation's result."""
+
+
+class RemoteNodeOps:
+    """``NodeOps`` of a node reached through its admin API (module doc)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        timeout: float = 30.0,
+        context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.context = context
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name not in READS and name not in WRITES:
+            raise AttributeError(name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._call(name, list(args), kwargs)
+
+        call.__name__ = name
+        return call
+
+    def _call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        data = json.dumps(
+            {"args": opscodec.encode(args), "kwargs": opscodec.encode(kwargs)}
+        ).encode()
+        req = urllib.request.Request(
+            f"{self.url}/v1/ops/{name}",
+            data=data,
+            method="POST",
+            headers={
+                "Authorization": f"Bearer {self.token}",
+                "Content-Type": "application/json",
+            },
+        )
+        try:
+            with urllib.request.urlopen(
+                req, timeout=self.timeout, context=self.context
+            ) as resp:
+                payload = json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            try:
+                payload = json.loads(exc.read())
+            except ValueError:
+                payload = {}
+            err = payload.get("broker_error") if isinstance(payload, dict) else None
+            if isinstance(err, dict):
+                raise opscodec.decode_error(err) from None
+            detail = payload.get("error") if isinstance(payload, dict) else None
+            raise NodeUnavailableError(
+                f"node {self.url}: {name} answered {exc.code}: {detail or exc.reason}"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise NodeUnavailableError(f"node {self.url}: {name}: {exc}") from None
+        if not isinstance(payload, dict) or "result" not in payload:
+            raise NodeUnavailableError(f"node {self.url}: {name}: no result")
+        return opscodec.decode(payload["result"])
+
+
+def run_remote(
+    ops: NodeOps, name: str, body: dict[str, Any], writable: bool
+) -> tuple[int, dict[str, Any]]:
+    """The admin API's answer to ``POST /v1/ops/<name>``: (status, payload).
+
+    A library error is 4xx/5xx with ``broker_error`` (``RemoteNodeOps``
+    raises it again on the console's side)."""
+    try:
+        return 200, {"result": ops.call(name, body, writable)}
+    except KeyError:
+        return 404, {"error": f"no operation {name!r}"}
+    except opscodec.CodecError as exc:
+        return 400, {"error": str(exc)}
+    except BrokerError as exc:
+        return _status(exc), {
+            "error": str(exc),
+            "broker_error": opscodec.encode_error(exc),
+        }
+
+
+def _status(exc: BrokerError) -> int:
+    from broker_core import errors as E
+
+    if isinstance(exc, E.ReplicaReadOnlyError):
+        return 503
+    if isinstance(
+        exc,
+        (
+            E.TopicNotFoundError,
+            E.MessageNotFoundError,
+            E.UnknownTransactionError,
+            E.UnknownScheduledMessageError,
+        ),
+    ):
+        return 404
+    if isinstance(exc, (E.TransactionConflictError, E.TopicExistsError, E.RecallError)):
+        return 409
+    if isinstance(exc, E.ValidationError):
+        return 400
+    return 500
