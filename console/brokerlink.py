@@ -107,11 +107,18 @@ def local_node_ops() -> NodeOps:
 def node_ops() -> NodeOps:
     """The operations of the node whose store the console's pages show.
 
-    With ``BROKER_ADMIN_URL`` set, that node's admin API
+    On a cluster, the node the operator picked for this request
+    (``console.cluster.picker``). Else, with ``BROKER_ADMIN_URL`` set, that
+    node's admin API
     (``RemoteNodeOps``, its token in ``CLUSTER_ADMIN_TOKEN_FILE``): the
     console opens no store file. Without it, the store at
     ``BROKER_STORE_DIR``, opened here. The pages cannot tell the difference.
     """
+    from console.cluster.picker import chosen_node, node_ops_of
+
+    node = chosen_node()
+    if node:
+        return node_ops_of(node)
     url = getattr(settings, "BROKER_ADMIN_URL", "")
     if not url:
         return local_node_ops()

@@ -120,6 +120,8 @@ MIDDLEWARE = [
     "console.ui.middleware.UserTimeZoneMiddleware",
     # Every page needs a signed-in user; /login/ and /healthz opt out.
     "console.ui.middleware.ConsoleLoginRequiredMiddleware",
+    # On a cluster: the node the single-store pages show (console/cluster/picker.py).
+    "console.cluster.picker.NodeChoiceMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last: answers a locked-out login with 429 (django-axes).

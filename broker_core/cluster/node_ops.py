@@ -374,6 +374,8 @@ class NodeUnavailableError(StoreError):
     """The node's admin API did not answer (down, refused, timed out) or
     answered something that is not an operation's result."""
 
+    code = "node_unavailable"
+
 
 class RemoteNodeOps:
     """``NodeOps`` of a node reached through its admin API (module doc)."""

@@ -1,6 +1,7 @@
-"""Say, on the pages that read one store, which store that is when the console
-manages a cluster: those pages do not go through the nodes' admin APIs, and
-an operator must not take one node's figures for the cluster's."""
+"""Say, on the pages that show one store, whose store that is when the console
+manages a cluster, and let the operator pick another node's
+(``console.cluster.picker``): an operator must not take one node's figures
+for the cluster's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 
-#: Apps whose pages read the store of this host (``BROKER_STORE_DIR``).
+#: Apps whose pages show one store (the picked node's, else the console's own).
 STORE_APPS = frozenset(
     {"topics", "messages", "consumers", "delays", "transactions", "producers"}
 )
@@ -22,10 +23,15 @@ def store_scope(request: HttpRequest) -> dict[str, Any]:
         return {}
     if match.app_name not in STORE_APPS and match.view_name != "overview":
         return {}
+    from console.cluster.picker import scope
+
     return {
         "store_scope": {
             "cluster": cluster,
             "node": getattr(settings, "BROKER_NODE", ""),
-            "store": str(settings.BROKER_STORE_DIR),
+            "store": getattr(settings, "BROKER_ADMIN_URL", "")
+            or str(settings.BROKER_STORE_DIR),
+            "next": request.get_full_path(),
+            **scope(request),
         }
     }

@@ -1,10 +1,11 @@
 from django.urls import path
 
-from console.cluster import views
+from console.cluster import picker, views
 
 app_name = "cluster"
 urlpatterns = [
     path("", views.cluster, name="overview"),
+    path("pick/", picker.pick, name="pick"),
     path("topics/", views.topic, name="topic"),
     path("consumers/reset/", views.reset, name="reset"),
     path("delays/cancel/", views.cancel, name="cancel"),

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from django.db import models
 
+from console.cluster.picker import NodeScopedManager
+
 
 class ConsumerQueue(models.Model):
     """One consumer group's position on one queue of one topic."""
 
+    #: whose store ("" the console's own; ``Topic.node``)
+    node = models.CharField(max_length=128, default="", blank=True)
     group = models.CharField(max_length=255, db_index=True)
     topic = models.CharField(max_length=255, db_index=True)
     queue_id = models.PositiveIntegerField()
@@ -18,11 +22,15 @@ class ConsumerQueue(models.Model):
     lag = models.BigIntegerField(db_index=True)
     synced_at = models.DateTimeField()
 
+    objects = NodeScopedManager()
+    every_node = models.Manager()
+
     class Meta:
         ordering = ["group", "topic", "queue_id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["group", "topic", "queue_id"], name="consumer_queue_unique"
+                fields=["node", "group", "topic", "queue_id"],
+                name="consumer_queue_node_unique",
             ),
         ]
 

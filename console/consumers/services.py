@@ -14,6 +14,7 @@ from broker_core.lag import CONSUMER_TYPES
 from broker_core.offset_reset import ResetChange
 from console.audit.services import audited
 from console.brokerlink import node_ops
+from console.cluster.picker import store_key
 from console.consumers.models import ConsumerQueue
 
 SYNC_MAX_AGE = timedelta(seconds=5)
@@ -42,6 +43,7 @@ def sync_offsets(force: bool = False) -> int:
         return ConsumerQueue.objects.count()
     rows = [
         ConsumerQueue(
+            node=store_key(),
             group=q.group,
             topic=q.topic,
             queue_id=q.queue_id,

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from django.db import models
 
+from console.cluster.picker import NodeScopedManager
+
 
 class Topic(models.Model):
-    name = models.CharField(max_length=127, unique=True)
+    #: whose store: "" the console's own, else the cluster node picked
+    #: (``console.cluster.picker``); ``objects`` shows the current one's
+    node = models.CharField(max_length=128, default="", blank=True)
+    name = models.CharField(max_length=127)
     read_queue_nums = models.PositiveIntegerField()
     write_queue_nums = models.PositiveIntegerField()
     perm = models.PositiveSmallIntegerField()
@@ -28,8 +33,14 @@ class Topic(models.Model):
     depths = models.JSONField(default=list)
     synced_at = models.DateTimeField()
 
+    objects = NodeScopedManager()
+    every_node = models.Manager()
+
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "name"], name="topic_node_name")
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -42,9 +53,13 @@ class Topic(models.Model):
 class TopicSample(models.Model):
     """A topic's message count at one moment; rates and charts come from these."""
 
+    node = models.CharField(max_length=128, default="", blank=True)
     topic = models.CharField(max_length=127)
     at = models.DateTimeField(db_index=True)
     messages = models.BigIntegerField()
 
+    objects = NodeScopedManager()
+    every_node = models.Manager()
+
     class Meta:
-        indexes = [models.Index(fields=["topic", "-at"])]
+        indexes = [models.Index(fields=["node", "topic", "-at"])]

@@ -13,6 +13,7 @@ from django.utils import timezone
 from broker_core.validation import is_system_topic
 from console.audit.services import audited
 from console.brokerlink import node_ops
+from console.cluster.picker import store_key
 from console.topics.models import Topic, TopicSample
 
 #: A list page older than this re-reads the store before answering.
@@ -66,13 +67,15 @@ def sync_topics(force: bool = False) -> int:
             )
             topic = existing.get(name)
             if topic is None:
-                Topic.objects.create(name=name, **values)
+                Topic.objects.create(node=store_key(), name=name, **values)
             else:
                 Topic.objects.filter(pk=topic.pk).update(**values)
         Topic.objects.exclude(name__in=seen).delete()
         if take_sample:
             TopicSample.objects.bulk_create(
-                TopicSample(topic=cfg.topic_name, at=now, messages=sum(d))
+                TopicSample(
+                    node=store_key(), topic=cfg.topic_name, at=now, messages=sum(d)
+                )
                 for cfg, d in rows
             )
             TopicSample.objects.filter(at__lt=now - SAMPLE_KEEP).delete()

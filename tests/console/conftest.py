@@ -62,6 +62,9 @@ def _fast_password_hashing(settings: Any) -> None:
 #: node's admin API (``BROKER_ADMIN_URL``), as a console deployed apart from
 #: its node does; ``make test`` runs the console suite so on PostgreSQL.
 VIA_ADMIN = os.environ.get("CONSOLE_VIA_ADMIN", "") not in ("", "0")
+#: The admin token of every node a test starts (one cluster shares one token,
+#: and the console has one CLUSTER_ADMIN_TOKEN_FILE).
+ADMIN_TOKEN = "console-test-admin-token"
 
 
 @pytest.fixture
@@ -86,18 +89,17 @@ def broker(settings: Any, tmp_path: Path) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def _admin_api(settings: Any, broker: Any, tmp_path: Path) -> Iterator[None]:
-    import secrets
-
     from broker_core.cluster.admin import AdminServer
     from broker_core.endpoint.config import EndpointConfig
     from broker_core.endpoint.server import Endpoint
     from console.brokerlink import local_node_ops
 
-    token = secrets.token_urlsafe(24)
     token_file = tmp_path / "admin_token"
-    token_file.write_text(token)
+    token_file.write_text(ADMIN_TOKEN)
     ep = Endpoint(broker, EndpointConfig())
-    admin = AdminServer(ep, "127.0.0.1:0", token, node_ops=local_node_ops()).start()
+    admin = AdminServer(
+        ep, "127.0.0.1:0", ADMIN_TOKEN, node_ops=local_node_ops()
+    ).start()
     settings.BROKER_ADMIN_URL = f"http://{admin.address}"
     settings.CLUSTER_ADMIN_TOKEN_FILE = str(token_file)
     try:

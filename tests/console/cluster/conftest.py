@@ -21,10 +21,10 @@ import pytest
 from broker_core import Broker
 from broker_core.cluster import NodeInfo, RouteRegistry
 from tests.conftest import ROOT
-from tests.console.conftest import SMALL_STORE
+from tests.console.conftest import ADMIN_TOKEN, SMALL_STORE
 
 REGISTRY_URL = "redis://127.0.0.1:6379/11"
-TOKEN = "console-cluster-view-token"
+TOKEN = ADMIN_TOKEN
 
 
 class Nodes:

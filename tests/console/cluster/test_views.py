@@ -125,7 +125,7 @@ def test_single_store_pages_say_which_store_they_show(client_as, settings):
                 "/transactions/", "/producer-groups/"):  # fmt: skip
         body = viewer.get(url).content.decode()
         assert 'data-testid="store-scope"' in body, url
-        assert "node <strong>broker-a</strong>'s store" in body, url
+        assert 'data-testid="scope-node">broker-a</strong>\'s store' in body, url
     for url in ("/cluster/", "/audit/", "/reports/"):
         body = viewer.get(url).content.decode()
         assert 'data-testid="store-scope"' not in body, url

@@ -1,0 +1,139 @@
+"""The node whose store the single-store pages show (Transactions, Messages,
+Topics, Consumer and Producer groups, Delay queues) on a console managing a
+cluster: the operator picks it in the banner of those pages; it is kept in the
+session, and every store operation of the request goes to that node's admin
+API (``brokerlink.node_ops``). No node picked: the console's own store or
+``BROKER_ADMIN_URL``'s node, as on a single host.
+
+A node that does not answer is a 503 page saying which node and why, with the
+picker to choose another, instead of a server error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any, cast
+
+from django.conf import settings
+from django.db import models
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from broker_core.cluster.node_ops import NodeOps, NodeUnavailableError, RemoteNodeOps
+from console.ui.permissions import viewer_required
+
+SESSION_KEY = "console_node"
+_chosen: ContextVar[str] = ContextVar("console_node", default="")
+
+
+def enabled() -> bool:
+    return bool(getattr(settings, "BROKER_CLUSTER", ""))
+
+
+def chosen_node() -> str:
+    """The node picked for this request ("": none)."""
+    return _chosen.get()
+
+
+def store_key() -> str:
+    """Whose store this request shows, as the console's tables of topics and
+    consumer offsets key their rows: the picked node, "" for the console's
+    own store (or ``BROKER_ADMIN_URL``'s node)."""
+    return _chosen.get()
+
+
+class NodeScopedManager(models.Manager):  # type: ignore[type-arg]
+    """``objects`` of a table that caches one store's figures (topics, consumer
+    offsets): only the rows of the store this request shows (``store_key``).
+    Rows are written with ``node=store_key()``."""
+
+    def get_queryset(self) -> models.QuerySet:  # type: ignore[type-arg]
+        return super().get_queryset().filter(node=store_key())
+
+
+def node_ops_of(node: str) -> NodeOps:
+    """The operations of the live node ``node`` (``name`` or
+    ``name:broker_id``) through its registered admin API."""
+    from console.cluster import services
+
+    try:
+        target = services._live(node)
+        services._check_admin_host(target.admin)
+        token = services._token()
+    except services.NodeUnavailable as exc:
+        raise NodeUnavailableError(f"node {node}: {exc}") from exc
+    if not target.admin:
+        raise NodeUnavailableError(
+            f"node {node} advertises no admin API (--admin-listen)"
+        )
+    return cast(NodeOps, RemoteNodeOps(target.admin, token, services.write_timeout_s()))
+
+
+def node_choices() -> list[str]:
+    """The live nodes to pick from: a master by its name, a slave as
+    ``name:broker_id``; [] when the registry does not answer."""
+    from console.cluster import services
+
+    try:
+        found = services._registry().nodes()
+    except Exception:  # noqa: BLE001 - the banner says the registry is away
+        return []
+    return sorted(n.name if n.broker_id == 0 else n.key for n in found)
+
+
+class NodeChoiceMiddleware:
+    """Carry the session's picked node through the request (module doc)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        node = ""
+        if enabled() and hasattr(request, "session"):
+            node = str(request.session.get(SESSION_KEY, "") or "")
+        token = _chosen.set(node)
+        try:
+            return self.get_response(request)
+        finally:
+            _chosen.reset(token)
+
+    def process_exception(
+        self, request: HttpRequest, exc: Exception
+    ) -> HttpResponse | None:
+        if not isinstance(exc, NodeUnavailableError):
+            return None
+        if request.path.startswith("/api/"):
+            return None  # the API's exception handler answers 503 as JSON
+        return render(
+            request,
+            "cluster/node_unavailable.html",
+            {"reason": str(exc), "node": chosen_node()},
+            status=503,
+        )
+
+
+@require_POST
+@viewer_required
+def pick(request: HttpRequest) -> HttpResponse:
+    """Show the single-store pages for ``node`` ("": the console's own)."""
+    node = request.POST.get("node", "").strip()
+    if node and node not in node_choices():
+        from django.contrib import messages
+
+        messages.error(request, f"{node} is not a live node of the cluster.")
+        node = ""
+    request.session[SESSION_KEY] = node
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        target = "/"
+    return redirect(target)
+
+
+def scope(request: HttpRequest) -> dict[str, Any]:
+    """The banner's figures: the picked node and the nodes to pick from."""
+    return {"chosen": chosen_node(), "choices": node_choices()}

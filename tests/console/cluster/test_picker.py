@@ -1,0 +1,82 @@
+"""The single-store pages on a cluster: the operator picks a node in their
+banner, and the pages show (and change) that node's store through its admin
+API; a node that does not answer is a 503 page naming it, not a server error."""
+
+from __future__ import annotations
+
+import re
+import socket
+
+import pytest
+
+from broker_core import Message
+from broker_core.transaction import TransactionService
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db]
+
+
+def _pick(client, node: str, next_url: str = "/topics/"):
+    return client.post("/cluster/pick/", {"node": node, "next": next_url})
+
+
+def test_pages_show_and_change_the_picked_node(nodes, client_as, settings, broker):
+    a = nodes.start("broker-a")
+    b = nodes.start("broker-b")
+    a.create_topic("only-on-a", 1, 1)
+    b.create_topic("only-on-b", 2, 2)
+    tx = TransactionService(b)
+    tid = tx.send_half("PID_b", Message("only-on-b", b"x", keys="k")).transaction_id
+    tx.close()
+    broker.create_topic("console-own", 1, 1)
+    viewer = client_as("viewer")
+    operator = client_as("operator")
+
+    body = viewer.get("/topics/").content.decode()
+    assert "console-own" in body and "only-on-b" not in body
+    picker = body[body.index('data-testid="node-picker"') :]
+    picker = picker[: picker.index("</select>")]
+    assert re.findall(r'<option value="([^"]*)"', picker) == [
+        "",
+        "broker-a",
+        "broker-b",
+    ]
+
+    r = _pick(viewer, "broker-b", "/topics/?sort=name")
+    assert r.status_code == 302 and r["Location"] == "/topics/?sort=name"
+    body = viewer.get("/topics/").content.decode()
+    assert "only-on-b" in body and "console-own" not in body
+    assert 'data-testid="scope-node">broker-b</strong>, through its admin API' in body
+    assert f"/transactions/{tid}/" in viewer.get("/transactions/").content.decode()
+
+    # A write goes to the picked node: a rollback lands in broker-b's log.
+    _pick(operator, "broker-b")
+    r = operator.post(f"/transactions/{tid}/rollback/", {"reason": "stuck"})
+    assert r.status_code == 302
+    tx = TransactionService(b)
+    assert tx.get_half(tid).info.state.value == "ROLLED_BACK"
+    tx.close()
+
+    # Back to the console's own store; a name that is not a live node is refused.
+    _pick(viewer, "")
+    assert "console-own" in viewer.get("/topics/").content.decode()
+    _pick(viewer, "broker-zz")
+    assert "console-own" in viewer.get("/topics/").content.decode()
+    r = _pick(viewer, "broker-a", "https://evil.example/")
+    assert r["Location"] == "/"
+
+
+def test_a_picked_node_that_does_not_answer_is_named(nodes, client_as, broker):
+    with socket.socket() as s:  # nothing listens there afterwards
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    nodes.register("broker-gone", f"http://127.0.0.1:{port}")
+    viewer = client_as("viewer")
+    _pick(viewer, "broker-gone")
+    r = viewer.get("/transactions/")
+    body = r.content.decode()
+    assert r.status_code == 503
+    assert 'data-testid="node-unavailable"' in body
+    assert "Node broker-gone did not answer" in body
+    assert 'data-testid="node-picker"' in body  # to pick another
+    r = client_as("viewer").get("/api/transactions/")
+    assert r.status_code == 200  # the API has no picker: the console's own store
