@@ -110,6 +110,7 @@ class AdminServer:
         self.token = token
         #: messages, offset resets, delay cancels, clients (``admin_store``)
         self.ops = StoreOperations(ep)
+
         #: the console's operations (``POST /v1/ops/<name>``, ``node_ops``);
         #: a test may give the console's own ``NodeOps`` instead
         def clients(group: str | None = None) -> list[dict[str, Any]]:
