@@ -116,6 +116,9 @@ class AdminServer:
         def clients(group: str | None = None) -> list[dict[str, Any]]:
             return client_rows(ep.client_rows(), group)
 
+        if getattr(getattr(ep, "cfg", None), "worker", None) is not None:
+            # One of ``serve --workers N``: the workers' merged list.
+            clients = NodeOps.clients_file(ep.store.root)  # type: ignore[assignment]
         self.node_ops = node_ops or NodeOps(
             lambda: ep.broker, lambda: ep.tx, lambda: ep.delays, clients
         )
