@@ -2,6 +2,7 @@
 
     python bench/console.py [--halves N] [--messages N] [--requests K]
                             [--store DIR] [--keep] [--profile URL] [--url URL ...]
+                            [--via-admin]
 
 Builds a store through broker_core (defaults: 10,000,000 messages with
 ``Broker.send_batch`` over four topics, 1% of them parked on the 18 delay levels
@@ -16,7 +17,10 @@ answer is an error row. Exit status 1 if any URL errs or misses 200 ms p95.
 ``--store DIR`` reuses a store built earlier (or builds into DIR); ``--keep``
 keeps the temporary directory (store and database) and prints its path.
 ``--profile URL`` prints a cProfile of one request to URL after the table;
-``--url URL`` (repeatable) times only the given URLs.
+``--url URL`` (repeatable) times only the given URLs. ``--via-admin`` starts
+``serve --admin-listen`` over the store and points the console at it
+(``BROKER_ADMIN_URL``), as ``make run`` deploys it: every store operation of a
+page is then an HTTP call to the node's admin API.
 """
 
 from __future__ import annotations
@@ -255,6 +259,45 @@ def profile(client, url: str) -> str:
     return out.getvalue()
 
 
+def start_node(store: Path, var: Path):  # type: ignore[no-untyped-def]
+    """``serve --admin-listen`` over ``store``; sets the console's
+    ``BROKER_ADMIN_URL`` and token file. Returns the process."""
+    import secrets
+    import socket
+    import subprocess
+
+    def port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    token = var / "admin_token"
+    token.write_text(secrets.token_urlsafe(24))
+    admin = f"127.0.0.1:{port()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker_core", "serve", "--store", str(store),
+         "--listen", f"127.0.0.1:{port()}", "--no-redis-relay",
+         "--admin-listen", admin, "--admin-token-file", str(token)],
+        cwd=ROOT, stdout=open(var / "serve.log", "w"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    end = time.time() + 120
+    host, _, p = admin.rpartition(":")
+    while True:
+        try:
+            socket.create_connection((host, int(p)), 0.2).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.time() > end:
+                msg = f"serve did not start: see {var / 'serve.log'}"
+                raise SystemExit(msg) from None
+            time.sleep(0.2)
+    os.environ.update(
+        BROKER_ADMIN_URL=f"http://{admin}", CLUSTER_ADMIN_TOKEN_FILE=str(token)
+    )
+    print(f"console through the admin API of serve at {admin}", flush=True)
+    return proc
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -272,7 +315,13 @@ def main() -> int:
     parser.add_argument(
         "--url", action="append", default=None, help="time only this URL (repeat)"
     )
+    parser.add_argument(
+        "--via-admin",
+        action="store_true",
+        help="the console reaches the store through a node's admin API",
+    )
     args = parser.parse_args()
+    node = None
 
     var = Path(tempfile.mkdtemp(prefix="bench-console-"))
     store = (args.store or var / "store").resolve()
@@ -290,6 +339,8 @@ def main() -> int:
             phases = build_store(store, args.halves, args.messages)
             print(f"built: {phases}", flush=True)
 
+        if args.via_admin:
+            node = start_node(store, var)
         os.environ.update(
             DJANGO_SETTINGS_MODULE="console.settings",
             VAR_DIR=str(var),
@@ -372,6 +423,9 @@ def main() -> int:
     finally:
         if "console.brokerlink" in sys.modules:
             sys.modules["console.brokerlink"].close_broker()
+        if node is not None:
+            node.terminate()
+            node.wait(timeout=30)
         if args.keep:
             print(f"kept {var}")
         else:

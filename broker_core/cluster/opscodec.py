@@ -59,26 +59,40 @@ def _name(cls: type) -> str:
     return name
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[str, tuple[str, ...], frozenset[str]]:
+    """A dataclass's tag, field names and the names not set by ``__init__``."""
+    fs = dataclasses.fields(cls)
+    return (
+        _name(cls),
+        tuple(f.name for f in fs),
+        frozenset(f.name for f in fs if not f.init),
+    )
+
+
 def encode(value: Any) -> Any:
     """``value`` as JSON-ready data (module doc)."""
     from broker_core.message import MessageExt
 
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is list:
+        return [encode(v) for v in value]
     if isinstance(value, Enum):  # before str and int: StrEnum, IntEnum
-        return {"__e": _name(type(value)), "v": encode(value.value)}
-    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"__e": _name(kind), "v": encode(value.value)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        tag, names, _ = _fields(kind)
+        return {"__t": tag, "f": {n: encode(getattr(value, n)) for n in names}}
+    if isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"__b": base64.b64encode(bytes(value)).decode()}
     if isinstance(value, MessageExt):
         return {"__m": base64.b64encode(value.raw_record()).decode()}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            "__t": _name(type(value)),
-            "f": {
-                f.name: encode(getattr(value, f.name))
-                for f in dataclasses.fields(value)
-            },
-        }
     if isinstance(value, list):
         return [encode(v) for v in value]
     if isinstance(value, tuple):
@@ -92,9 +106,10 @@ def encode(value: Any) -> Any:
 
 def decode(data: Any) -> Any:
     """The value ``encode`` made ``data`` from."""
-    if isinstance(data, list):
+    kind = type(data)
+    if kind is list:
         return [decode(v) for v in data]
-    if not isinstance(data, dict):
+    if kind is not dict:
         return data
     if "__t" in data:
         return _build(data["__t"], data.get("f") or {})
@@ -124,15 +139,15 @@ def _build(name: str, values: dict[str, Any]) -> Any:
     cls = _types().get(name)
     if cls is None or not dataclasses.is_dataclass(cls):
         raise CodecError(f"unknown type {name!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = set(values) - set(fields)
-    if unknown:
-        raise CodecError(f"{name}: unknown fields {sorted(unknown)}")
-    init = {k: decode(v) for k, v in values.items() if fields[k].init}
-    obj = cls(**init)
-    for k, v in values.items():
-        if not fields[k].init:
-            object.__setattr__(obj, k, decode(v))
+    _, names, not_init = _fields(cls)
+    if not set(values) <= set(names):
+        unknown = sorted(set(values) - set(names))
+        raise CodecError(f"{name}: unknown fields {unknown}")
+    if not not_init:
+        return cls(**{k: decode(v) for k, v in values.items()})
+    obj = cls(**{k: decode(v) for k, v in values.items() if k not in not_init})
+    for k in not_init & set(values):
+        object.__setattr__(obj, k, decode(values[k]))
     return obj
 
 
