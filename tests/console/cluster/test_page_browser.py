@@ -71,3 +71,38 @@ def test_a_node_page_fits_the_window(nodes, page, sign_in, screenshot):
     window = page.evaluate("window.innerWidth")
     screenshot(page, "cluster-node-page")
     assert width <= window, f"the page is {width} px wide in a {window} px window"
+
+
+def test_an_operator_picks_a_node_and_rolls_back_its_half(
+    nodes, page, sign_in, screenshot, broker
+):
+    """The single-store pages in Chromium: the picker in the banner switches
+    the Transactions page to broker-b's store, and a roll back there lands in
+    broker-b's log; the page fits the window with the picker."""
+    nodes.start("broker-a")
+    b = nodes.start("broker-b")
+    tx = TransactionService(b)
+    tid = tx.send_half("PID_b", Message("orders", b"x", keys="on-b")).transaction_id
+    tx.close()
+    sign_in(page, "operator")
+    page.goto("/transactions/")
+    assert page.locator(f"text={tid}").count() == 0  # the console's own store
+    page.select_option("[data-testid=node-picker]", "broker-b")
+    page.click("[data-testid=pick-node]")
+    page.wait_for_url("**/transactions/")
+    assert page.locator("[data-testid=scope-node]").inner_text() == "broker-b"
+    page.click(f"a[href='/transactions/{tid}/']")
+    page.wait_for_url(f"**/transactions/{tid}/")
+    rollback = page.locator("form.actionrow", has_text="Roll back")
+    rollback.locator("input[name=reason]").fill("stuck at 3 a.m.")
+    page.once("dialog", lambda d: d.accept())
+    rollback.locator("button[type=submit]").click()
+    page.wait_for_selector("text=Rolled back")
+    tx = TransactionService(b)
+    assert tx.get_half(tid).info.state.value == "ROLLED_BACK"
+    tx.close()
+    page.goto("/transactions/")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    window = page.evaluate("window.innerWidth")
+    screenshot(page, "transactions-picked-node")
+    assert width <= window, f"the page is {width} px wide in a {window} px window"

@@ -45,7 +45,7 @@ def test_pages_show_and_change_the_picked_node(nodes, client_as, settings, broke
     assert r.status_code == 302 and r["Location"] == "/topics/?sort=name"
     body = viewer.get("/topics/").content.decode()
     assert "only-on-b" in body and "console-own" not in body
-    assert 'data-testid="scope-node">broker-b</strong>, through its admin API' in body
+    assert 'data-testid="scope-node">broker-b</strong> (through its admin API)' in body
     assert f"/transactions/{tid}/" in viewer.get("/transactions/").content.decode()
 
     # A write goes to the picked node: a rollback lands in broker-b's log.
