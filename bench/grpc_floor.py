@@ -14,7 +14,11 @@ the endpoint does for one SendMessage call of the official client:
 * ``protobuf+metadata read``: and the handler reads the call's metadata, as
   the endpoint does for the client id;
 * ``endpoint``: ``python -m broker_core serve`` on a temporary store (removed
-  afterwards), the real SendMessage: checks, the store's append, the answer.
+  afterwards), the real SendMessage: checks, the store's append, the answer;
+* ``grpclib ...``: the echo and ``protobuf+metadata read`` servers again on
+  grpclib (pure-Python HTTP/2 on asyncio) instead of grpcio's asyncio server,
+  when grpclib is installed (``requirements-bench.txt``): what another Python
+  gRPC server stack would save a call.
 
 Server CPU is the server process's utime+stime from /proc over the calls,
 divided by the calls. The difference between the last two rows is what the
@@ -83,6 +87,47 @@ def serve(kind: str, port: int) -> None:
         await server.start()
         print("READY", flush=True)
         await server.wait_for_termination()
+
+    asyncio.run(main())
+
+
+def serve_grpclib(kind: str, port: int) -> None:
+    """``serve``'s twin on grpclib: the same answers to the same calls."""
+    from grpclib.const import Cardinality, Handler
+    from grpclib.encoding.base import CodecBase
+    from grpclib.server import Server
+
+    class Codec(CodecBase):
+        __content_subtype__ = "proto"
+
+        def encode(self, message, message_type):  # type: ignore[no-untyped-def]
+            if isinstance(message, bytes):
+                return message
+            return message.SerializeToString()
+
+        def decode(self, data, message_type):  # type: ignore[no-untyped-def]
+            return data if message_type is bytes else message_type.FromString(data)
+
+    resp = spb.SendMessageResponse(status=pb.Status(code=pb.OK, message="OK"))
+    resp.entries.add(status=pb.Status(code=pb.OK), message_id="01" + "0" * 30, offset=5)
+    read_md = kind == "protobuf+metadata read"
+
+    class Floor:
+        async def call(self, stream) -> None:  # type: ignore[no-untyped-def]
+            req = await stream.recv_message()
+            if read_md:
+                dict(stream.metadata)
+            await stream.send_message(req if kind == "echo" else resp)
+
+        def __mapping__(self):  # type: ignore[no-untyped-def]
+            t = bytes if kind == "echo" else spb.SendMessageRequest
+            return {METHOD: Handler(self.call, Cardinality.UNARY_UNARY, t, bytes)}
+
+    async def main() -> None:
+        server = Server([Floor()], codec=Codec())
+        await server.start("127.0.0.1", port)
+        print("READY", flush=True)
+        await server.wait_closed()
 
     asyncio.run(main())
 
@@ -159,6 +204,9 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "_serve":
         serve(argv[1], int(argv[2]))
         return 0
+    if argv and argv[0] == "_serve_grpclib":
+        serve_grpclib(argv[1], int(argv[2]))
+        return 0
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -176,13 +224,22 @@ def main(argv: list[str]) -> int:
         "rows": [],
     }
     try:
-        for kind in KINDS:
+        try:
+            import grpclib  # noqa: F401
+
+            grpclib_kinds = ["echo", "protobuf+metadata read"]
+        except ImportError:
+            grpclib_kinds = []
+            print("grpclib is not installed: no grpclib rows")
+        servers = [("_serve", k, k) for k in KINDS]
+        servers += [("_serve_grpclib", k, f"grpclib {k}") for k in grpclib_kinds]
+        for how, kind, name in servers:
             port = bg.free_port()
             p = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "_serve", kind, str(port)],
+                [sys.executable, os.path.abspath(__file__), how, kind, str(port)],
                 stdout=subprocess.DEVNULL,
             )
-            procs[kind] = (p, port)
+            procs[name] = (p, port)
         port = bg.free_port()
         p = subprocess.Popen(
             [sys.executable, "-m", "broker_core", "serve", "--store", f"{tmp}/store",
@@ -200,6 +257,13 @@ def main(argv: list[str]) -> int:
             ("protobuf+metadata read", "protobuf+metadata read", METHOD, True, True),
             ("endpoint", "endpoint", SEND, True, True),
         ]
+        if grpclib_kinds:
+            plan += [
+                ("grpclib echo", "grpclib echo", METHOD, False, False),
+                ("grpclib echo+metadata", "grpclib echo", METHOD, True, False),
+                ("grpclib protobuf+md read", "grpclib protobuf+metadata read",
+                 METHOD, True, True),
+            ]  # fmt: skip
         print(f"{'server':<26}{'calls/s':>10}{'server us/call':>16}")
         for r in range(a.rounds):
             for label, kind, method, with_md, proto in plan:
