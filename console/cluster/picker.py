@@ -7,6 +7,10 @@ API (``brokerlink.node_ops``). No node picked: the console's own store or
 
 A node that does not answer is a 503 page saying which node and why, with the
 picker to choose another, instead of a server error.
+
+The REST API takes the node per request instead: the ``X-Broker-Node`` header
+(``broker-b``, or ``broker-a:1`` for a slave); without it, the console's own
+store. A name that is not a live node is the API's 503 ``node_unavailable``.
 """
 
 from __future__ import annotations
@@ -92,7 +96,9 @@ class NodeChoiceMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         node = ""
-        if enabled() and hasattr(request, "session"):
+        if enabled() and request.path.startswith("/api/"):
+            node = request.headers.get("X-Broker-Node", "").strip()
+        elif enabled() and hasattr(request, "session"):
             node = str(request.session.get(SESSION_KEY, "") or "")
         token = _chosen.set(node)
         try:

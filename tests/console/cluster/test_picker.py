@@ -79,4 +79,18 @@ def test_a_picked_node_that_does_not_answer_is_named(nodes, client_as, broker):
     assert "Node broker-gone did not answer" in body
     assert 'data-testid="node-picker"' in body  # to pick another
     r = client_as("viewer").get("/api/transactions/")
-    assert r.status_code == 200  # the API has no picker: the console's own store
+    assert r.status_code == 200  # the API's node is per request, not the session's
+
+
+def test_the_api_takes_the_node_from_a_header(nodes, api_as, broker):
+    b = nodes.start("broker-b")
+    b.create_topic("only-on-b", 1, 1)
+    broker.create_topic("console-own", 1, 1)
+    api = api_as("viewer")
+    names = [t["name"] for t in api.get("/api/topics/").json()["results"]]
+    assert "console-own" in names and "only-on-b" not in names
+    r = api.get("/api/topics/", HTTP_X_BROKER_NODE="broker-b")
+    names = [t["name"] for t in r.json()["results"]]
+    assert "only-on-b" in names and "console-own" not in names
+    r = api.get("/api/topics/", HTTP_X_BROKER_NODE="broker-zz")
+    assert r.status_code == 503 and r.json()["code"] == "node_unavailable"
