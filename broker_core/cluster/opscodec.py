@@ -85,7 +85,7 @@ def encode(value: Any) -> Any:
     if isinstance(value, Enum):  # before str and int: StrEnum, IntEnum
         return {"__e": _name(kind), "v": encode(value.value)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        tag, names, _ = _fields(kind)
+        tag, names, _ = _fields(type(value))
         return {"__t": tag, "f": {n: encode(getattr(value, n)) for n in names}}
     if isinstance(value, (bool, int, float, str)):
         return value
