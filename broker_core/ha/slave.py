@@ -5,8 +5,9 @@ It connects to the master's HA server, proves it knows the shared secret,
 announces its log end, and applies what the master streams from there
 (``replica.apply_chunk``), acking each chunk. When the master goes away it
 reconnects with back-off and resumes from its own log end; a master that came
-back shorter has it cut its log first. ``promote`` stops following and leaves
-a writable store.
+back shorter, or whose epochs say its log parts from this one (``epochs.py``),
+has it cut its log first. It keeps the master's epochs; ``promote`` opens a
+new one and leaves a writable store.
 """
 
 from __future__ import annotations
