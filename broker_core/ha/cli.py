@@ -93,11 +93,16 @@ def _promote(root: Path, role: Role, timeout_s: float = 15.0) -> int:
     else:
         print(f"the replicate process of {root} is still following after {timeout_s}s")
         return 1
+    from broker_core.ha.epochs import begin_epoch
+    from broker_core.ha.slave import promotion_cause
     from broker_core.shared import SharedState
 
-    # Whether or not a follower ran: every process sees the store writable now.
+    # Whether or not a follower ran: every process sees the store writable now,
+    # in a new epoch that starts at its log end (a follower that saw the role
+    # change may have opened it already).
     state = SharedState(root)
     try:
+        begin_epoch(state, root, promotion_cause(record))
         state.replica = False
     finally:
         state.close()

@@ -20,6 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from broker_core.errors import ReplicationError
 from broker_core.ha.configsync import ConfigWatcher
+from broker_core.ha.epochs import (
+    begin_epoch,
+    consistent_end,
+    parse_epochs,
+    read_epochs,
+)
 from broker_core.ha.protocol import (
     CHUNK_BYTES,
     FRAME,
@@ -129,6 +135,9 @@ class HAServer:
 
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> HAServer:
+        """Open a new epoch at the log end (``epochs.py``), then serve."""
+        if not self.store.state.replica:
+            begin_epoch(self.store.state, self.store.root, "master")
         self._spawn(self._accept_loop, "ha-accept")
         return self
 
@@ -216,7 +225,12 @@ class HAServer:
         _, hello = conn.recv_json(Frame.HELLO)
         slave_end = int(hello.get("log_end", 0))
         end = self.store.state.dispatched_pos
-        reason = self._refusal(nonce, hello, slave_end, end)
+        epochs = read_epochs(self.store.root)
+        theirs = parse_epochs(hello.get("epochs"))
+        consistent = None
+        if epochs and theirs:
+            consistent = consistent_end(epochs, end, theirs, slave_end)
+        reason = self._refusal(nonce, hello, slave_end, end, consistent)
         if reason:
             log.warning("HA slave %s refused: %s", address, reason)
             try:
@@ -226,7 +240,18 @@ class HAServer:
             return None
         truncate_to = check = None
         start = slave_end
-        if slave_end > end:
+        if consistent is not None and slave_end > consistent:
+            # The epochs say where the logs part: the slave cuts back to there
+            # (below this master's end if it has records this master never
+            # had), once it has checked that its record before the cut is ours.
+            truncate_to = start = consistent
+            check = last_fingerprint(self.store, consistent)
+            log.warning(
+                "HA slave %s has %d bytes from %d on that are not this master's "
+                "(by epochs): it cuts them", address, slave_end - consistent,
+                consistent,
+            )  # fmt: skip
+        elif slave_end > end:
             # The slave cuts back to here once it has checked that its record
             # before the cut is the master's.
             truncate_to = start = end
@@ -236,15 +261,25 @@ class HAServer:
             "truncate_to": truncate_to,
             "check": check,
             "master_end": end,
+            "epochs": [e.as_dict() for e in epochs],
         }
         welcome["mac"] = welcome_mac(self.secret, str(hello.get("nonce", "")), welcome)
         conn.send_json(Frame.WELCOME, welcome)
         return start
 
     def _refusal(
-        self, nonce: str, hello: dict[str, Any], slave_end: int, end: int
+        self,
+        nonce: str,
+        hello: dict[str, Any],
+        slave_end: int,
+        end: int,
+        consistent: int | None = None,
     ) -> str | None:
-        """Why the slave that said ``hello`` may not follow (None: it may)."""
+        """Why the slave that said ``hello`` may not follow (None: it may).
+
+        ``consistent`` is where the epochs say the two logs part (None: they
+        cannot tell).
+        """
         if not macs_equal(
             str(hello.get("mac", "")), hello_mac(self.secret, nonce, hello)
         ):
@@ -259,6 +294,9 @@ class HAServer:
         seg = self.store.config.segment_size
         if hello.get("segment_size") != seg:
             return f"segment size {hello.get('segment_size')} is not {seg}"
+        if consistent is not None and slave_end > consistent:
+            # Cut back, once the slave has checked the master's record there.
+            return self._not_a_boundary(consistent, end)
         if slave_end > end:
             return None  # cut back, once the slave has checked the master's record
         reason = self._not_a_boundary(slave_end, end)

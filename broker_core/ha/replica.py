@@ -10,14 +10,17 @@ its own offset): a chunk that fails is refused whole, nothing of it visible.
 
 from __future__ import annotations
 
+import json
 import logging
 import struct
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker_core import recovery
 from broker_core.dispatch import queue_unit_fields
 from broker_core.errors import ReplicationError
+from broker_core.ha.epochs import truncate_epochs
 from broker_core.metadata import TopicConfig
 from broker_core.record import (
     BLANK,
@@ -27,6 +30,7 @@ from broker_core.record import (
     check_record,
     intact,
 )
+from broker_core.schedule.progress import PROGRESS_FILE
 
 if TYPE_CHECKING:
     from broker_core.store import MessageStore
@@ -166,11 +170,16 @@ def _ensure_topics(
 
 
 def truncate(store: MessageStore, end: int) -> bool:
-    """Cut the replica's log at ``end`` (a master that restarted shorter).
+    """Cut the replica's log at ``end`` (a master that restarted shorter, or
+    one whose epochs say the log parts from this one there).
 
     Consume-queue units and index entries past ``end`` go too, as recovery
-    cuts them; records below ``end`` are read with their CRCs checked from now
-    on. Returns False if the log already ends at or before ``end``.
+    cuts them (index entries in a file that begins below ``end`` stay: a
+    query reads the record they point at and drops what is not its key);
+    records below ``end`` are read with their CRCs checked from now on. The
+    epochs that start past ``end`` go, and so does a delay progress whose
+    ``logPos`` is past it (a cache of the log: the delay service rebuilds it
+    from the log). Returns False if the log already ends at or before ``end``.
     """
     store._check_open()
     state = store.state
@@ -179,8 +188,7 @@ def truncate(store: MessageStore, end: int) -> bool:
             store._repair_dispatch()
         if state.commit_pos <= end:
             return False
-        log.warning("replica log cut from %d to the master's end %d",
-                    state.commit_pos, end)  # fmt: skip
+        log.warning("replica log cut from %d to %d", state.commit_pos, end)
         parts = store.parts
         with state.index_lock:
             store.commitlog.truncate(end)
@@ -192,7 +200,20 @@ def truncate(store: MessageStore, end: int) -> bool:
         store._own_end = -1
         store.commitlog.flush(max(0, end - end % store.config.segment_size), end)
         recovery.write_progress(parts)
+        truncate_epochs(store.root, end)
+        _drop_delay_progress_past(store.root, end)
     return True
+
+
+def _drop_delay_progress_past(root: Path, end: int) -> None:
+    path = root / "config" / PROGRESS_FILE
+    try:
+        pos = int(json.loads(path.read_bytes()).get("logPos", 0))
+    except (FileNotFoundError, ValueError, TypeError, AttributeError):
+        return
+    if pos > end:
+        log.warning("delay progress at log offset %d is past the cut: dropped", pos)
+        path.unlink(missing_ok=True)
 
 
 def last_record(store: MessageStore, end: int) -> int | None:

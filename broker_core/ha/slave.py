@@ -5,8 +5,9 @@ It connects to the master's HA server, proves it knows the shared secret,
 announces its log end, and applies what the master streams from there
 (``replica.apply_chunk``), acking each chunk. When the master goes away it
 reconnects with back-off and resumes from its own log end; a master that came
-back shorter has it cut its log first. ``promote`` stops following and leaves
-a writable store.
+back shorter, or whose epochs say its log parts from this one (``epochs.py``),
+has it cut its log first. It keeps the master's epochs; ``promote`` opens a
+new one and leaves a writable store.
 """
 
 from __future__ import annotations
@@ -22,6 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from broker_core.errors import ReplicationError, StoreError
 from broker_core.ha.configsync import ConfigApplier
+from broker_core.ha.epochs import (
+    Epoch,
+    begin_epoch,
+    parse_epochs,
+    read_epochs,
+    write_epochs,
+)
 from broker_core.ha.protocol import (
     HANDSHAKE_TIMEOUT_S,
     OFFSET,
@@ -85,8 +93,13 @@ class SlaveFollower:
         self.last_error: str | None = None
         self.connects = 0
         self.truncations = 0
+        self.truncated_bytes = 0
         self.refused_chunks = 0
         self._conn: Conn | None = None
+        #: The master's epochs (None: it sent none) and how many of them this
+        #: store's epoch file holds (those that start by its log end).
+        self._master_epochs: list[Epoch] | None = None
+        self._adopted = -1
         self._progressed = False
         self._role_sig: tuple[int, int, int] | None = None
         self._is_slave = True
@@ -123,15 +136,18 @@ class SlaveFollower:
         if role is Role.SLAVE:
             raise ValueError("promote to SYNC_MASTER or ASYNC_MASTER")
         self.stop()
-        self.store.state.replica = False
         end = self.store.state.commit_pos
         log.warning("promoted to %s at log offset %d", role.value, end)
-        return write_role(
+        record = write_role(
             self.store.root,
             role,
             promoted_at_offset=end,
             previous_master=self.master,
         )
+        # Before anything else may append: the new epoch starts at this end.
+        begin_epoch(self.store.state, self.store.root, promotion_cause(record))
+        self.store.state.replica = False
+        return record
 
     def status(self) -> dict[str, Any]:
         """Return the master, replicated end, master's end last heard, lag, state."""
@@ -149,6 +165,7 @@ class SlaveFollower:
             "last_heard_ms": int(self.last_heard_at * 1000),
             "connects": self.connects,
             "truncations": self.truncations,
+            "truncated_bytes": self.truncated_bytes,
             "refused_chunks": self.refused_chunks,
             "config_applied": dict(self.config.applied),
             "last_error": self.last_error,
@@ -180,6 +197,9 @@ class SlaveFollower:
                 self._follow()
             except _Promoted:
                 log.warning("the store was promoted: no longer following")
+                # The promoting process opens the epoch too; the first wins.
+                record = read_role(self.store.root)
+                begin_epoch(self.store.state, self.store.root, promotion_cause(record))
                 self.store.state.replica = False
                 self._stop.set()
             except (OSError, ReplicationError, StoreError) as exc:
@@ -243,6 +263,7 @@ class SlaveFollower:
             "segment_size": store.config.segment_size,
             "log_end": log_end,
             "last_record": last_fingerprint(store, log_end),
+            "epochs": [e.as_dict() for e in read_epochs(store.root)],
             "nonce": nonce,
         }
         hello["mac"] = hello_mac(self.secret, str(challenge.get("nonce", "")), hello)
@@ -266,8 +287,18 @@ class SlaveFollower:
                     "logs diverged below the master's end, not cutting back"
                 )
         if truncate_to is not None:
-            if store.replica_truncate(int(truncate_to)):
+            cut = int(truncate_to)
+            if store.replica_truncate(cut):
                 self.truncations += 1
+                self.truncated_bytes += log_end - cut
+                log.warning(
+                    "HA: cut %d bytes of log [%d, %d) that master %s does not "
+                    "have: the messages in them are lost (they never reached "
+                    "the new master)", log_end - cut, cut, log_end, self.master,
+                )  # fmt: skip
+        self._master_epochs = parse_epochs(answer.get("epochs"))
+        self._adopted = -1
+        self._adopt_epochs(store.state.commit_pos)
         start = int(answer["start"])
         if start != store.state.commit_pos:
             raise ReplicationError(
@@ -290,12 +321,17 @@ class SlaveFollower:
                 if not self._still_slave():
                     raise _Promoted()
                 at = OFFSET.unpack_from(payload)[0]
+                data = memoryview(payload)[OFFSET.size :]
+                # Written before the bytes: an entry a crash leaves ahead of
+                # the log describes nothing (an epoch ends by the log end).
+                self._adopt_epochs(at + len(data))
                 try:
-                    end = store.replica_append(at, memoryview(payload)[OFFSET.size :])
+                    end = store.replica_append(at, data)
                 except ReplicationError:
                     self.refused_chunks += 1
                     raise
                 self.master_end = max(self.master_end, end)
+                self._adopt_epochs(end)
                 self._progressed = True
                 conn.send_offset(Frame.ACK, end)
                 self.config.log_advanced(end)
@@ -312,3 +348,21 @@ class SlaveFollower:
                 self.config.apply(name, content, store.state.commit_pos)
             else:
                 raise ReplicationError(f"unexpected {kind.name} from the master")
+
+    def _adopt_epochs(self, upto: int) -> None:
+        """Make the store's epoch file the master's entries that start by
+        ``upto``; none if the master sent none (a master from before epochs:
+        this log's writers are then unknown, the fingerprints decide)."""
+        eps = self._master_epochs or []
+        n = 0
+        while n < len(eps) and eps[n].start <= upto:
+            n += 1
+        if n != self._adopted:
+            if n or self._adopted != -1 or read_epochs(self.store.root):
+                write_epochs(self.store.root, eps[:n])
+            self._adopted = n
+
+
+def promotion_cause(role: dict[str, Any]) -> str:
+    """The epoch cause of the promotion that wrote ``role`` (see ``epochs.py``)."""
+    return f"promoted:{role.get('since', '')}"
