@@ -133,8 +133,17 @@ def node_ops() -> NodeOps:
         raise NodeUnavailableError(
             "BROKER_ADMIN_URL needs the admin token in CLUSTER_ADMIN_TOKEN_FILE"
         )
-    timeout = float(getattr(settings, "CLUSTER_ADMIN_WRITE_TIMEOUT_S", 30.0))
-    return cast(NodeOps, RemoteNodeOps(url, token, timeout))
+    return cast(
+        NodeOps,
+        RemoteNodeOps(
+            url,
+            token,
+            float(getattr(settings, "CLUSTER_ADMIN_TIMEOUT_S", 5.0)),
+            write_timeout=float(
+                getattr(settings, "CLUSTER_ADMIN_WRITE_TIMEOUT_S", 30.0)
+            ),
+        ),
+    )
 
 
 def _close_services() -> None:

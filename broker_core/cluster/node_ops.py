@@ -384,12 +384,15 @@ class RemoteNodeOps:
         self,
         url: str,
         token: str,
-        timeout: float = 30.0,
+        timeout: float = 5.0,
         context: ssl.SSLContext | None = None,
+        write_timeout: float = 30.0,
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token
+        #: how long a read (``READS``) and a write (``WRITES``) may take
         self.timeout = timeout
+        self.write_timeout = write_timeout
         self.context = context
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
@@ -415,11 +418,20 @@ class RemoteNodeOps:
                 "Content-Type": "application/json",
             },
         )
+        write = name in WRITES
+        wait = self.write_timeout if write else self.timeout
         try:
-            with urllib.request.urlopen(
-                req, timeout=self.timeout, context=self.context
-            ) as resp:
-                payload = json.loads(resp.read())
+            with urllib.request.urlopen(req, timeout=wait, context=self.context) as r:
+                payload = json.loads(r.read())
+        except TimeoutError:
+            if write:
+                raise NodeUnavailableError(
+                    f"node {self.url}: {name}: no answer within {wait:g} s; the "
+                    "node may still carry it out: look before trying again"
+                ) from None
+            raise NodeUnavailableError(
+                f"node {self.url}: {name}: no answer within {wait:g} s"
+            ) from None
         except urllib.error.HTTPError as exc:
             try:
                 payload = json.loads(exc.read())

@@ -73,7 +73,13 @@ def node_ops_of(node: str) -> NodeOps:
         raise NodeUnavailableError(
             f"node {node} advertises no admin API (--admin-listen)"
         )
-    return cast(NodeOps, RemoteNodeOps(target.admin, token, services.write_timeout_s()))
+    ops = RemoteNodeOps(
+        target.admin,
+        token,
+        services.timeout_s(),
+        write_timeout=services.write_timeout_s(),
+    )
+    return cast(NodeOps, ops)
 
 
 def node_choices() -> list[str]:

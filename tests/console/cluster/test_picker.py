@@ -94,3 +94,24 @@ def test_the_api_takes_the_node_from_a_header(nodes, api_as, broker):
     assert "only-on-b" in names and "console-own" not in names
     r = api.get("/api/topics/", HTTP_X_BROKER_NODE="broker-zz")
     assert r.status_code == 503 and r.json()["code"] == "node_unavailable"
+
+
+def test_a_node_that_hangs_costs_a_read_its_timeout_and_a_write_says_so(
+    nodes, client_as, settings, broker
+):
+    import time
+
+    settings.CLUSTER_ADMIN_TIMEOUT_S = 0.5
+    settings.CLUSTER_ADMIN_WRITE_TIMEOUT_S = 1.0
+    nodes.silent("broker-hung")
+    viewer, operator = client_as("viewer"), client_as("operator")
+    _pick(viewer, "broker-hung")
+    t = time.monotonic()
+    r = viewer.get("/transactions/")
+    assert r.status_code == 503 and time.monotonic() - t < 5
+    assert "no answer within 0.5 s" in r.content.decode()
+    _pick(operator, "broker-hung")
+    r = operator.post(
+        "/transactions/" + "A" * 32 + "/rollback/", {"reason": "stuck"}, follow=True
+    )
+    assert "may still carry it out" in r.content.decode()
