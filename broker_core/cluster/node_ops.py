@@ -313,8 +313,16 @@ class NodeOps:
         )
 
     def apply_reset(
-        self, group: str, topic: str, changes: list[ResetChange]
+        self,
+        group: str,
+        topic: str,
+        to_offset: int | None = None,
+        to_ms: int | None = None,
+        queue_id: int | None = None,
     ) -> list[ResetChange]:
+        """Reset as ``preview_reset`` says, worked out here at the moment of
+        the reset (never targets a caller computed); the changes made."""
+        changes = self.preview_reset(group, topic, to_offset, to_ms, queue_id)
         return offset_reset.apply_reset(self._broker(), group, topic, changes)
 
     # -- delays ---------------------------------------------------------------

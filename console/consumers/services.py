@@ -110,11 +110,15 @@ def reset_offsets(
     """Move a group's committed offsets (operator); consumers pick them up on
     their next pull. Returns the changes made."""
     ops = node_ops()
+    # The offsets before, for the audit; the node works the reset out again
+    # when it makes it and answers what it changed.
     changes = preview_reset(
         group, topic, to_offset=to_offset, to_ms=to_ms, queue_id=queue_id
     )
-    audited(
-        lambda: ops.apply_reset(group, topic, changes),
+    made = audited(
+        lambda: ops.apply_reset(
+            group, topic, to_offset=to_offset, to_ms=to_ms, queue_id=queue_id
+        ),
         actor=actor,
         request=request,
         action="consumer_group.reset_offset",
@@ -129,7 +133,7 @@ def reset_offsets(
         },
     )
     sync_offsets(force=True)
-    return changes
+    return list(made)
 
 
 def change_dicts(changes: list[ResetChange]) -> list[dict[str, Any]]:
