@@ -487,6 +487,47 @@ class NodeSearch:
     note: str = ""
 
 
+#: ``search_node``'s node for "every broker" (its serving node each).
+EVERY_NODE = "*"
+
+
+def search_every_node(
+    *, topic: str = "", key: str = "", msg_id: str = "", limit: int = 50
+) -> NodeSearch:
+    """Search every broker's serving node (its master, or its slave while the
+    master is away) at once, as ``search_node`` searches one: a message is
+    found wherever it is stored without the operator knowing the node. A node
+    that does not answer, or has no such topic, is named in ``note``."""
+    try:
+        serving = _registry().serving()
+    except Exception as exc:  # noqa: BLE001 - redis errors, a bad URL
+        raise NodeUnavailable(f"route registry: {exc}") from exc
+    path = "/v1/messages?" + urllib.parse.urlencode(
+        {k: v for k, v in {"topic": topic, "key": key, "msg_id": msg_id}.items() if v}
+        | {"limit": limit, "body": "none"}
+    )
+    got = ask_nodes({n.key: (n.admin, [path]) for n in serving.values()})
+    found = NodeSearch("every node")
+    notes = []
+    for n in sorted(serving.values(), key=lambda n: n.name):
+        answer = got.get(n.key)
+        if isinstance(answer, dict):
+            answer = answer.get(path)
+        if isinstance(answer, NodeUnavailable):
+            if answer.status != 404:
+                notes.append(f"{n.key}: {answer}")
+            continue
+        if isinstance(answer, dict):
+            found.messages += [
+                {"node": n.name, "node_key": n.key, **m}
+                for m in answer.get("messages", ())
+            ]
+    found.messages.sort(key=lambda m: -int(m.get("store_timestamp") or 0))
+    found.messages = found.messages[:limit]
+    found.note = "; ".join(notes)
+    return found
+
+
 def search_node(
     node: str, *, topic: str = "", key: str = "", msg_id: str = "", limit: int = 50
 ) -> NodeSearch:

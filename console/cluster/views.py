@@ -92,10 +92,12 @@ def _search(request: HttpRequest, context: dict) -> SearchForm:
         )
         return form
     d = form.cleaned_data
+    find = dict(topic=d["topic"], key=d["key"], msg_id=d["msg_id"])
     try:
-        context["search"] = services.search_node(
-            d["search_node"], topic=d["topic"], key=d["key"], msg_id=d["msg_id"]
-        )
+        if d["search_node"] == services.EVERY_NODE:
+            context["search"] = services.search_every_node(**find)
+        else:
+            context["search"] = services.search_node(d["search_node"], **find)
     except services.NodeUnavailable as exc:
         context["search_error"] = f"{d['search_node']}: {exc}"
     return form
