@@ -18,6 +18,16 @@ node's side of replication:
   ``ROLE_POLL_S``, stops following, becomes a master (its registration says
   so at once: clients send to it again) and starts the master services (the
   check and the timers, whose state is derived from the replicated log).
+
+One name, one master (fencing). A master registers its newest epoch
+(``ha.epochs``). A store that would serve as the master of a name whose live
+master has another history at least as new (a different epoch id, an epoch
+number not lower: the slave promoted while this store was away) does not
+start (``StaleMasterError``, saying how to rejoin as that master's slave);
+a running master that finds such a master registered (a promotion forced
+while it was cut off from the registry) stops taking writes and stops
+registering (``fenced``), so that clients never have two masters of one name
+to send to.
 """
 
 from __future__ import annotations
@@ -41,6 +51,11 @@ from broker_core.cluster.registry import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class StaleMasterError(ValueError):
+    """This store would be a second master of its name (module doc)."""
+
 
 ROUTE_TTL_S = 1.0
 ROLE_POLL_S = 0.5
@@ -124,7 +139,12 @@ class ClusterNode:
         self._stop = threading.Event()
         self._unsubscribe: Callable[[], None] | None = None
         self.on_promoted: list[Callable[[], None]] = []
-        self.heartbeat = Heartbeat(self.registry, self.describe)
+        #: why this master stopped taking writes (another master of its name
+        #: with a newer history), or ""
+        self.fenced = ""
+        self.heartbeat = Heartbeat(
+            self.registry, self.describe, allow=self._may_register
+        )
         self._role_thread: threading.Thread | None = None
 
     # -- role ------------------------------------------------------------------
@@ -153,6 +173,71 @@ class ClusterNode:
     def sync(self) -> bool:
         return self.role == "SYNC_MASTER" and self.ha_server is not None
 
+    # -- one master per name -----------------------------------------------------
+    def _epoch(self) -> tuple[int, str]:
+        from broker_core.ha.epochs import read_epochs
+
+        eps = read_epochs(self.store.root)
+        return (eps[-1].epoch, eps[-1].id) if eps else (0, "")
+
+    def newer_master(self) -> NodeInfo | None:
+        """The live master of this node's name with another history at least
+        as new as this store's (None: none, or it is this store's own entry).
+        Raises what the registry raises when it does not answer."""
+        live = self.registry.find(self.cfg.name, 0)
+        if live is None or not live.is_master or not live.epoch_id:
+            return None
+        epoch, ident = self._epoch()
+        if live.epoch_id == ident or live.epoch < epoch:
+            return None
+        return live
+
+    def check_not_stale(self) -> None:
+        """Before a store serves as a master: refuse to be a second master of
+        its name (``StaleMasterError``). A registry that does not answer
+        cannot tell: logged, and the node starts."""
+        if self.cfg.master_ha:
+            return
+        try:
+            live = self.newer_master()
+        except Exception as exc:  # noqa: BLE001 - Redis away: cannot tell
+            log.warning("route registry unreachable (%s): cannot check that no "
+                        "other master of %s is live", exc, self.cfg.name)  # fmt: skip
+            return
+        if live is None:
+            return
+        follow = f" --master-ha {live.ha}" if live.ha else " --master-ha MASTER:PORT"
+        raise StaleMasterError(
+            f"{self.cfg.name} already has a live master, {live.key} at "
+            f"{', '.join(live.endpoints) or '?'} (epoch {live.epoch}; this store's "
+            f"newest is {self._epoch()[0]}): this store was its master before a "
+            f"failover. Start it as that master's slave ({follow.strip()} "
+            "--broker-id 1): its epochs then cut what the new master never had"
+        )
+
+    def _may_register(self) -> bool:
+        """Before each heartbeat of a master: fence it (no writes, no
+        registration) if another master of its name has a newer history."""
+        if self.fenced:
+            return False
+        if not self.is_master:
+            return True
+        try:
+            live = self.newer_master()
+        except Exception:  # noqa: BLE001 - the registration fails and says so
+            return True
+        if live is None:
+            return True
+        self.fenced = (
+            f"{live.key} at {', '.join(live.endpoints) or '?'} is the master of "
+            f"{self.cfg.name} with a newer history (epoch {live.epoch})"
+        )
+        # Client appends refused from now on, in every process of the store.
+        self.store.state.replica = True
+        log.error("fenced: %s; this store takes no more writes and leaves the "
+                  "routes: restart it as that master's slave", self.fenced)  # fmt: skip
+        return False
+
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> ClusterNode:
         if self.cfg.master_ha:
@@ -164,6 +249,14 @@ class ClusterNode:
                 server_name=self.cfg.ha_tls_server_name or None,
             ).start()  # fmt: skip
         else:
+            if self.store.state.replica:
+                # Fenced in an earlier run (``_may_register``); no newer master
+                # of this name is live now (``check_not_stale``).
+                log.warning(
+                    "%s: lifting the fence of an earlier run: no other master "
+                    "of %s is live", self.store.root, self.cfg.name,
+                )  # fmt: skip
+                self.store.state.replica = False
             self._become_master_services()
         self.refresh_role()
         self.heartbeat.start()
@@ -250,6 +343,7 @@ class ClusterNode:
             )
         role = self.role
         status = self.follower.status() if self.follower is not None else {}
+        epoch, epoch_id = self._epoch()
         return NodeInfo(
             cluster=self.cfg.cluster,
             name=self.cfg.name,
@@ -262,6 +356,8 @@ class ClusterNode:
             log_end=store.max_physical_offset(),
             master_log_end=int(status.get("master_offset") or 0),
             started_ms=self.started_ms,
+            epoch=epoch,
+            epoch_id=epoch_id,
         )
 
     # -- routes ------------------------------------------------------------------
@@ -314,6 +410,8 @@ class ClusterNode:
             "registry_error": self.heartbeat.last_error,
             "slaves": self.ha_server.replication_status() if self.ha_server else [],
             "following": self.follower.status() if self.follower else None,
+            "epoch": self._epoch()[0],
+            "fenced": self.fenced or None,
         }
 
 

@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,10 @@ class NodeInfo:
     master_log_end: int = 0
     heartbeat_ms: int = 0
     started_ms: int = 0
+    #: A master's newest epoch (``ha.epochs``: number and id; 0 and "" for a
+    #: store without epochs): which of two masters of one name is the newer.
+    epoch: int = 0
+    epoch_id: str = ""
 
     @property
     def key(self) -> str:
@@ -85,7 +89,9 @@ class NodeInfo:
         data["topics"] = {
             t: TopicQueues(**q) for t, q in data.get("topics", {}).items()
         }
-        return cls(**data)
+        # What a newer node registers beyond these fields is not for us.
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass(frozen=True)
@@ -272,9 +278,12 @@ class Heartbeat:
         registry: RouteRegistry,
         describe: Callable[[], NodeInfo],
         interval: float | None = None,
+        allow: Callable[[], bool] | None = None,
     ) -> None:
         self.registry = registry
         self.describe = describe
+        #: asked before each registration: False skips it (a fenced master)
+        self.allow = allow
         self.interval = interval or max(0.2, registry.expiry_s / 3)
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -289,6 +298,8 @@ class Heartbeat:
 
     def beat(self) -> bool:
         try:
+            if self.allow is not None and not self.allow():
+                return False
             changed = self.registry.register(self.describe())
         except Exception as exc:  # noqa: BLE001 - Redis away: retry next beat
             if self.last_error is None:

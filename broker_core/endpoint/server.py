@@ -571,6 +571,12 @@ async def serve(
         from broker_core.cluster.node import ClusterNode
 
         endpoint.node = ClusterNode(broker.store, cfg.node)
+        from broker_core.cluster.node import StaleMasterError
+
+        try:
+            endpoint.node.check_not_stale()
+        except StaleMasterError as exc:
+            raise SystemExit(f"not serving: {exc}") from None
     limit = max(16 << 20, endpoint.max_body * 2 + (1 << 20))
     server = grpc.aio.server(
         options=[

@@ -51,9 +51,12 @@ def _wait(cond, timeout: float, what: str):  # type: ignore[no-untyped-def]
 
 
 class _Node:
-    def __init__(self, tmp: Path, cluster: str, key: str, *extra: str) -> None:
+    def __init__(
+        self, tmp: Path, cluster: str, key: str, *extra: str, store: str = ""
+    ) -> None:
         self.grpc, self.admin = _port(), _port()
-        self.store = tmp / key.replace(":", "-")
+        self.store = tmp / (store or key.replace(":", "-"))
+        self.log = tmp / f"{key}-{self.grpc}.log"
         name, _, bid = key.partition(":")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "broker_core", "serve", "--store", str(self.store),
@@ -62,7 +65,7 @@ class _Node:
              "--registry-expiry", str(EXPIRY_S), "--no-redis-relay",
              "--admin-listen", f"127.0.0.1:{self.admin}",
              "--admin-token-file", str(tmp / "admin.token"), *extra],
-            cwd=ROOT, stdout=open(tmp / f"{key}.log", "w"),  # noqa: SIM115
+            cwd=ROOT, stdout=open(self.log, "w"),  # noqa: SIM115
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 
@@ -86,6 +89,9 @@ class _Node:
             timeout=10,
         )
 
+    #: nodes a test starts besides the pair (killed with it)
+    extra: list[_Node] = []
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -107,15 +113,16 @@ def pair(tmp_path, settings):  # type: ignore[no-untyped-def]
     master = _Node(tmp_path, cluster, "broker-a:0", "--ha-listen", f"127.0.0.1:{ha}",
                    *secret)  # fmt: skip
     slave = _Node(tmp_path, cluster, "broker-a:1", "--master-ha", f"127.0.0.1:{ha}",
-                  *secret)  # fmt: skip
+                  "--ha-listen", f"127.0.0.1:{_port()}", *secret)  # fmt: skip
     registry = RouteRegistry(REGISTRY_URL, cluster, EXPIRY_S)
     try:
         _wait(lambda: {n.key for n in registry.nodes()} == {"broker-a:0", "broker-a:1"},
               60, "both nodes registered")  # fmt: skip
         yield master, slave, registry
     finally:
-        for node in (slave, master):
+        for node in (slave, master, *_Node.extra):
             node.kill()
+        _Node.extra.clear()
         keys = list(registry.redis.scan_iter(f"{registry.prefix}:*"))
         if keys:
             registry.redis.delete(*keys)
@@ -173,3 +180,69 @@ def test_an_admin_promotes_the_slave_once_its_master_is_gone(pair, client_as):
     assert {m["msg_id"] for m in found} >= {r.entries[0].message_id for r in sent}
     # Promoting it again is refused: it is a master now.
     assert "already a master" in _promote(admin, "broker-a:1")
+
+
+def _admin_post(node: _Node, path: str, body: dict) -> dict:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{node.admin}{path}", data=json.dumps(body).encode(),
+        method="POST", headers={"Authorization": f"Bearer {TOKEN}"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_the_old_master_never_serves_beside_the_promoted_one(pair, tmp_path):
+    """A promotion forced while the master still runs (cut off, as far as the
+    operator could tell): the old master fences itself (no writes, out of the
+    routes); restarted as a master it refuses to serve; restarted as the new
+    master's slave it follows it and holds what the new master wrote."""
+    master, slave, registry = pair
+    sent = [master.send("orders", f"m{i}".encode()) for i in range(5)]
+    assert all(r.status.code == pb.OK for r in sent)
+    end = master.call("/v1/node")["log_end"]
+    _wait(lambda: slave.call("/v1/node")["log_end"] >= end, 30, "the slave caught up")
+    done = _admin_post(slave, "/v1/promote", {"operator": "ann", "force": True})
+    assert done["role"] == "ASYNC_MASTER"
+    assert slave.send("orders", b"after").status.code == pb.OK
+
+    # The old master sees a newer master of its name and fences itself.
+    _wait(lambda: master.call("/v1/node").get("fenced"), 20, "the fence")
+    assert master.send("orders", b"split").status.code != pb.OK
+    at_slave = [f"127.0.0.1:{slave.grpc}"]
+    _wait(lambda: registry.find("broker-a", 0).endpoints == at_slave, 20, "routes")
+    ha = slave.call("/v1/node")
+    master.kill()
+
+    # Restarted as a master, it will not serve.
+    again = _Node(tmp_path, registry.cluster, "broker-a:0", "--ha-listen",
+                  f"127.0.0.1:{_port()}", "--ha-secret-file",
+                  str(tmp_path / "ha.secret"), store="broker-a-0")  # fmt: skip
+    _Node.extra.append(again)
+    assert again.proc.wait(timeout=60) != 0
+    assert "already has a live master" in again.log.read_text()
+
+    # Restarted as the new master's slave, it follows it.
+    ha_addr = next(a for a in _ha_listen(slave))
+    follower = _Node(tmp_path, registry.cluster, "broker-a:2", "--master-ha", ha_addr,
+                     "--ha-secret-file", str(tmp_path / "ha.secret"),
+                     store="broker-a-0")  # fmt: skip
+    _Node.extra.append(follower)
+    new_end = slave.call("/v1/node")["log_end"]
+    _wait(lambda: (_try(follower, "/v1/node") or {}).get("log_end") == new_end,
+          60, "rejoined")  # fmt: skip
+    found = follower.call("/v1/messages?topic=orders&limit=50")["messages"]
+    assert len(found) == 6 and ha["epoch"] >= 2
+
+
+def _try(node: _Node, path: str) -> dict | None:
+    """``node.call(path)``, or None while the node does not answer yet."""
+    try:
+        return node.call(path)
+    except OSError:
+        return None
+
+
+def _ha_listen(node: _Node) -> list[str]:
+    """The ``--ha-listen`` address a node was started with."""
+    args = node.proc.args
+    return [args[i + 1] for i, a in enumerate(args) if a == "--ha-listen"]
