@@ -86,6 +86,8 @@ class NodeConfig:
     #: SYNC_MASTER: how long a send waits for a slave
     sync_timeout_s: float = 3.0
     admin: str = ""
+    #: a slave promotes itself once its master has been gone this long (0: no)
+    auto_promote_after_s: float = 0.0
 
 
 class ClusterNode:
@@ -142,6 +144,9 @@ class ClusterNode:
         #: why this master stopped taking writes (another master of its name
         #: with a newer history), or ""
         self.fenced = ""
+        #: since when (monotonic) the master looks gone (auto promotion)
+        self._master_gone_since: float | None = None
+        self.auto_promoted = False
         self.heartbeat = Heartbeat(
             self.registry, self.describe, allow=self._may_register
         )
@@ -293,6 +298,58 @@ class ClusterNode:
             self.refresh_role()
             if self.follower is not None and self.is_master:
                 self._promoted()
+            elif self.follower is not None and self.cfg.auto_promote_after_s > 0:
+                try:
+                    self._auto_promote()
+                except Exception:  # noqa: BLE001 - retried on the next poll
+                    log.exception("automatic promotion check failed")
+
+    def _master_gone(self) -> bool:
+        """Whether this slave's master is gone as far as it can tell: it was
+        followed in this run, no live master of its name is in the registry
+        (which answers), and nothing is heard on the HA link."""
+        follower = self.follower
+        if follower is None or follower.connects == 0:
+            # Never followed it in this run: a cluster starting cold (the
+            # slave before its master) is not a master gone.
+            return False
+        if self.registry.find(self.cfg.name, 0) is not None:
+            return False
+        silent = time.time() - float(follower.last_heard_at or 0)
+        return not follower.connected or silent >= self.cfg.auto_promote_after_s
+
+    def _auto_promote(self) -> None:
+        """Promote this slave once its master has been gone for
+        ``auto_promote_after_s`` (``--auto-promote-after``). One slave of a
+        name does it: the first to take the registry's promotion lock (kept
+        for a few expiries, so that a second slave does not follow within
+        them). The old master, should it come back, finds the newer epoch in
+        the registry and does not serve (``check_not_stale``, fencing)."""
+        now = time.monotonic()
+        try:
+            gone = self._master_gone()
+        except Exception:  # noqa: BLE001 - the registry cannot tell: wait
+            self._master_gone_since = None
+            return
+        if not gone:
+            self._master_gone_since = None
+            return
+        if self._master_gone_since is None:
+            self._master_gone_since = now
+            log.warning("master of %s gone: promoting in %.0f s unless it returns",
+                        self.cfg.name, self.cfg.auto_promote_after_s)  # fmt: skip
+            return
+        if now - self._master_gone_since < self.cfg.auto_promote_after_s:
+            return
+        lock = f"{self.registry.prefix}:promote:{self.cfg.name}"
+        hold = max(30, int(3 * self.cfg.expiry_s))
+        me = f"{self.cfg.name}:{self.cfg.broker_id}@{self.cfg.advertise}"
+        if not self.registry.redis.set(lock, me, nx=True, ex=hold):
+            return  # another slave of this name is promoting
+        log.warning("master of %s gone for %.1f s: promoting this slave",
+                    self.cfg.name, now - self._master_gone_since)  # fmt: skip
+        self.promote("ASYNC_MASTER")
+        self.auto_promoted = True
 
     def promote(self, role: str = "SYNC_MASTER") -> None:
         """Promote this slave here (the CLI's ``promote`` does the same from
@@ -412,6 +469,8 @@ class ClusterNode:
             "following": self.follower.status() if self.follower else None,
             "epoch": self._epoch()[0],
             "fenced": self.fenced or None,
+            "auto_promote_after_s": self.cfg.auto_promote_after_s or None,
+            "auto_promoted": self.auto_promoted,
         }
 
 

@@ -138,6 +138,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="HOST:PORT clients use for this node (default: --listen)",
     )
     g.add_argument(
+        "--auto-promote-after",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="a slave promotes itself (ASYNC_MASTER) once its master has been "
+        "out of the registry and silent on the HA link this long (0: never; "
+        "an operator promotes)",
+    )
+    g.add_argument(
         "--ha-listen", default="", help="serve this master's log on HOST:PORT"
     )
     g.add_argument("--master-ha", default="", help="follow the master at HOST:PORT")
@@ -283,6 +292,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             ha_tls_ca=args.ha_tls_ca,
             ha_tls_server_name=args.ha_tls_server_name,
             sync_timeout_s=args.sync_timeout,
+            auto_promote_after_s=args.auto_promote_after,
         )
     elif args.ha_listen or args.master_ha or args.ha_tls_cert or args.ha_tls_ca:
         raise SystemExit(

@@ -246,3 +246,83 @@ def _ha_listen(node: _Node) -> list[str]:
     """The ``--ha-listen`` address a node was started with."""
     args = node.proc.args
     return [args[i + 1] for i, a in enumerate(args) if a == "--ha-listen"]
+
+
+def test_a_slave_promotes_itself_once_its_master_is_gone(tmp_path):
+    """``--auto-promote-after``: the master SIGKILLed, its registration
+    expires, its slave promotes itself, takes writes and keeps what it
+    replicated; the old master cannot come back as a second master."""
+    cluster = f"auto-{uuid.uuid4().hex[:10]}"
+    (tmp_path / "admin.token").write_text(TOKEN + "\n")
+    (tmp_path / "ha.secret").write_text("auto-promote-secret\n")
+    with Broker.open(str(tmp_path / "broker-a-0")) as b:
+        b.create_topic("orders", 2, 2)
+    ha = _port()
+    secret = ("--ha-secret-file", str(tmp_path / "ha.secret"))
+    registry = RouteRegistry(REGISTRY_URL, cluster, EXPIRY_S)
+    master = _Node(tmp_path, cluster, "broker-a:0", "--ha-listen",
+                   f"127.0.0.1:{ha}", *secret)  # fmt: skip
+    slave = _Node(tmp_path, cluster, "broker-a:1", "--master-ha", f"127.0.0.1:{ha}",
+                  "--auto-promote-after", "1", *secret)  # fmt: skip
+    _Node.extra += [master, slave]
+    try:
+        _wait(lambda: {n.key for n in registry.nodes()} == {"broker-a:0", "broker-a:1"},
+              60, "both nodes registered")  # fmt: skip
+        sent = [master.send("orders", f"m{i}".encode()) for i in range(5)]
+        assert all(r.status.code == pb.OK for r in sent)
+        end = master.call("/v1/node")["log_end"]
+        _wait(lambda: slave.call("/v1/node")["log_end"] >= end, 30, "caught up")
+        # While the master lives, nothing happens.
+        time.sleep(2.5)
+        assert slave.call("/v1/node")["role"] == "SLAVE"
+
+        master.kill()
+        killed = time.monotonic()
+        at_slave = [f"127.0.0.1:{slave.grpc}"]
+
+        def routed() -> bool:
+            live = registry.find("broker-a", 0)
+            return live is not None and live.endpoints == at_slave
+
+        _wait(routed, 30, "the slave promoted and routed to")
+        took = time.monotonic() - killed
+        status = slave.call("/v1/node")
+        assert status["role"] == "ASYNC_MASTER" and status["auto_promoted"] is True
+        # Expiry (3 s) plus the second it waits, plus a poll or two.
+        assert took < EXPIRY_S + 1 + 5, took
+        assert slave.send("orders", b"after").status.code == pb.OK
+        found = slave.call("/v1/messages?topic=orders&limit=50")["messages"]
+        assert len(found) == 6
+
+        again = _Node(tmp_path, cluster, "broker-a:0", "--ha-listen",
+                      f"127.0.0.1:{_port()}", *secret, store="broker-a-0")  # fmt: skip
+        _Node.extra.append(again)
+        assert again.proc.wait(timeout=60) != 0
+        assert "already has a live master" in again.log.read_text()
+    finally:
+        for node in _Node.extra:
+            node.kill()
+        _Node.extra.clear()
+        keys = list(registry.redis.scan_iter(f"{registry.prefix}:*"))
+        if keys:
+            registry.redis.delete(*keys)
+
+
+def test_a_slave_started_before_its_master_does_not_promote_itself(tmp_path):
+    cluster = f"cold-{uuid.uuid4().hex[:10]}"
+    (tmp_path / "admin.token").write_text(TOKEN + "\n")
+    (tmp_path / "ha.secret").write_text("cold-start-secret\n")
+    registry = RouteRegistry(REGISTRY_URL, cluster, EXPIRY_S)
+    slave = _Node(tmp_path, cluster, "broker-a:1", "--master-ha",
+                  f"127.0.0.1:{_port()}", "--auto-promote-after", "1",
+                  "--ha-secret-file", str(tmp_path / "ha.secret"))  # fmt: skip
+    try:
+        _wait(lambda: _try(slave, "/v1/node"), 60, "the slave up")
+        time.sleep(EXPIRY_S + 2)  # no master ever: it waits for one
+        assert slave.call("/v1/node")["role"] == "SLAVE"
+        assert registry.find("broker-a", 0) is None
+    finally:
+        slave.kill()
+        keys = list(registry.redis.scan_iter(f"{registry.prefix}:*"))
+        if keys:
+            registry.redis.delete(*keys)
