@@ -46,6 +46,16 @@ phase, per message; client CPU each client's own over its loop.
    broker-a, and (b) the time until a fresh official-client producer (a new
    one per attempt, through broker-b's access point, 16 sends each) has all
    its sends succeed, all on broker-b.
+4. Automatic promotion: broker-a ASYNC_MASTER with a slave started with
+   ``--auto-promote-after`` (``--auto-promote-after``, 1 s) under each
+   registry expiry; 1,000 messages sent and replicated, then broker-a's
+   process is SIGKILLed: the time until the registry routes broker-a to the
+   promoted slave (``RouteRegistry.find("broker-a", 0)`` at the slave's
+   endpoint, polled every 50 ms), and how many messages the promoted slave
+   holds against the sends the client saw acknowledged (the topic holds
+   nothing else).
+
+``--sections 1,2,3,4`` runs only the given sections.
 
 Prints a table (with the load average at the start and the end: the figures
 depend on what else runs on the machine) and writes JSON (``--json``, else
@@ -293,13 +303,14 @@ class Cluster:
         self.stores[key] = path
         return path
 
-    def start_pair(self, role: str, ha: int) -> None:
+    def start_pair(self, role: str, ha: int, *slave_extra: str) -> None:
         """broker-a as ``role`` serving its log on port ``ha``, and its slave."""
         secret = ("--ha-secret-file", str(self.secret))
         self.start("a", "broker-a", "--role", role,
                    "--ha-listen", f"127.0.0.1:{ha}", *secret)  # fmt: skip
         self.start("s", "broker-a", "--broker-id", "1",
-                   "--master-ha", f"127.0.0.1:{ha}", *secret)  # fmt: skip
+                   "--master-ha", f"127.0.0.1:{ha}", *secret,
+                   *slave_extra)  # fmt: skip
 
     def start(self, key: str, node: str, *extra: str) -> None:
         """Start a node (``key`` names its store); wait_up() waits for it."""
@@ -658,17 +669,83 @@ def bench_failover(a, tmp: Path, base: str, expiry: float) -> dict:
         c.stop()
 
 
+def bench_auto_promote(a, tmp: Path, base: str, expiry: float) -> dict:
+    c = Cluster(tmp, a.registry, f"{base}-ap{int(expiry)}", expiry)
+    topic = "AutoPromote"
+    ha = bg.free_port()
+    try:
+        c.store("a", [topic])
+        c.store("s", [])
+        c.start_pair("ASYNC_MASTER", ha, "--auto-promote-after",
+                     str(a.auto_promote_after))  # fmt: skip
+        c.wait_up({"broker-a:0", "broker-a:1"})
+        send = measure("rmq_send", [[c.ep("a"), topic, 1000, a.body, a.window]],
+                       str(tmp), c.pids())  # fmt: skip
+        send.pop("ids")
+        acked = int(send["messages"])  # sends the client saw acknowledged
+        from broker_core.shared import read_commit_pos
+
+        final = read_commit_pos(c.stores["a"])
+        deadline = time.monotonic() + 60
+        while read_commit_pos(c.stores["s"]) < final:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the slave did not catch up")
+            time.sleep(0.01)
+        reg = c.registry()
+        age = time.time() * 1000 - reg.find("broker-a", 0).heartbeat_ms
+        c.procs["a"].send_signal(signal.SIGKILL)
+        killed = time.time()
+        promoted = None
+        while time.time() - killed < expiry * 3 + a.auto_promote_after + 20:
+            live = reg.find("broker-a", 0)
+            if live is not None and live.endpoints == [c.ep("s")]:
+                promoted = time.time() - killed
+                break
+            time.sleep(0.05)
+        from broker_core import Broker
+
+        held: set[str] = set()
+        with Broker.open(str(c.stores["s"])) as b:
+            cfg = b.store.topic_config(topic)
+            for q in range(cfg.queue_nums if cfg else 0):
+                msgs = b.pull("probe", topic, q, 0, 100_000).messages
+                held.update(m.msg_id for m in msgs)
+        return {
+            "expiry_s": expiry,
+            "auto_promote_after_s": a.auto_promote_after,
+            "heartbeat_age_at_kill_ms": round(age),
+            "routed_to_promoted_slave_s": None
+            if promoted is None
+            else round(promoted, 2),
+            "acknowledged": acked,
+            "held_by_promoted_slave": len(held),
+            "missing_on_slave": max(0, acked - len(held)),
+            "node_errors": node_errors(c),
+        }
+    finally:
+        c.stop()
+
+
 # -- output ------------------------------------------------------------------------
 def fmt(v, spec=",.0f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def print_tables(res: dict) -> None:
-    print(
-        f"\nload average at start {res['load_before']}, at end {res['load_after']}"
-        f" ({res['cpus']} CPUs); {res['messages']} messages of {res['body_bytes']} "
-        "bytes per phase"
-    )
+def print_auto_promote(res: dict) -> None:
+    print("\n4. Automatic promotion: ASYNC_MASTER + slave (--auto-promote-after), "
+          "SIGKILL the master")  # fmt: skip
+    print(f"{'expiry s':>9}{'after s':>9}{'routed to slave s':>19}"
+          f"{'acknowledged':>14}{'missing':>9}{'heartbeat age ms':>18}")  # fmt: skip
+    for r in res["auto_promote"]:
+        print(
+            f"{fmt(r['expiry_s'], 'g'):>9}{fmt(r['auto_promote_after_s'], 'g'):>9}"
+            f"{fmt(r['routed_to_promoted_slave_s'], '.2f'):>19}"
+            f"{r['acknowledged']:>14,}{r['missing_on_slave']:>9}"
+            f"{r['heartbeat_age_at_kill_ms']:>18}"
+        )
+
+
+def print_scale(res: dict) -> None:
     print("\n1. Scale-out (official Python client; server CPU summed over nodes)")
     print(
         f"{'nodes':>5}{'clients':>8}  {'phase':<12}{'msg/s':>9}{'server us/msg':>15}"
@@ -695,6 +772,9 @@ def print_tables(res: dict) -> None:
                         else ""
                     )
                 )
+
+
+def print_replication(res: dict) -> None:
     ra = res["replication"]["async"]
     print(
         f"\n2. Replication: ASYNC_MASTER + slave, {ra['clients']} client(s) at full "
@@ -729,6 +809,9 @@ def print_tables(res: dict) -> None:
             f"{fmt(r['latency']['p50_ms'], '.2f'):>18}"
             f"{fmt(r['latency']['p99_ms'], '.2f'):>8}{r['latency']['errors']:>8}"
         )
+
+
+def print_failover(res: dict) -> None:
     print("\n3. Failover: two masters, SIGKILL broker-a")
     print(
         f"{'expiry s':>9}{'route w/o broker-a s':>22}{'fresh producer all ok s':>25}"
@@ -744,6 +827,19 @@ def print_tables(res: dict) -> None:
         "   (a) polls RouteRegistry.route every 50 ms; (b) a fresh producer per "
         "attempt through broker-b, 16 sends each, all ok and all on broker-b"
     )
+
+
+def print_tables(res: dict) -> None:
+    print(
+        f"\nload average at start {res['load_before']}, at end {res['load_after']}"
+        f" ({res['cpus']} CPUs); {res['messages']} messages of {res['body_bytes']} "
+        "bytes per phase"
+    )
+    for key, show in (("scale", print_scale), ("replication", print_replication),
+                      ("failover", print_failover),
+                      ("auto_promote", print_auto_promote)):  # fmt: skip
+        if key in res:
+            show(res)
 
 
 def cleanup_redis(url: str, base: str) -> int:
@@ -777,6 +873,11 @@ def main(argv: list[str]) -> int:
         help="sequential sends for the SYNC_MASTER latency",
     )
     ap.add_argument("--expiries", default="3,10", help="failover registry expiries")
+    ap.add_argument(
+        "--auto-promote-after", type=float, default=1.0,
+        help="section 4: the slave's --auto-promote-after",
+    )  # fmt: skip
+    ap.add_argument("--sections", default="1,2,3,4", help="which sections to run")
     ap.add_argument("--registry", default="redis://127.0.0.1:6379/11")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
@@ -793,36 +894,43 @@ def main(argv: list[str]) -> int:
         "load_before": [round(x, 2) for x in os.getloadavg()],
     }
     started = time.time()
+    sections = set(a.sections.split(","))
+    expiries = [float(e) for e in a.expiries.split(",") if e]
     try:
-        print("1. scale-out", flush=True)
-        res["scale"] = {str(n): bench_scale(a, tmp, base, n, counts) for n in (1, 2)}
-        print("2. replication", flush=True)
-        top = max(counts)
-        res["replication"] = {
-            "async": bench_async_lag(a, tmp, base, top),
-            "sync_slave": bench_sync(a, tmp, base, top, True),
-            "sync_alone": bench_sync(a, tmp, base, top, False),
-        }
-        print("3. failover", flush=True)
-        res["failover"] = [
-            bench_failover(a, tmp, base, float(e)) for e in a.expiries.split(",") if e
-        ]
+        if "1" in sections:
+            print("1. scale-out", flush=True)
+            res["scale"] = {
+                str(n): bench_scale(a, tmp, base, n, counts) for n in (1, 2)
+            }
+        if "2" in sections:
+            print("2. replication", flush=True)
+            top = max(counts)
+            res["replication"] = {
+                "async": bench_async_lag(a, tmp, base, top),
+                "sync_slave": bench_sync(a, tmp, base, top, True),
+                "sync_alone": bench_sync(a, tmp, base, top, False),
+            }
+        if "3" in sections:
+            print("3. failover", flush=True)
+            res["failover"] = [bench_failover(a, tmp, base, e) for e in expiries]
+        if "4" in sections:
+            print("4. automatic promotion", flush=True)
+            res["auto_promote"] = [
+                bench_auto_promote(a, tmp, base, e) for e in expiries
+            ]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         res["redis_keys_deleted"] = cleanup_redis(a.registry, base)
     res["load_after"] = [round(x, 2) for x in os.getloadavg()]
     res["elapsed_s"] = round(time.time() - started, 1)
     print_tables(res)
-    errs = [
-        e
-        for part in (
-            res["scale"]["1"],
-            res["scale"]["2"],
-            *res["replication"].values(),
-            *res["failover"],
-        )
-        for e in part.get("node_errors", [])
+    parts = [
+        *res.get("scale", {}).values(),
+        *res.get("replication", {}).values(),
+        *res.get("failover", []),
+        *res.get("auto_promote", []),
     ]
+    errs = [e for part in parts for e in part.get("node_errors", [])]
     print(f"\nnode log errors: {len(errs)}" + "".join(f"\n  {e}" for e in errs[:10]))
     print(
         f"elapsed {res['elapsed_s']} s; {res['redis_keys_deleted']} registry keys "
