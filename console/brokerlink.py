@@ -114,7 +114,8 @@ def node_ops() -> NodeOps:
     console opens no store file. Without it, the store at
     ``BROKER_STORE_DIR``, opened here. The pages cannot tell the difference.
     """
-    from console.cluster.picker import chosen_node, node_ops_of
+    from console.cluster.picker import node_ops_of
+    from console.cluster.scope import chosen_node
 
     node = chosen_node()
     if node:

@@ -16,46 +16,18 @@ store. A name that is not a live node is the API's 503 ``node_unavailable``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextvars import ContextVar
 from typing import Any, cast
 
-from django.conf import settings
-from django.db import models
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from broker_core.cluster.node_ops import NodeOps, NodeUnavailableError, RemoteNodeOps
+from console.cluster.scope import chosen_node, enabled, showing
 from console.ui.permissions import viewer_required
 
 SESSION_KEY = "console_node"
-_chosen: ContextVar[str] = ContextVar("console_node", default="")
-
-
-def enabled() -> bool:
-    return bool(getattr(settings, "BROKER_CLUSTER", ""))
-
-
-def chosen_node() -> str:
-    """The node picked for this request ("": none)."""
-    return _chosen.get()
-
-
-def store_key() -> str:
-    """Whose store this request shows, as the console's tables of topics and
-    consumer offsets key their rows: the picked node, "" for the console's
-    own store (or ``BROKER_ADMIN_URL``'s node)."""
-    return _chosen.get()
-
-
-class NodeScopedManager(models.Manager):  # type: ignore[type-arg]
-    """``objects`` of a table that caches one store's figures (topics, consumer
-    offsets): only the rows of the store this request shows (``store_key``).
-    Rows are written with ``node=store_key()``."""
-
-    def get_queryset(self) -> models.QuerySet:  # type: ignore[type-arg]
-        return super().get_queryset().filter(node=store_key())
 
 
 def node_ops_of(node: str) -> NodeOps:
@@ -106,11 +78,8 @@ class NodeChoiceMiddleware:
             node = request.headers.get("X-Broker-Node", "").strip()
         elif enabled() and hasattr(request, "session"):
             node = str(request.session.get(SESSION_KEY, "") or "")
-        token = _chosen.set(node)
-        try:
+        with showing(node):
             return self.get_response(request)
-        finally:
-            _chosen.reset(token)
 
     def process_exception(
         self, request: HttpRequest, exc: Exception

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from console.cluster.picker import NodeScopedManager
+from console.cluster.scope import NodeScopedManager
 
 
 class ConsumerQueue(models.Model):

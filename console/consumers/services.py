@@ -14,7 +14,7 @@ from broker_core.lag import CONSUMER_TYPES
 from broker_core.offset_reset import ResetChange
 from console.audit.services import audited
 from console.brokerlink import node_ops
-from console.cluster.picker import store_key
+from console.cluster.scope import store_key
 from console.consumers.models import ConsumerQueue
 
 SYNC_MAX_AGE = timedelta(seconds=5)

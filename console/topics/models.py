@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from console.cluster.picker import NodeScopedManager
+from console.cluster.scope import NodeScopedManager
 
 
 class Topic(models.Model):

@@ -13,7 +13,7 @@ from django.utils import timezone
 from broker_core.validation import is_system_topic
 from console.audit.services import audited
 from console.brokerlink import node_ops
-from console.cluster.picker import store_key
+from console.cluster.scope import store_key
 from console.topics.models import Topic, TopicSample
 
 #: A list page older than this re-reads the store before answering.
