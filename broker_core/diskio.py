@@ -141,6 +141,17 @@ def zero_range(fd: int, start: int, length: int, what: str) -> None:
         pos += n
 
 
+def disk_usage(path: str | os.PathLike[str]) -> tuple[float, int, int]:
+    """Return (used ratio, free bytes, total bytes) of the filesystem holding
+    ``path`` now (used 0.0 when it reports no size); ``OSError`` if it
+    cannot be read."""
+    st = os.statvfs(path)
+    total = st.f_blocks * st.f_frsize
+    free = st.f_bavail * st.f_frsize
+    used = 1.0 - (free / total) if total else 0.0
+    return used, free, total
+
+
 class DiskGuard:
     """Refuse appends while the store's filesystem is above a usage ratio.
 
@@ -165,11 +176,7 @@ class DiskGuard:
 
     def usage(self) -> tuple[float, int, int]:
         """Return (used ratio, free bytes, total bytes) of the filesystem now."""
-        st = os.statvfs(self.path)
-        total = st.f_blocks * st.f_frsize
-        free = st.f_bavail * st.f_frsize
-        used = 1.0 - (free / total) if total else 0.0
-        return used, free, total
+        return disk_usage(self.path)
 
     def check(self, nbytes: int = 0) -> None:
         """Raise ``StorageFullError`` if the filesystem is above the ratio.

@@ -123,28 +123,9 @@ def node_ops() -> NodeOps:
     url = getattr(settings, "BROKER_ADMIN_URL", "")
     if not url:
         return local_node_ops()
-    from broker_core.cluster.node_ops import NodeUnavailableError, RemoteNodeOps
+    from console.cluster.services import remote_node_ops
 
-    path = getattr(settings, "CLUSTER_ADMIN_TOKEN_FILE", "")
-    try:
-        token = Path(path).read_text().strip() if path else ""
-    except OSError as exc:
-        raise NodeUnavailableError(f"CLUSTER_ADMIN_TOKEN_FILE: {exc}") from exc
-    if not token:
-        raise NodeUnavailableError(
-            "BROKER_ADMIN_URL needs the admin token in CLUSTER_ADMIN_TOKEN_FILE"
-        )
-    return cast(
-        NodeOps,
-        RemoteNodeOps(
-            url,
-            token,
-            float(getattr(settings, "CLUSTER_ADMIN_TIMEOUT_S", 5.0)),
-            write_timeout=float(
-                getattr(settings, "CLUSTER_ADMIN_WRITE_TIMEOUT_S", 30.0)
-            ),
-        ),
-    )
+    return cast(NodeOps, remote_node_ops(url))
 
 
 def _close_services() -> None:

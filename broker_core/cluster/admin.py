@@ -113,12 +113,12 @@ class AdminServer:
 
         #: the console's operations (``POST /v1/ops/<name>``, ``node_ops``);
         #: a test may give the console's own ``NodeOps`` instead
-        def clients(group: str | None = None) -> list[dict[str, Any]]:
+        def live_clients(group: str | None = None) -> list[dict[str, Any]]:
             return client_rows(ep.client_rows(), group)
 
-        if getattr(getattr(ep, "cfg", None), "worker", None) is not None:
-            # One of ``serve --workers N``: the workers' merged list.
-            clients = NodeOps.clients_file(ep.store.root)  # type: ignore[assignment]
+        # One of ``serve --workers N``: the workers' merged list instead.
+        worker = getattr(getattr(ep, "cfg", None), "worker", None) is not None
+        clients = NodeOps.clients_file(ep.store.root) if worker else live_clients
         self.node_ops = node_ops or NodeOps(
             lambda: ep.broker, lambda: ep.tx, lambda: ep.delays, clients
         )

@@ -313,10 +313,10 @@ class ClusterNode:
             # Never followed it in this run: a cluster starting cold (the
             # slave before its master) is not a master gone.
             return False
-        if self.registry.find(self.cfg.name, 0) is not None:
-            return False
         silent = time.time() - float(follower.last_heard_at or 0)
-        return not follower.connected or silent >= self.cfg.auto_promote_after_s
+        if follower.connected and silent < self.cfg.auto_promote_after_s:
+            return False  # heard from it: no need to ask the registry
+        return self.registry.find(self.cfg.name, 0) is None
 
     def _auto_promote(self) -> None:
         """Promote this slave once its master has been gone for

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import ssl
 import urllib.error
 import urllib.request
@@ -342,18 +341,15 @@ class NodeOps:
         """The store's directory, how full its disk is (0..1, None if unknown)
         and the fill at which appends are refused."""
         store = self._broker().store
-        used: float | None = None
+        guard = store.disk_guard
         try:
-            st = os.statvfs(store.root)
-            total = st.f_blocks * st.f_frsize
-            if total:
-                used = 1 - st.f_bavail * st.f_frsize / total
+            used, _free, total = guard.usage()
         except OSError:
-            pass
+            used, total = 0.0, 0
         return {
             "path": str(store.root),
-            "disk_used": used,
-            "disk_limit": float(store.config.disk_space_warning_ratio),
+            "disk_used": used if total else None,
+            "disk_limit": float(guard.ratio),
         }
 
     # -- the admin API's side ---------------------------------------------------

@@ -23,7 +23,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from broker_core.cluster.node_ops import NodeOps, NodeUnavailableError, RemoteNodeOps
+from broker_core.cluster.node_ops import NodeOps, NodeUnavailableError
 from console.cluster.scope import chosen_node, enabled, showing
 from console.ui.permissions import viewer_required
 
@@ -38,20 +38,13 @@ def node_ops_of(node: str) -> NodeOps:
     try:
         target = services._live(node)
         services._check_admin_host(target.admin)
-        token = services._token()
     except services.NodeUnavailable as exc:
         raise NodeUnavailableError(f"node {node}: {exc}") from exc
     if not target.admin:
         raise NodeUnavailableError(
             f"node {node} advertises no admin API (--admin-listen)"
         )
-    ops = RemoteNodeOps(
-        target.admin,
-        token,
-        services.timeout_s(),
-        write_timeout=services.write_timeout_s(),
-    )
-    return cast(NodeOps, ops)
+    return cast(NodeOps, services.remote_node_ops(target.admin))
 
 
 def node_choices() -> list[str]:

@@ -128,6 +128,21 @@ def _token() -> str:
         raise NodeUnavailable(f"CLUSTER_ADMIN_TOKEN_FILE: {exc}") from exc
 
 
+def remote_node_ops(base: str) -> Any:
+    """The ``NodeOps`` of the node whose admin API is at ``base``: the token
+    of ``CLUSTER_ADMIN_TOKEN_FILE``, a read's and a write's timeouts.
+    Raises ``NodeUnavailableError`` (a ``BrokerError``) without a token."""
+    from broker_core.cluster.node_ops import NodeUnavailableError, RemoteNodeOps
+
+    try:
+        token = _token()
+    except NodeUnavailable as exc:
+        raise NodeUnavailableError(str(exc)) from exc
+    if not token:
+        raise NodeUnavailableError("CLUSTER_ADMIN_TOKEN_FILE holds no token")
+    return RemoteNodeOps(base, token, timeout_s(), write_timeout=write_timeout_s())
+
+
 def timeout_s() -> float:
     """One admin read's timeout: ``CLUSTER_ADMIN_TIMEOUT_S`` or 5 s."""
     return float(getattr(settings, "CLUSTER_ADMIN_TIMEOUT_S", TIMEOUT_S) or TIMEOUT_S)
@@ -487,6 +502,14 @@ class NodeSearch:
     note: str = ""
 
 
+def _messages_path(topic: str, key: str, msg_id: str, limit: int) -> str:
+    """A node's ``GET /v1/messages`` for the page's search, without bodies."""
+    params = {"topic": topic, "key": key, "msg_id": msg_id}
+    return "/v1/messages?" + urllib.parse.urlencode(
+        {k: v for k, v in params.items() if v} | {"limit": limit, "body": "none"}
+    )
+
+
 #: ``search_node``'s node for "every broker" (its serving node each).
 EVERY_NODE = "*"
 
@@ -502,10 +525,7 @@ def search_every_node(
         serving = _registry().serving()
     except Exception as exc:  # noqa: BLE001 - redis errors, a bad URL
         raise NodeUnavailable(f"route registry: {exc}") from exc
-    path = "/v1/messages?" + urllib.parse.urlencode(
-        {k: v for k, v in {"topic": topic, "key": key, "msg_id": msg_id}.items() if v}
-        | {"limit": limit, "body": "none"}
-    )
+    path = _messages_path(topic, key, msg_id, limit)
     got = ask_nodes({n.key: (n.admin, [path]) for n in serving.values()})
     found = NodeSearch("every node")
     notes = []
@@ -536,13 +556,11 @@ def search_node(
     ``GET /v1/messages``; bodies are not fetched. Raises ``NodeUnavailable``
     when the node does not answer or refuses the query (400)."""
     target = _live(node)
-    params = {"topic": topic, "key": key, "msg_id": msg_id}
-    query = urllib.parse.urlencode(
-        {k: v for k, v in params.items() if v} | {"limit": limit, "body": "none"}
-    )
     found = NodeSearch(target.key)
     try:
-        answer = admin_call(target.admin, "GET", f"/v1/messages?{query}")
+        answer = admin_call(
+            target.admin, "GET", _messages_path(topic, key, msg_id, limit)
+        )
     except NodeUnavailable as exc:
         if exc.status != 404:
             raise

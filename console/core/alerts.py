@@ -10,7 +10,6 @@ transaction check, which publishes the counts in Redis.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -131,16 +130,15 @@ def _disk_usage() -> tuple[float, float] | None:
         if status.get("disk_used") is None:
             return None
         return float(status["disk_used"]), float(status["disk_limit"])
+    from broker_core.diskio import disk_usage
+
     opts = getattr(settings, "BROKER_STORE_OPTIONS", {}) or {}
     ratio = float(opts.get("disk_space_warning_ratio", 0.9))
     try:
-        st = os.statvfs(settings.BROKER_STORE_DIR)
+        used, _free, total = disk_usage(settings.BROKER_STORE_DIR)
     except OSError:
         return None
-    total = st.f_blocks * st.f_frsize
-    if not total:
-        return None
-    return 1 - st.f_bavail * st.f_frsize / total, ratio
+    return (used, ratio) if total else None
 
 
 def _disk() -> list[Alert]:
