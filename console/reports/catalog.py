@@ -25,6 +25,19 @@ class Chart:
 
 
 @dataclass(frozen=True)
+class Param:
+    """A whole-number setting an analyst may give a run or a schedule (a
+    threshold); the report's own default applies when it is not given."""
+
+    name: str
+    label: str
+    help: str
+    default: int
+    minimum: int = 0
+    maximum: int = 10**12
+
+
+@dataclass(frozen=True)
 class ReportInfo:
     name: str
     title: str
@@ -33,6 +46,7 @@ class ReportInfo:
     charts: tuple[Chart, ...] = field(default=())
     # Per-message tables: downloadable, shown only in part.
     detail_tables: tuple[str, ...] = field(default=())
+    params: tuple[Param, ...] = field(default=())
 
 
 REPORTS: dict[str, ReportInfo] = {
@@ -64,6 +78,16 @@ REPORTS: dict[str, ReportInfo] = {
                 Chart("check_counts", "checks", ("halves",), "bar", "Check counts"),
             ),
             ("halves",),
+            (
+                Param(
+                    "stuck_after_s",
+                    "Stuck after (s)",
+                    "A half pending longer than this counts as stuck "
+                    "(summary: stuck; hourly: stuck).",
+                    60,
+                    minimum=1,
+                ),
+            ),
         ),
         ReportInfo(
             "delay_punctuality",
@@ -90,6 +114,15 @@ REPORTS: dict[str, ReportInfo] = {
                 ),
             ),
             ("scheduled",),
+            (
+                Param(
+                    "late_after_ms",
+                    "Late after (ms)",
+                    "A delivery more than this after its due time counts as "
+                    "late (summary and levels: late).",
+                    1000,
+                ),
+            ),
         ),
         ReportInfo(
             "topic_traffic",
@@ -115,6 +148,16 @@ REPORTS: dict[str, ReportInfo] = {
             "unconsumed message.",
             ("groups", "queues"),
             (Chart("groups", "group", ("lag",), "bar", "Lag per group", "topic"),),
+            (),
+            (
+                Param(
+                    "behind_after",
+                    "Behind after (messages)",
+                    "A queue whose lag is more than this many messages counts as "
+                    "behind (groups: queues_behind; summary: groups_behind).",
+                    0,
+                ),
+            ),
         ),
     )
 }
@@ -147,3 +190,42 @@ def window_bounds(key: str, now: datetime) -> tuple[datetime | None, datetime | 
         "prev_hour": (hour - timedelta(hours=1), hour),
         "yesterday": (day - timedelta(days=1), day),
     }[key]
+
+
+class ParamError(ValueError):
+    """A run parameter the report does not take, or out of its range."""
+
+
+def check_params(names: list[str] | tuple[str, ...], given: dict | None) -> dict:
+    """``given`` checked against the parameters of reports ``names``: whole
+    numbers within range, each known to at least one of them. Returns the
+    cleaned dict; raises ``ParamError`` naming what is wrong."""
+    known = {p.name: p for n in names for p in REPORTS[n].params}
+    out: dict[str, int] = {}
+    for key, value in (given or {}).items():
+        if value is None or value == "":
+            continue
+        param = known.get(key)
+        if param is None:
+            takes = ", ".join(sorted(known)) or "none"
+            raise ParamError(f"unknown parameter {key!r} (this report takes: {takes})")
+        if isinstance(value, bool):
+            raise ParamError(f"{key} must be a whole number")
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ParamError(f"{key} must be a whole number, not {value!r}") from None
+        if isinstance(value, float) and value != number:
+            raise ParamError(f"{key} must be a whole number, not {value!r}")
+        if not param.minimum <= number <= param.maximum:
+            raise ParamError(
+                f"{key} must be between {param.minimum} and {param.maximum}"
+            )
+        out[key] = number
+    return out
+
+
+def params_for(name: str, given: dict | None) -> dict:
+    """The parameters of ``given`` that report ``name`` takes."""
+    takes = {p.name for p in REPORTS[name].params}
+    return {k: v for k, v in (given or {}).items() if k in takes}

@@ -1,7 +1,7 @@
 from django import forms
 from django.conf import settings
 
-from console.reports.catalog import WINDOWS
+from console.reports.catalog import REPORTS, WINDOWS
 
 
 class NodeField(forms.CharField):
@@ -35,7 +35,33 @@ class NodeFormMixin:
             self.fields["node"].widget = forms.Select(choices=choices)
 
 
-class RunForm(NodeFormMixin, forms.Form):
+class ParamFieldsMixin:
+    """A field per parameter of the form's report (``catalog.Param``), named
+    ``param_<name>``; empty: the report's default."""
+
+    PREFIX = "param_"
+
+    def __init__(self, *args, report: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        for param in REPORTS[report].params if report else ():
+            self.fields[self.PREFIX + param.name] = forms.IntegerField(
+                required=False,
+                min_value=param.minimum,
+                max_value=param.maximum,
+                label=param.label,
+                help_text=f"{param.help} Empty: {param.default:,}.",
+            )
+
+    def report_params(self) -> dict[str, int]:
+        """The parameters given (cleaned), by their names."""
+        return {
+            key[len(self.PREFIX) :]: value
+            for key, value in self.cleaned_data.items()
+            if key.startswith(self.PREFIX) and value is not None
+        }
+
+
+class RunForm(ParamFieldsMixin, NodeFormMixin, forms.Form):
     since = forms.DateTimeField(required=False, help_text="UTC; empty: from the start")
     until = forms.DateTimeField(required=False, help_text="UTC; empty: to the end")
     top_n = forms.IntegerField(
@@ -65,7 +91,7 @@ class RunForm(NodeFormMixin, forms.Form):
         return data
 
 
-class ScheduleForm(NodeFormMixin, forms.Form):
+class ScheduleForm(ParamFieldsMixin, NodeFormMixin, forms.Form):
     enabled = forms.BooleanField(required=False)
     every_minutes = forms.IntegerField(min_value=1, max_value=7 * 24 * 60)
     top_n = forms.IntegerField(required=False, min_value=1, max_value=1000)

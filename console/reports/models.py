@@ -42,6 +42,9 @@ class ReportRun(models.Model):
     node = models.CharField(max_length=64, blank=True)
     #: How many rows the top-N tables keep (None: each report's default).
     top_n = models.PositiveIntegerField(null=True, blank=True)
+    #: The report's own parameters given to this run (``catalog.Param``:
+    #: thresholds); the report's defaults apply to the others.
+    params = models.JSONField(default=dict, blank=True)
     #: A schedule's threshold alert: summary figure and the value it must not pass.
     alert_figure = models.CharField(max_length=64, blank=True)
     alert_above = models.FloatField(null=True, blank=True)

@@ -26,7 +26,13 @@ from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from console.audit.services import record_audit
-from console.reports.catalog import REPORTS, WINDOWS, window_bounds
+from console.reports.catalog import (
+    REPORTS,
+    WINDOWS,
+    ParamError,
+    check_params,
+    window_bounds,
+)
 from console.reports.jobs import storage
 from console.reports.jobs.errors import ReportInputError
 from console.reports.models import ReportRun
@@ -130,14 +136,17 @@ def request_run(
     skip_damaged: bool = False,
     top_n: int | None = None,
     node: str = "",
+    params: dict[str, Any] | None = None,
     request: Any = None,
 ) -> ReportRun:
     """Queue a run of report ``name`` on the Celery worker ("run now"), over
-    the whole cluster or one ``node``."""
+    the whole cluster or one ``node``, with the report's ``params``
+    (thresholds; ``ParamError`` for one it does not take)."""
     from console.reports.tasks import run_report_task
 
     check_name(name)
     check_node(node)
+    params = check_params([name], params)
     user = actor.get_username() if getattr(actor, "is_authenticated", False) else ""
     run = ReportRun.objects.create(
         report=name,
@@ -148,6 +157,7 @@ def request_run(
         skip_damaged=skip_damaged,
         top_n=top_n,
         node=node,
+        params=params,
     )
     if trigger == ReportRun.Trigger.MANUAL:
         record_audit(
@@ -162,6 +172,7 @@ def request_run(
                 "skip_damaged": skip_damaged,
                 "top_n": top_n,
                 "node": node,
+                "params": params,
             },
             request=request,
         )
@@ -181,6 +192,7 @@ def run_now(
     skip_damaged: bool = False,
     top_n: int | None = None,
     node: str = "",
+    params: dict[str, Any] | None = None,
 ) -> ReportRun:
     """Run report ``name`` in this process and return the finished run."""
     check_name(name)
@@ -193,6 +205,7 @@ def run_now(
         skip_damaged=skip_damaged,
         top_n=top_n,
         node=node,
+        params=check_params([name], params),
     )
     return execute_run(run.pk)
 
@@ -203,10 +216,12 @@ def scheduled_run(
     top_n: int | None = None,
     alert: dict[str, Any] | None = None,
     node: str = "",
+    params: dict[str, Any] | None = None,
 ) -> ReportRun:
     """A run for beat: its rolling window's bounds fixed now; ``alert``
     ({"figure", "above"}) announces a summary figure above a threshold; a
-    ``node`` no longer known fails the run when it executes, saying so."""
+    ``node`` no longer known, or ``params`` the report no longer takes, fail
+    the run when it executes, saying so."""
     check_name(name)
     since, until = window_bounds(window if window in WINDOWS else "all", timezone.now())
     return ReportRun.objects.create(
@@ -217,37 +232,148 @@ def scheduled_run(
         window=window if window != "all" else "",
         top_n=top_n,
         node=node,
+        params=params or {},
         alert_figure=(alert or {}).get("figure", ""),
         alert_above=(alert or {}).get("above"),
     )
 
 
-def compare_with_previous(run: ReportRun) -> dict[str, Any] | None:
-    """The change of each top-level figure since the previous successful run of
-    the same report over the same window (scheduled runs), or None."""
-    if not run.window:
-        return None
-    prev = (
+def _numbers(summary: dict[str, Any]) -> dict[str, float]:
+    """The summary's figures that are numbers: top level, and one level down
+    as ``outer.inner`` (the transaction states, say)."""
+    out: dict[str, float] = {}
+    for key, value in (summary or {}).items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            out[key] = value
+        elif isinstance(value, dict) and not key.startswith("change_vs_"):
+            for inner, number in value.items():
+                if isinstance(number, int | float) and not isinstance(number, bool):
+                    out[f"{key}.{inner}"] = number
+    return out
+
+
+def figure_changes(now: dict[str, Any], before: dict[str, Any]) -> dict[str, float]:
+    """The change of each number figure present in both summaries."""
+    a, b = _numbers(now), _numbers(before)
+    return {key: a[key] - b[key] for key in a if key in b}
+
+
+def _previous_runs(run: ReportRun, **match: Any) -> Iterator[ReportRun]:
+    """Earlier successful runs of the same report, node and parameters,
+    newest first (``match``: further field filters)."""
+    candidates = (
         ReportRun.objects.filter(
             report=run.report,
-            window=run.window,
             node=run.node,
             status=ReportRun.Status.SUCCEEDED,
             created_at__lt=run.created_at,
+            **match,
         )
+        .exclude(pk=run.pk)
         .order_by("-created_at", "-pk")
-        .first()
     )
+    return (prev for prev in candidates[:50] if (prev.params or {}) == run.params)
+
+
+def compare_with_previous(run: ReportRun) -> dict[str, Any] | None:
+    """The change of each figure since the previous successful run over the
+    same window: a schedule's rolling window, or the whole log (None for a
+    run over dates of its own: ``previous_period`` compares those)."""
+    if run.window:
+        match: dict[str, Any] = {"window": run.window}
+        label = WINDOWS[run.window]
+    elif run.since is None and run.until is None:
+        match = {"window": "", "since__isnull": True, "until__isnull": True}
+        label = WINDOWS["all"]
+    else:
+        return None
+    prev = next(_previous_runs(run, **match), None)
     if prev is None:
         return None
-    changes = {
-        key: value - prev.summary[key]
-        for key, value in (run.summary or {}).items()
-        if isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and isinstance(prev.summary.get(key), int | float)
+    changes = figure_changes(run.summary, prev.summary)
+    return {"run": prev.pk, "window": label, "changes": changes}
+
+
+def previous_period(run: ReportRun) -> tuple[datetime, datetime] | None:
+    """The period just before a run's bounded window, as long as it."""
+    if run.since is None or run.until is None:
+        return None
+    return run.since - (run.until - run.since), run.since
+
+
+def compare_with_previous_period(
+    run: ReportRun, summary: dict[str, Any], spark: Any, params: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The change of each figure of ``summary`` (run ``run``'s) against the
+    period just before the run's window (same length): from a run that covered
+    exactly that period, else computed now over the same export (summary
+    only, nothing written)."""
+    period = previous_period(run)
+    if period is None:
+        return None
+    since, until = period
+    out: dict[str, Any] = {"since": since.isoformat(), "until": until.isoformat()}
+    prev = next(_previous_runs(run, since=since, until=until), None)
+    if prev is not None:
+        return out | {"run": prev.pk, "changes": figure_changes(summary, prev.summary)}
+    from console.reports.jobs import runner
+
+    try:
+        stand_in = ReportRun(
+            report=run.report,
+            node=run.node,
+            since=since,
+            until=until,
+            skip_damaged=run.skip_damaged,
+        )
+        records, _ = _load_records(spark, stand_in)
+        before = runner.summarize_report(run.report, records, params)
+    except (ReportInputError, UnknownNodeError) as exc:
+        return out | {"error": f"not compared: {exc}"}
+    except SoftTimeLimitExceeded:
+        raise
+    except Exception as exc:  # the run itself succeeded: say why, keep it
+        log.exception("report %s run %s: previous period", run.report, run.pk)
+        return out | {"error": f"not compared: {describe_error(exc)[:500]}"}
+    return out | {"changes": figure_changes(summary, before)}
+
+
+def trend(run: ReportRun, limit: int = 12) -> dict[str, Any]:
+    """The number figures of the last ``limit`` successful runs like ``run``
+    (same report, node, parameters and window kind), oldest first: the
+    trend across runs shown on the report's page."""
+    if run.window:
+        match: dict[str, Any] = {"window": run.window}
+    elif run.since is None and run.until is None:
+        match = {"window": "", "since__isnull": True, "until__isnull": True}
+    else:  # runs over dates of their own: those with a window as long
+        match = {"window": "", "since__isnull": False, "until__isnull": False}
+    runs = [run]
+    span = None if run.since is None or run.until is None else run.until - run.since
+    for prev in _previous_runs(run, **match):
+        if span is not None and not run.window and prev.until - prev.since != span:
+            continue
+        runs.append(prev)
+        if len(runs) == limit:
+            break
+    runs.reverse()
+    figures = [_numbers(r.summary) for r in runs]
+    keys = [k for k in figures[-1] if all(k in f for f in figures)]
+    return {
+        "runs": [
+            {
+                "run": r.pk,
+                "finished_at": r.finished_at,
+                "since": r.since,
+                "until": r.until,
+            }
+            for r in runs
+        ],
+        "figures": keys,
+        "rows": [[f[k] for k in keys] for f in figures],
     }
-    return {"run": prev.pk, "window": WINDOWS[run.window], "changes": changes}
 
 
 def execute_run(run_id: int) -> ReportRun:
@@ -271,8 +397,10 @@ def execute_run(run_id: int) -> ReportRun:
             params["offsets"] = info.pop("offsets")
         if run.top_n:
             params["top_n"] = run.top_n
+        params.update(check_params([run.report], run.params))
         out = results_location(run.report, run.pk)
         output = runner.run_report(spark, run.report, records, params, out)
+        period = compare_with_previous_period(run, output.summary, spark, params)
     except SoftTimeLimitExceeded:
         run.duration_s = time.monotonic() - started
         return _fail(
@@ -280,7 +408,7 @@ def execute_run(run_id: int) -> ReportRun:
             f"stopped after REPORTS_TIME_LIMIT ({settings.REPORTS_TIME_LIMIT} s); "
             "run it over a shorter window or raise the limit",
         )
-    except (ReportInputError, UnknownNodeError) as exc:
+    except (ReportInputError, UnknownNodeError, ParamError) as exc:
         # The input, not the code: the reason alone, no traceback.
         log.warning("report %s run %s failed: %s", run.report, run.pk, exc)
         run.duration_s = time.monotonic() - started
@@ -313,6 +441,8 @@ def execute_run(run_id: int) -> ReportRun:
     compared = compare_with_previous(run)
     if compared is not None:
         run.summary = dict(run.summary) | {"change_vs_previous_run": compared}
+    if period is not None:
+        run.summary = dict(run.summary) | {"change_vs_previous_period": period}
     run.save()
     if run.alert_figure and run.alert_above is not None:
         check_threshold(run, run.alert_figure, run.alert_above)
@@ -644,12 +774,15 @@ def update_schedule(
     top_n: int | None = None,
     alert: dict[str, Any] | None = None,
     node: str = "",
+    params: dict[str, Any] | None = None,
     request: Any = None,
 ) -> PeriodicTask:
     """Enable/disable report ``name``'s scheduled runs, set their interval,
-    the rolling window each covers and the node (""; the whole cluster)."""
+    the rolling window each covers, the node (""; the whole cluster) and the
+    report's parameters."""
     check_name(name)
     check_node(node)
+    params = check_params([name], params)
     if window not in WINDOWS:
         raise ValueError(f"unknown window {window!r}")
     task = ensure_schedules()[name]
@@ -669,6 +802,8 @@ def update_schedule(
         kwargs["top_n"] = top_n
     if node:
         kwargs["node"] = node
+    if params:
+        kwargs["params"] = params
     if alert and alert.get("figure") and alert.get("above") is not None:
         kwargs["alert"] = {"figure": alert["figure"], "above": alert["above"]}
     task.kwargs = json.dumps(kwargs)
@@ -687,6 +822,7 @@ def update_schedule(
             "window": window,
             "top_n": top_n,
             "node": node,
+            "params": params,
             "alert": kwargs.get("alert"),
         },
         request=request,

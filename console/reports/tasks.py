@@ -22,11 +22,15 @@ def run_report_task(
     top_n: int | None = None,
     alert: dict[str, Any] | None = None,
     node: str = "",
+    params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Execute a queued run, or (from beat, by ``name``) a new scheduled run
-    over its rolling ``window`` (and one ``node``, if named)."""
+    over its rolling ``window`` (and one ``node``, if named) with the
+    schedule's report ``params``."""
     if run_id is None:
-        run_id = services.scheduled_run(name or "", window, top_n, alert, node).pk
+        run_id = services.scheduled_run(
+            name or "", window, top_n, alert, node, params
+        ).pk
     run = services.execute_run(run_id)
     return {"run": run.pk, "status": run.status, "rows": run.rows}
 

@@ -175,6 +175,22 @@ def figures(summary: dict[str, Any], depth: int = 0) -> list[dict[str, Any]]:
     return out
 
 
+def _trend(run: ReportRun | None) -> dict[str, Any] | None:
+    """The figures of the runs like ``run`` (same window kind), as a table
+    with one row per figure and one column per run, newest last; None with
+    fewer than two runs."""
+    if run is None or run.status != ReportRun.Status.SUCCEEDED:
+        return None
+    data = services.trend(run)
+    if len(data["runs"]) < 2:
+        return None
+    rows = [
+        {"figure": key, "values": [row[i] for row in data["rows"]]}
+        for i, key in enumerate(data["figures"])
+    ]
+    return {"runs": data["runs"], "rows": rows}
+
+
 @viewer_required
 def report_detail(request: HttpRequest, name: str) -> HttpResponse:
     info = _info(name)
@@ -201,6 +217,7 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
             )
         charts = [c for c in (_chart_data(run, ch) for ch in info.charts) if c]
     task = services.ensure_schedules()[name]
+    kwargs = json.loads(task.kwargs or "{}")
     history = ReportRun.objects.filter(report=name)[:20]
     return render(
         request,
@@ -214,21 +231,23 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
             "schedule": task,
             "schedule_window_label": WINDOWS[services.schedule_window(task)],
             "schedule_form": ScheduleForm(
+                report=name,
                 initial={
                     "enabled": task.enabled,
                     "every_minutes": services.schedule_minutes(task) or 60,
                     "window": services.schedule_window(task),
-                    "top_n": json.loads(task.kwargs or "{}").get("top_n"),
-                    "node": json.loads(task.kwargs or "{}").get("node", ""),
-                    "alert_figure": json.loads(task.kwargs or "{}")
-                    .get("alert", {})
-                    .get("figure", ""),
-                    "alert_above": json.loads(task.kwargs or "{}")
-                    .get("alert", {})
-                    .get("above"),
-                }
+                    "top_n": kwargs.get("top_n"),
+                    "node": kwargs.get("node", ""),
+                    "alert_figure": kwargs.get("alert", {}).get("figure", ""),
+                    "alert_above": kwargs.get("alert", {}).get("above"),
+                    **{
+                        ScheduleForm.PREFIX + key: value
+                        for key, value in kwargs.get("params", {}).items()
+                    },
+                },
             ),
-            "run_form": RunForm(),
+            "run_form": RunForm(report=name),
+            "trend": _trend(run),
             "summary_json": json.dumps(run.summary, indent=1) if run else "",
             "figures": figures(run.summary) if run else [],
         },
@@ -239,7 +258,7 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
 @operator_required
 def run_now(request: HttpRequest, name: str) -> HttpResponse:
     _info(name)
-    form = RunForm(request.POST)
+    form = RunForm(request.POST, report=name)
     if not form.is_valid():
         messages.error(request, f"Not started: {form.errors.as_text()}")
         return redirect("reports:detail", name=name)
@@ -251,6 +270,7 @@ def run_now(request: HttpRequest, name: str) -> HttpResponse:
         skip_damaged=form.cleaned_data.get("skip_damaged", False),
         top_n=form.cleaned_data.get("top_n"),
         node=form.cleaned_data.get("node") or "",
+        params=form.report_params(),
         request=request,
     )
     if run.status == ReportRun.Status.FAILED:
@@ -266,7 +286,7 @@ def run_now(request: HttpRequest, name: str) -> HttpResponse:
 @operator_required
 def schedule(request: HttpRequest, name: str) -> HttpResponse:
     _info(name)
-    form = ScheduleForm(request.POST)
+    form = ScheduleForm(request.POST, report=name)
     if not form.is_valid():
         messages.error(request, f"Schedule not saved: {form.errors.as_text()}")
     else:
@@ -277,6 +297,7 @@ def schedule(request: HttpRequest, name: str) -> HttpResponse:
             window=form.cleaned_data["window"] or "all",
             top_n=form.cleaned_data.get("top_n"),
             node=form.cleaned_data.get("node") or "",
+            params=form.report_params(),
             alert={
                 "figure": form.cleaned_data.get("alert_figure") or "",
                 "above": form.cleaned_data.get("alert_above"),

@@ -20,6 +20,7 @@ class ReportRunSerializer(serializers.ModelSerializer):
             "skip_damaged",
             "top_n",
             "node",
+            "params",
             "window",
             "until",
             "log_end",
@@ -46,6 +47,13 @@ class RunRequestSerializer(serializers.Serializer):
         default="",
         max_length=64,
         help_text="a cluster node: the run covers it alone; empty: every node",
+    )
+    params = serializers.DictField(
+        child=serializers.IntegerField(),
+        required=False,
+        default=dict,
+        help_text="the report's own parameters (thresholds), e.g. "
+        '{"late_after_ms": 500} for delay_punctuality; empty: its defaults',
     )
     skip_damaged = serializers.BooleanField(
         required=False,

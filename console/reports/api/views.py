@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, status
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -62,14 +62,18 @@ class RunNowView(APIView):
             raise NotFound(f"no report {name!r}")
         body = RunRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        run = services.request_run(
-            name,
-            actor=request.user,
-            since=body.validated_data.get("since"),
-            until=body.validated_data.get("until"),
-            skip_damaged=body.validated_data.get("skip_damaged", False),
-            top_n=body.validated_data.get("top_n"),
-            node=body.validated_data.get("node", ""),
-            request=request,
-        )
+        try:
+            run = services.request_run(
+                name,
+                actor=request.user,
+                since=body.validated_data.get("since"),
+                until=body.validated_data.get("until"),
+                skip_damaged=body.validated_data.get("skip_damaged", False),
+                top_n=body.validated_data.get("top_n"),
+                node=body.validated_data.get("node", ""),
+                params=body.validated_data.get("params") or {},
+                request=request,
+            )
+        except services.ParamError as exc:
+            raise ValidationError({"params": [str(exc)]}) from exc
         return Response(ReportRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)

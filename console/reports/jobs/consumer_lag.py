@@ -102,15 +102,18 @@ def transform_queue_lag(
     )
 
 
-def transform_group_lag(queue_lag: DataFrame) -> DataFrame:
-    """Per group and topic over every node: total lag, queues behind, oldest
-    unconsumed age, and on how many nodes the group has committed offsets."""
+def transform_group_lag(queue_lag: DataFrame, behind_after: int = 0) -> DataFrame:
+    """Per group and topic over every node: total lag, queues behind (lag over
+    ``behind_after`` messages), oldest unconsumed age, and on how many nodes
+    the group has committed offsets."""
     return (
         queue_lag.groupBy("group", "topic")
         .agg(
             F.countDistinct("node").alias("nodes"),
             F.count(F.lit(1)).alias("queues"),
-            F.sum(F.when(F.col("lag") > 0, 1).otherwise(0)).alias("queues_behind"),
+            F.sum(F.when(F.col("lag") > F.lit(behind_after), 1).otherwise(0)).alias(
+                "queues_behind"
+            ),
             F.sum("committed").alias("committed"),
             F.sum("max_offset").alias("max_offset"),
             F.sum("lag").alias("lag"),
@@ -126,7 +129,8 @@ def run(records: DataFrame, params: dict) -> dict[str, DataFrame]:
     if offsets is None:
         offsets = offsets_frame(records.sparkSession, params["store_dir"])
     queues = transform_queue_lag(records, offsets, int(params["now_ms"])).cache()
-    return {"groups": transform_group_lag(queues), "queues": queues}
+    behind_after = int(params.get("behind_after", 0))
+    return {"groups": transform_group_lag(queues, behind_after), "queues": queues}
 
 
 def summarize(tables: dict[str, DataFrame]) -> dict:
@@ -134,12 +138,16 @@ def summarize(tables: dict[str, DataFrame]) -> dict:
     groups = tables["groups"]
     row = groups.agg(
         F.countDistinct("group").alias("groups"),
+        F.countDistinct(F.when(F.col("queues_behind") > 0, F.col("group"))).alias(
+            "groups_behind"
+        ),
         F.sum("lag").alias("lag"),
         F.max("max_lag_ms").alias("max_lag_ms"),
     ).first()
     worst = groups.limit(5).collect()
     return {
         "groups": int(row["groups"]),
+        "groups_behind": int(row["groups_behind"]),
         "lag": int(row["lag"] or 0),
         "max_lag_ms": row["max_lag_ms"],
         "most_behind": [

@@ -24,6 +24,8 @@ from console.reports.jobs.common import (
 )
 
 NAME = "delay_punctuality"
+#: A delivery later than this after its due time is late (``late_after_ms``).
+LATE_AFTER_MS = 1000
 #: Lag histogram buckets (upper bound in ms, label); the last is open.
 LAG_BUCKETS = (
     (-1, "early"),
@@ -111,8 +113,11 @@ def _bucket(scheduled: DataFrame) -> DataFrame:
     return scheduled.withColumn("bucket", label)
 
 
-def transform_punctuality(scheduled: DataFrame) -> DataFrame:
-    """Per level (and timers): scheduled, delivered, recalled, pending, lag."""
+def transform_punctuality(
+    scheduled: DataFrame, late_after_ms: int = LATE_AFTER_MS
+) -> DataFrame:
+    """Per level (and timers): scheduled, delivered, recalled, pending, early,
+    late (delivered more than ``late_after_ms`` after due), lag."""
 
     def count_of(cond):
         return F.sum(F.when(cond, 1).otherwise(0)).cast("long")
@@ -128,6 +133,7 @@ def transform_punctuality(scheduled: DataFrame) -> DataFrame:
             count_of(recalled).alias("recalled"),
             count_of(~delivered & ~recalled).alias("pending"),
             count_of(F.col("lag_ms") < 0).alias("early"),
+            count_of(F.col("lag_ms") > F.lit(late_after_ms)).alias("late"),
             F.sum("duplicates").cast("long").alias("duplicates"),
             F.min("delay_ms").alias("delay_ms"),
             *percentile_cols("lag_ms", "lag_ms"),
@@ -160,7 +166,9 @@ def run(records: DataFrame, params: dict) -> dict[str, DataFrame]:
     """Return the report's tables (the first is the main one)."""
     scheduled = transform_scheduled(records, params["delay_levels_ms"]).cache()
     return {
-        "levels": transform_punctuality(scheduled),
+        "levels": transform_punctuality(
+            scheduled, int(params.get("late_after_ms", LATE_AFTER_MS))
+        ),
         "lag_histogram": transform_lag_histogram(scheduled),
         "scheduled": scheduled,
     }
@@ -177,4 +185,6 @@ def summarize(tables: dict[str, DataFrame]) -> dict:
         *percentile_cols("lag_ms", "lag_ms"),
         F.max("lag_ms").alias("lag_ms_max"),
     ).first()
-    return {k: (int(v) if v is not None else None) for k, v in row.asDict().items()}
+    late = tables["levels"].agg(F.sum("late")).first()[0]
+    out = {k: (int(v) if v is not None else None) for k, v in row.asDict().items()}
+    return out | {"late": int(late or 0)}

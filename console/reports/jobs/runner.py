@@ -251,6 +251,18 @@ def run_report(
     return output
 
 
+def summarize_report(name: str, records: DataFrame, params: dict) -> dict:
+    """Report ``name``'s summary over ``records``, its tables computed but not
+    written (the previous period a run is compared with)."""
+    module = REPORTS[name]
+    tables = module.run(records, params)
+    try:
+        return module.summarize(tables)
+    finally:
+        for df in tables.values():
+            df.unpersist()
+
+
 def write_parts_arrow(df: DataFrame, target: storage.Location) -> int:
     """Write ``df`` as ``part-<partition>.parquet`` files at ``target``, each
     by the executor holding the partition, through ``target``'s pyarrow

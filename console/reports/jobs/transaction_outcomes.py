@@ -26,6 +26,8 @@ from console.reports.jobs.common import (
 
 NAME = "transaction_outcomes"
 LONGEST_N = 50
+#: A half pending longer than this is stuck (parameter ``stuck_after_s``).
+STUCK_AFTER_S = 60
 STATES = ("PENDING", "COMMITTED", "ROLLED_BACK", "DISCARDED")
 
 
@@ -108,13 +110,25 @@ def transform_half_states(records: DataFrame) -> DataFrame:
     )
 
 
-def transform_outcomes_hourly(half_states: DataFrame) -> DataFrame:
-    """Per producer group, topic and hour of the half: outcome counts and times."""
+def transform_outcomes_hourly(
+    half_states: DataFrame,
+    now_ms: int | None = None,
+    stuck_after_s: int = STUCK_AFTER_S,
+) -> DataFrame:
+    """Per producer group, topic and hour of the half: outcome counts and times;
+    ``stuck``: halves still pending ``stuck_after_s`` after they were stored
+    (at ``now_ms``; without it, none is counted)."""
 
     def count_of(cond):
         return F.sum(F.when(cond, 1).otherwise(0)).cast("long")
 
     state, by = F.col("state"), F.col("decided_by")
+    if now_ms is None:
+        stuck = F.lit(False)
+    else:
+        stuck = (state == "PENDING") & (
+            F.lit(now_ms) - F.col("half_ts") > F.lit(stuck_after_s * 1000)
+        )
     return (
         half_states.groupBy(
             "producer_group", "topic", hour_of(F.col("half_ts")).alias("hour")
@@ -125,6 +139,7 @@ def transform_outcomes_hourly(half_states: DataFrame) -> DataFrame:
             count_of(state == "ROLLED_BACK").alias("rollbacks"),
             count_of(state == "DISCARDED").alias("discarded"),
             count_of(state == "PENDING").alias("pending"),
+            count_of(stuck).alias("stuck"),
             count_of(F.col("discards") > 0).alias("ever_discarded"),
             count_of(by == "CLIENT").alias("by_client"),
             count_of(by == "CHECK").alias("by_check"),
@@ -174,7 +189,11 @@ def run(records: DataFrame, params: dict) -> dict[str, DataFrame]:
     """Return the report's tables (the first is the main one)."""
     states = transform_half_states(records).cache()
     return {
-        "hourly": transform_outcomes_hourly(states),
+        "hourly": transform_outcomes_hourly(
+            states,
+            int(params["now_ms"]),
+            int(params.get("stuck_after_s", STUCK_AFTER_S)),
+        ),
         "check_counts": transform_check_counts(states),
         "longest_pending": transform_longest_pending(
             states, int(params["now_ms"]), int(params.get("top_n", LONGEST_N))
@@ -197,9 +216,11 @@ def summarize(tables: dict[str, DataFrame]) -> dict:
         .count()
         .collect()
     }
+    stuck = tables["hourly"].agg(F.sum("stuck")).first()[0]
     return {
         "halves": sum(counts.values()),
         "states": counts,
+        "stuck": int(stuck or 0),
         "decided_by": by,
         **{k: pct[k] for k in pct.asDict()},
     }

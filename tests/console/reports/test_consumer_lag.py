@@ -93,3 +93,22 @@ def test_read_offsets(tmp_path):
         ("g", "t", 1, 2),
     ]
     assert cl.read_offsets(tmp_path / "missing") == []
+
+
+def test_behind_after_sets_which_queues_are_behind(spark, log):
+    """Lags are 3 (g) and 5 (h): with ``behind_after`` 3 only h is behind, in
+    the groups table and the summary's ``groups_behind``."""
+    offsets = spark.createDataFrame(
+        [("", "g", "t", 0, 2), ("", "h", "t", 0, 0)], cl.OFFSETS_SCHEMA
+    )
+
+    def behind(after):
+        tables = cl.run(
+            log, {"now_ms": 1_000, "offsets": offsets, "behind_after": after}
+        )
+        rows = {r["group"]: r["queues_behind"] for r in tables["groups"].collect()}
+        return rows, cl.summarize(tables)["groups_behind"]
+
+    assert behind(0) == ({"g": 1, "h": 1}, 2)
+    assert behind(3) == ({"g": 0, "h": 1}, 1)
+    assert behind(5) == ({"g": 0, "h": 0}, 0)

@@ -130,3 +130,19 @@ def test_copies_complete_their_own_nodes_message(spark, records):
         "node string, src string, lag_ms long",
     )
     assertDataFrameEqual(got, expected)
+
+
+def test_late_deliveries_follow_the_threshold(spark, log):
+    """Lags are 3, 20 (level 1) and 1 ms (timer): ``late_after_ms`` decides
+    which count as late, per level and in the summary."""
+    scheduled = dp.transform_scheduled(log, LEVELS)
+
+    def late(after_ms):
+        levels = dp.transform_punctuality(scheduled, after_ms)
+        return {r["bucket"]: r["late"] for r in levels.collect()}
+
+    assert late(1000) == {"L01": 0, "L02": 0, "timer": 0}
+    assert late(2) == {"L01": 2, "L02": 0, "timer": 0}
+    assert late(0) == {"L01": 2, "L02": 0, "timer": 1}
+    summary = dp.summarize(dp.run(log, {"delay_levels_ms": LEVELS, "late_after_ms": 5}))
+    assert summary["late"] == 1

@@ -156,3 +156,27 @@ def test_halves_of_two_nodes_at_one_offset(spark, records):
         "node string, msg_id string, state string",
     )
     assertDataFrameEqual(got, expected)
+
+
+def test_stuck_halves_follow_the_threshold(spark, log):
+    """A half still pending longer than ``stuck_after_s`` is stuck; the summary
+    sums the hourly column, and the parameter moves the line."""
+    states = tx.transform_half_states(log)
+    now = H + 5 + 61_000  # D is ~1 h old, E 61 s old
+
+    def stuck(after_s):
+        hourly = tx.transform_outcomes_hourly(states, now, after_s)
+        return {
+            (r["producer_group"], r["hour"].hour): r["stuck"] for r in hourly.collect()
+        }
+
+    assert stuck(60) == {("G", 0): 1, ("G2", 1): 1}
+    assert stuck(61) == {("G", 0): 1, ("G2", 1): 0}
+    assert stuck(3_657) == {("G", 0): 1, ("G2", 1): 0}  # D: 3,657.005 s old
+    assert stuck(3_658) == {("G", 0): 0, ("G2", 1): 0}
+    params = {"now_ms": now, "stuck_after_s": 61}
+    assert tx.summarize(tx.run(log, params))["stuck"] == 1
+    # Without a moment nothing is stuck (the default threshold is 60 s).
+    assert sum(stuck(60).values()) == 2
+    no_moment = tx.transform_outcomes_hourly(states)
+    assert [r["stuck"] for r in no_moment.collect()] == [0, 0]

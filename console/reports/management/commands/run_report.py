@@ -10,7 +10,7 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from console.reports import services
-from console.reports.catalog import REPORTS
+from console.reports.catalog import REPORTS, params_for
 from console.reports.models import ReportRun
 
 
@@ -28,6 +28,14 @@ class Command(BaseCommand):
         parser.add_argument("--top-n", type=int, default=None)
         parser.add_argument(
             "--node", default="", help="a cluster node (default: every node)"
+        )
+        parser.add_argument(
+            "--param",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="a report parameter (threshold), e.g. late_after_ms=500; "
+            "repeatable; each report takes the ones it knows",
         )
         parser.add_argument(
             "--skip-damaged",
@@ -53,6 +61,11 @@ class Command(BaseCommand):
             node = services.check_node(options.get("node") or "")
         except services.UnknownNodeError as exc:
             raise CommandError(str(exc)) from exc
+        try:
+            given = dict(_pair(text) for text in options.get("param") or [])
+            params = services.check_params(names, given)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         outs, failed = [], []
         for name in names:
             run = services.run_now(
@@ -62,6 +75,7 @@ class Command(BaseCommand):
                 top_n=options.get("top_n"),
                 skip_damaged=options.get("skip_damaged", False),
                 node=node,
+                params=params_for(name, params),
             )
             out = {
                 "report": run.report,
@@ -71,6 +85,7 @@ class Command(BaseCommand):
                 "since": since_dt.isoformat() if since_dt else None,
                 "until": until_dt.isoformat() if until_dt else None,
                 "node": run.node,
+                "params": run.params,
                 "rows": run.rows,
                 "summary": run.summary,
                 "result_dir": run.result_dir,
@@ -91,3 +106,11 @@ def _logs_to_stderr() -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
             handler.setStream(sys.stderr)
+
+
+def _pair(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` of ``--param`` (checked by ``catalog.check_params``)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise ValueError(f"--param {text!r}: expected NAME=VALUE")
+    return name.strip(), value.strip()
