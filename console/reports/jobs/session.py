@@ -29,6 +29,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+import pyspark
 from pyspark.sql import SparkSession
 
 import broker_core
@@ -36,6 +37,7 @@ from console.reports.jobs.errors import ReportInputError
 
 #: The directory holding ``broker_core`` and ``console`` (the project root).
 PROJECT_ROOT = Path(broker_core.__file__).resolve().parent.parent
+log = logging.getLogger(__name__)
 
 
 def _broker_core_zip() -> str:
@@ -107,6 +109,19 @@ def check_master(master: str, timeout: float = 3.0) -> None:
     )
 
 
+def _stop_dead_context() -> None:
+    """Stop the SparkContext a failed start left behind, if any."""
+    from pyspark import SparkContext
+
+    dead = SparkContext._active_spark_context
+    if dead is not None:
+        try:
+            dead.stop()
+        except Exception:  # already stopped on the JVM side
+            log.debug("stopping a dead SparkContext", exc_info=True)
+        SparkContext._active_spark_context = None
+
+
 def get_session(
     master: str | None = None,
     app_name: str = "broker-reports",
@@ -141,7 +156,23 @@ def get_session(
     # py4j logs its connection teardown at INFO from __del__, after stdout
     # may already be closed at interpreter exit.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:
+        if local or "stopped SparkContext" not in str(exc):
+            raise
+        # The master took the connection but never registered the application:
+        # Spark gives up after its three 20 s registration attempts and stops
+        # the context it made. Stop it here too, or every later run in this
+        # process would get the same dead context back.
+        _stop_dead_context()
+        raise SparkUnavailable(
+            f"the Spark master at {master} took the connection but did not "
+            "register this application (Spark: 'All masters are unresponsive! "
+            "Giving up.'): check that SPARK_MASTER names the master's RPC port "
+            "(7077 by default, not its web UI) and that the master runs Spark "
+            f"{pyspark.__version__}, the version of this pyspark"
+        ) from None
     session.sparkContext.setLogLevel("ERROR")
     if not local:
         session.sparkContext.addPyFile(_broker_core_zip())

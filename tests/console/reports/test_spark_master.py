@@ -62,3 +62,59 @@ def test_spark_errors_are_stored_once_and_short():
     except ValueError as exc:
         plain = describe_error(exc)
     assert plain.startswith("ValueError: plain") and "Traceback" in plain
+
+
+@pytest.mark.slow
+def test_a_port_that_is_no_spark_master_fails_with_the_real_cause(produced, tmp_path):
+    """A listener that takes connections but is no Spark master (a wrong port):
+    Spark tries to register for a minute, then gives up. The run fails with
+    Spark's reason, not "stopped SparkContext"; the real process's stdout
+    (the JVM's included) is the JSON alone."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    root = Path(__file__).resolve().parents[3]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'console.sqlite3'}",
+        "VAR_DIR": str(tmp_path / "var"),
+        "BROKER_STORE_DIR": str(produced[0]),
+        "REPORTS_DIR": str(tmp_path / "reports"),
+        "SPARK_MASTER": f"spark://127.0.0.1:{listener.getsockname()[1]}",
+    }
+    py = sys.executable
+    try:
+        subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=root,
+                       env=env, check=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [py, "manage.py", "run_report", "topic_traffic"],
+            cwd=root, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+    assert done.returncode != 0
+    out = json.loads(done.stdout)  # nothing else on stdout
+    assert out["status"] == "FAILED"
+    assert "All masters are unresponsive" in out["error"], out["error"]
+    assert "stopped SparkContext" not in out["error"]
+    assert "Traceback" not in out["error"]
+    assert "report topic_traffic failed" in done.stderr
