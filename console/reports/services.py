@@ -277,23 +277,34 @@ def _previous_runs(run: ReportRun, **match: Any) -> Iterator[ReportRun]:
     return (prev for prev in candidates[:50] if (prev.params or {}) == run.params)
 
 
+def _over_dates(run: ReportRun) -> bool:
+    """Whether ``run`` covers dates of its own (not a schedule's window)."""
+    return not run.window and (run.since is not None or run.until is not None)
+
+
+def _same_window_kind(run: ReportRun) -> dict[str, Any]:
+    """Field filters for the runs over the same kind of window as ``run``:
+    the same rolling window, the whole log, or dates of their own."""
+    if run.window:
+        return {"window": run.window}
+    return {
+        "window": "",
+        "since__isnull": run.since is None,
+        "until__isnull": run.until is None,
+    }
+
+
 def compare_with_previous(run: ReportRun) -> dict[str, Any] | None:
     """The change of each figure since the previous successful run over the
     same window: a schedule's rolling window, or the whole log (None for a
     run over dates of its own: ``previous_period`` compares those)."""
-    if run.window:
-        match: dict[str, Any] = {"window": run.window}
-        label = WINDOWS[run.window]
-    elif run.since is None and run.until is None:
-        match = {"window": "", "since__isnull": True, "until__isnull": True}
-        label = WINDOWS["all"]
-    else:
+    if _over_dates(run):
         return None
-    prev = next(_previous_runs(run, **match), None)
+    prev = next(_previous_runs(run, **_same_window_kind(run)), None)
     if prev is None:
         return None
     changes = figure_changes(run.summary, prev.summary)
-    return {"run": prev.pk, "window": label, "changes": changes}
+    return {"run": prev.pk, "window": WINDOWS[run.window or "all"], "changes": changes}
 
 
 def previous_period(run: ReportRun) -> tuple[datetime, datetime] | None:
@@ -344,16 +355,15 @@ def trend(run: ReportRun, limit: int = 12) -> dict[str, Any]:
     """The number figures of the last ``limit`` successful runs like ``run``
     (same report, node, parameters and window kind), oldest first: the
     trend across runs shown on the report's page."""
-    if run.window:
-        match: dict[str, Any] = {"window": run.window}
-    elif run.since is None and run.until is None:
-        match = {"window": "", "since__isnull": True, "until__isnull": True}
-    else:  # runs over dates of their own: those with a window as long
-        match = {"window": "", "since__isnull": False, "until__isnull": False}
     runs = [run]
-    span = None if run.since is None or run.until is None else run.until - run.since
-    for prev in _previous_runs(run, **match):
-        if span is not None and not run.window and prev.until - prev.since != span:
+    # Runs over dates of their own: those over a window as long.
+    span = (
+        run.until - run.since if _over_dates(run) and run.since and run.until else None
+    )
+    for prev in _previous_runs(run, **_same_window_kind(run)):
+        if span is not None and (
+            prev.since is None or prev.until is None or prev.until - prev.since != span
+        ):
             continue
         runs.append(prev)
         if len(runs) == limit:
