@@ -152,13 +152,28 @@ def _times(columns: list[str], rows: list[list[Any]]) -> list[list[Any]]:
     return out
 
 
+def _signed(value: Any) -> Any:
+    """A change with its sign (``+1,204``, ``-3.5``, ``0``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:+,.3f}".rstrip("0")
+    return f"{int(value):+,}" if value else "0"
+
+
 def figures(summary: dict[str, Any], depth: int = 0) -> list[dict[str, Any]]:
     """A summary as labelled figures: [{label, value, depth}] (nested dicts
     indented under their label; lists of rows kept as short text)."""
     out: list[dict[str, Any]] = []
     for key, value in (summary or {}).items():
         label = str(key).replace("_", " ").capitalize()
-        if isinstance(value, dict):
+        if key == "changes" and isinstance(value, dict):  # signed: +2, -1.5
+            out.append({"label": label, "value": None, "depth": depth})
+            out += [
+                {"label": k, "value": _signed(v), "depth": depth + 1}
+                for k, v in value.items()
+            ]
+        elif isinstance(value, dict):
             out.append({"label": label, "value": None, "depth": depth})
             out += figures(value, depth + 1)
         elif isinstance(value, list):

@@ -198,3 +198,21 @@ def test_run_report_command_takes_parameters(spark, settings, tmp_path, capsys):
     assert outs["consumer_lag"]["params"] == {"behind_after": 7}
     assert outs["topic_traffic"]["params"] == {}  # it takes none
     assert outs["consumer_lag"]["status"] == "SUCCEEDED"
+
+
+def test_changes_show_their_sign() -> None:
+    from console.reports.views import figures
+
+    shown = figures(
+        {
+            "messages": 12,
+            "change_vs_previous_period": {
+                "since": "2026-11-24T00:00:00+00:00",
+                "changes": {"messages": 5, "late": -2, "lag_ms_p50": 1.25, "x": 0},
+            },
+        }
+    )
+    values = {f["label"]: f["value"] for f in shown}
+    assert values["messages"] == "+5" and values["late"] == "-2"
+    assert values["lag_ms_p50"] == "+1.25" and values["x"] == "0"
+    assert values["Messages"] == 12
