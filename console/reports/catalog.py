@@ -47,6 +47,9 @@ class ReportInfo:
     # Per-message tables: downloadable, shown only in part.
     detail_tables: tuple[str, ...] = field(default=())
     params: tuple[Param, ...] = field(default=())
+    #: Whether a run over a window is compared with the period before it
+    #: (not consumer lag: its lag is measured against today's offsets).
+    period_comparison: bool = True
 
 
 REPORTS: dict[str, ReportInfo] = {
@@ -158,6 +161,7 @@ REPORTS: dict[str, ReportInfo] = {
                     0,
                 ),
             ),
+            period_comparison=False,
         ),
     )
 }
@@ -222,7 +226,7 @@ def check_params(names: list[str] | tuple[str, ...], given: dict | None) -> dict
                 f"{key} must be between {param.minimum} and {param.maximum}"
             )
         out[key] = number
-    return out
+    return dict(sorted(out.items()))  # one spelling, so equal params match
 
 
 def params_for(name: str, given: dict | None) -> dict:

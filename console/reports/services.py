@@ -263,18 +263,18 @@ def figure_changes(now: dict[str, Any], before: dict[str, Any]) -> dict[str, flo
 def _previous_runs(run: ReportRun, **match: Any) -> Iterator[ReportRun]:
     """Earlier successful runs of the same report, node and parameters,
     newest first (``match``: further field filters)."""
-    candidates = (
+    return iter(
         ReportRun.objects.filter(
             report=run.report,
             node=run.node,
+            params=run.params or {},
             status=ReportRun.Status.SUCCEEDED,
             created_at__lt=run.created_at,
             **match,
         )
         .exclude(pk=run.pk)
-        .order_by("-created_at", "-pk")
+        .order_by("-created_at", "-pk")[:50]
     )
-    return (prev for prev in candidates[:50] if (prev.params or {}) == run.params)
 
 
 def _over_dates(run: ReportRun) -> bool:
@@ -308,10 +308,28 @@ def compare_with_previous(run: ReportRun) -> dict[str, Any] | None:
 
 
 def previous_period(run: ReportRun) -> tuple[datetime, datetime] | None:
-    """The period just before a run's bounded window, as long as it."""
-    if run.since is None or run.until is None:
+    """The period just before a run's bounded window, as long as it (None for
+    an open or empty window, or a report not compared that way)."""
+    if run.since is None or run.until is None or run.until <= run.since:
+        return None
+    if not REPORTS[run.report].period_comparison:
         return None
     return run.since - (run.until - run.since), run.since
+
+
+def _run_over(run: ReportRun, since: datetime, until: datetime) -> ReportRun | None:
+    """An earlier run like ``run`` over ``since``-``until``: exactly, or within
+    a minute (at most 1% of the span) at each end, as a rolling window's runs
+    drift by the seconds their start took."""
+    slack = min(timedelta(minutes=1), (until - since) / 100)
+    return next(
+        _previous_runs(
+            run,
+            since__range=(since - slack, since + slack),
+            until__range=(until - slack, until + slack),
+        ),
+        None,
+    )
 
 
 def compare_with_previous_period(
@@ -326,7 +344,7 @@ def compare_with_previous_period(
         return None
     since, until = period
     out: dict[str, Any] = {"since": since.isoformat(), "until": until.isoformat()}
-    prev = next(_previous_runs(run, since=since, until=until), None)
+    prev = _run_over(run, since, until)
     if prev is not None:
         return out | {"run": prev.pk, "changes": figure_changes(summary, prev.summary)}
     from console.reports.jobs import runner
@@ -343,8 +361,8 @@ def compare_with_previous_period(
         before = runner.summarize_report(run.report, records, params)
     except (ReportInputError, UnknownNodeError) as exc:
         return out | {"error": f"not compared: {exc}"}
-    except SoftTimeLimitExceeded:
-        raise
+    except SoftTimeLimitExceeded:  # the run's own results are written: keep them
+        return out | {"error": "not compared: REPORTS_TIME_LIMIT came first"}
     except Exception as exc:  # the run itself succeeded: say why, keep it
         log.exception("report %s run %s: previous period", run.report, run.pk)
         return out | {"error": f"not compared: {describe_error(exc)[:500]}"}
@@ -410,7 +428,6 @@ def execute_run(run_id: int) -> ReportRun:
         params.update(check_params([run.report], run.params))
         out = results_location(run.report, run.pk)
         output = runner.run_report(spark, run.report, records, params, out)
-        period = compare_with_previous_period(run, output.summary, spark, params)
     except SoftTimeLimitExceeded:
         run.duration_s = time.monotonic() - started
         return _fail(
@@ -427,6 +444,8 @@ def execute_run(run_id: int) -> ReportRun:
         log.exception("report %s run %s failed", run.report, run.pk)
         run.duration_s = time.monotonic() - started
         return _fail(run, describe_error(exc))
+    # The results are written: whatever the comparison meets, the run succeeds.
+    period = compare_with_previous_period(run, output.summary, spark, params)
     run.status = ReportRun.Status.SUCCEEDED
     run.finished_at = timezone.now()
     run.duration_s = time.monotonic() - started

@@ -157,7 +157,7 @@ def _signed(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return value
     if isinstance(value, float) and not value.is_integer():
-        return f"{value:+,.3f}".rstrip("0")
+        return f"{value:+,.3f}".rstrip("0").rstrip(".")
     return f"{int(value):+,}" if value else "0"
 
 

@@ -62,6 +62,12 @@ class RunRequestSerializer(serializers.Serializer):
         "run fails); the summary says how much was skipped",
     )
 
+    def validate(self, attrs):
+        since, until = attrs.get("since"), attrs.get("until")
+        if since and until and since >= until:
+            raise serializers.ValidationError({"until": ["must be after 'since'"]})
+        return attrs
+
     def validate_node(self, value: str) -> str:
         from console.reports import services
 

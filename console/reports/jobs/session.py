@@ -166,13 +166,20 @@ def get_session(
         # the context it made. Stop it here too, or every later run in this
         # process would get the same dead context back.
         _stop_dead_context()
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        said = next(
+            (line for line in lines if "Exception:" in line),
+            lines[0] if lines else repr(exc),
+        )
         raise SparkUnavailable(
-            f"the Spark master at {master} took the connection but did not "
-            "register this application (Spark: 'All masters are unresponsive! "
-            "Giving up.'): check that SPARK_MASTER names the master's RPC port "
-            "(7077 by default, not its web UI) and that the master runs Spark "
-            f"{pyspark.__version__}, the version of this pyspark"
-        ) from None
+            f"the Spark master at {master} took the connection but the "
+            "application was stopped while it started: Spark stops it when no "
+            "master registers it within a minute ('All masters are "
+            "unresponsive! Giving up.' in the worker's log). Check that "
+            "SPARK_MASTER names the master's RPC port (7077 by default, not its "
+            f"web UI) and that the master runs Spark {pyspark.__version__}, the "
+            f"version of this pyspark. Spark said: {said}"
+        ) from exc
     session.sparkContext.setLogLevel("ERROR")
     if not local:
         session.sparkContext.addPyFile(_broker_core_zip())

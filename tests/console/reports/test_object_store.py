@@ -35,8 +35,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.django_db]
 REPORT_NAMES = ("topic_traffic", "transaction_outcomes", "delay_punctuality",
                 "consumer_lag")  # fmt: skip
 # Figures that depend on the moment a run computes them (ages, lags in ms
-# against "now"), not on the data.
-# Figures that depend on the moment of the run (ages, "stuck" halves).
+# against "now", halves stuck by then), not on the data.
 MOMENT_KEYS = {"oldest_pending_age_ms", "max_lag_ms", "now_ms", "most_behind",
                "change_vs_previous_run", "stuck"}  # fmt: skip
 MOMENT_SUFFIXES = ("age_ms", "lag_ms", "now_ms", "stuck")

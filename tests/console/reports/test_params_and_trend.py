@@ -85,6 +85,18 @@ def test_a_run_over_dates_is_compared_with_the_period_before(spark, settings, tm
     assert "change_vs_previous_run" not in again.summary
 
 
+def _delays_delivered(path) -> None:
+    """Three level-1 (1 s) messages parked, then delivered a few hundred ms
+    after they fell due: every lag is between 0 and 60 s."""
+    with Broker.open(str(path)) as broker:
+        delays = DelayService(broker)
+        for _ in range(3):
+            broker.send(Message("d", b"x", properties={"DELAY": "1"}))
+        time.sleep(1.3)
+        assert delays.deliver_due().delivered == 3
+        delays.close()
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.django_db
@@ -99,32 +111,35 @@ def test_parameters_reach_the_report_and_split_comparisons(
     from console.audit.models import AuditRecord
     from console.reports.models import ReportRun
 
-    path = _store(settings, tmp_path)
-    with Broker.open(str(path)) as broker:
-        delays = DelayService(broker)  # parks the delayed sends
-        for level in (1, 1, 2):
-            broker.send(Message("d", b"x", properties={"DELAY": str(level)}))
-        delays.close()
-    _send(path, 1)
+    _delays_delivered(_store(settings, tmp_path))
+    api = api_as("operator")
+    # An older run with another threshold: never compared with the others.
+    other = api.post(
+        "/api/reports/delay_punctuality/run/",
+        {"params": {"late_after_ms": 60_000}},
+        format="json",
+    )
+    other = ReportRun.objects.get(pk=other.json()["id"])
+    assert other.summary["delivered"] == 3 and other.summary["late"] == 0
 
     operator = client_as("operator")
     page = operator.get("/reports/delay_punctuality/").content.decode()
     assert "Late after (ms)" in page and 'name="param_late_after_ms"' in page
-    operator.post("/reports/delay_punctuality/run/", {"param_late_after_ms": "250"})
-    run = ReportRun.objects.get()
+    operator.post("/reports/delay_punctuality/run/", {"param_late_after_ms": "0"})
+    run = ReportRun.objects.latest("pk")
     assert run.status == "SUCCEEDED", run.error
-    assert run.params == {"late_after_ms": 250}
-    assert run.summary["scheduled"] == 3 and "late" in run.summary
-    audit = AuditRecord.objects.get(action="report.run")
-    assert audit.after["params"] == {"late_after_ms": 250}
+    assert run.params == {"late_after_ms": 0}
+    assert run.summary["late"] == 3  # every delivery is later than 0 ms
+    assert "change_vs_previous_run" not in run.summary  # only `other` before it
+    audit = AuditRecord.objects.get(action="report.run", after__run=run.pk)
+    assert audit.after["params"] == {"late_after_ms": 0}
     page = operator.get("/reports/delay_punctuality/").content.decode()
-    assert "late_after_ms 250" in page  # the run's header names its parameters
+    assert "late_after_ms 0" in page  # the run's header names its parameters
 
     # A form value out of range starts nothing.
     operator.post("/reports/delay_punctuality/run/", {"param_late_after_ms": "-1"})
-    assert ReportRun.objects.count() == 1
+    assert ReportRun.objects.count() == 2
 
-    api = api_as("operator")
     bad = api.post(
         "/api/reports/delay_punctuality/run/",
         {"params": {"behind_after": 3}},
@@ -132,46 +147,48 @@ def test_parameters_reach_the_report_and_split_comparisons(
     )
     assert bad.status_code == 400
     assert "unknown parameter 'behind_after'" in json.dumps(bad.json())
-    ok = api.post(
+    backwards = api.post(
         "/api/reports/delay_punctuality/run/",
-        {"params": {"late_after_ms": 250}},
+        {"since": "2026-11-25T00:00:00Z", "until": "2026-11-24T00:00:00Z"},
         format="json",
     )
-    assert ok.status_code == 202 and ok.json()["params"] == {"late_after_ms": 250}
+    assert backwards.status_code == 400 and "until" in backwards.json()["fields"]
+    ok = api.post(
+        "/api/reports/delay_punctuality/run/",
+        {"params": {"late_after_ms": 0}},
+        format="json",
+    )
+    assert ok.status_code == 202 and ok.json()["params"] == {"late_after_ms": 0}
     second = ReportRun.objects.get(pk=ok.json()["id"])
-    # Same parameters: compared with the first run over the whole log.
+    # Same parameters: compared with that run, not with the older `other`.
     assert second.summary["change_vs_previous_run"]["run"] == run.pk
-    third = api.post("/api/reports/delay_punctuality/run/", {}, format="json")
-    third = ReportRun.objects.get(pk=third.json()["id"])
-    assert third.params == {}
-    # Other thresholds give other figures: no comparison across them.
-    assert "change_vs_previous_run" not in third.summary
+    assert second.summary["change_vs_previous_run"]["changes"]["late"] == 0
 
     # The trend: this run and the one before it with the same parameters.
     page = operator.get(f"/reports/delay_punctuality/?run={second.pk}")
-    text = page.content.decode()
-    assert 'data-testid="trend"' in text
-    trend = text.split('data-testid="trend"')[1].split("</section>")[0]
+    trend = page.content.decode().split('data-testid="trend"')[1]
+    trend = trend.split("</section>")[0]
     assert f"#{run.pk}" in trend and f"#{second.pk}" in trend
-    assert f"#{third.pk}" not in trend
-    assert ">scheduled</th>" in trend
+    assert f"#{other.pk}<" not in trend
+    assert ">late</th>" in trend
 
     # Schedules keep their parameters and hand them to beat's task.
     operator.post(
         "/reports/delay_punctuality/schedule/",
-        {"enabled": "on", "every_minutes": 30, "param_late_after_ms": "40"},
+        {"enabled": "on", "every_minutes": 30, "param_late_after_ms": "0"},
     )
     from django_celery_beat.models import PeriodicTask
 
     task = PeriodicTask.objects.get(name="report: delay_punctuality")
     kwargs = json.loads(task.kwargs)
-    assert kwargs["params"] == {"late_after_ms": 40}
+    assert kwargs["params"] == {"late_after_ms": 0}
     from console.reports.tasks import run_report_task
 
     scheduled = ReportRun.objects.get(pk=run_report_task(**kwargs)["run"])
-    assert scheduled.params == {"late_after_ms": 40}
+    assert scheduled.params == {"late_after_ms": 0}
+    assert scheduled.summary["late"] == 3
     page = operator.get("/reports/delay_punctuality/").content.decode()
-    assert 'name="param_late_after_ms" value="40"' in page
+    assert 'name="param_late_after_ms" value="0"' in page
 
 
 @pytest.mark.spark
@@ -180,24 +197,68 @@ def test_parameters_reach_the_report_and_split_comparisons(
 def test_run_report_command_takes_parameters(spark, settings, tmp_path, capsys):
     from django.core.management.base import CommandError
 
-    path = _store(settings, tmp_path)
-    _send(path, 2)
+    _delays_delivered(_store(settings, tmp_path))
     with pytest.raises(CommandError, match="unknown parameter 'nope'"):
         call_command("run_report", "consumer_lag", "--param", "nope=1")
     with pytest.raises(CommandError, match="NAME=VALUE"):
         call_command("run_report", "consumer_lag", "--param", "behind_after")
+    with pytest.raises(CommandError, match="--since must be before --until"):
+        call_command("run_report", "topic_traffic", "--since", "2026-11-25",
+                     "--until", "2026-11-24")  # fmt: skip
     capsys.readouterr()
     call_command(
         "run_report",
-        "consumer_lag",
+        "delay_punctuality",
         "topic_traffic",
         "--param",
-        "behind_after=7",
+        "late_after_ms=0",
     )
     outs = {o["report"]: o for o in json.loads(capsys.readouterr().out)}
-    assert outs["consumer_lag"]["params"] == {"behind_after": 7}
+    assert outs["delay_punctuality"]["params"] == {"late_after_ms": 0}
+    assert outs["delay_punctuality"]["summary"]["late"] == 3
     assert outs["topic_traffic"]["params"] == {}  # it takes none
-    assert outs["consumer_lag"]["status"] == "SUCCEEDED"
+
+
+@pytest.mark.django_db
+def test_which_earlier_runs_count_as_the_same(db) -> None:
+    """The database picks the earlier runs: same parameters (in any order),
+    and for the period before a rolling window, bounds within a minute."""
+    from console.reports import services
+    from console.reports.models import ReportRun
+
+    def run(params, since=None, until=None, window="", **summary):
+        return ReportRun.objects.create(
+            report="delay_punctuality",
+            status="SUCCEEDED",
+            trigger="schedule",
+            params=check_params(["delay_punctuality"], params),
+            since=since,
+            until=until,
+            window=window,
+            summary=summary,
+        )
+
+    a = run({"late_after_ms": 5}, scheduled=1)
+    run({"late_after_ms": 6}, scheduled=2)
+    b = run({}, scheduled=3)
+    c = run({"late_after_ms": 5}, scheduled=4)
+    assert services.compare_with_previous(c)["run"] == a.pk
+    assert services.compare_with_previous(c)["changes"] == {"scheduled": 3}
+    assert services.compare_with_previous(b) is None
+    now = timezone.now()
+    day = timedelta(days=1)
+    drifted = run({}, now - 2 * day + timedelta(seconds=20),
+                  now - day + timedelta(seconds=20), "24h", late=1)  # fmt: skip
+    late = run({}, now - day, now, "24h", late=4)
+    assert services._run_over(late, now - 2 * day, now - day) == drifted
+    assert services._run_over(late, now - 2 * day - timedelta(minutes=2),
+                              now - day) is None  # fmt: skip
+    assert [r["run"] for r in services.trend(late)["runs"]] == [drifted.pk, late.pk]
+    # Consumer lag is measured against today's offsets: no period before.
+    lag = ReportRun(report="consumer_lag", since=now - day, until=now)
+    assert services.previous_period(lag) is None
+    assert services.previous_period(ReportRun(report="topic_traffic", since=now,
+                                              until=now)) is None  # fmt: skip
 
 
 def test_changes_show_their_sign() -> None:

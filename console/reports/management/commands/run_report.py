@@ -57,6 +57,8 @@ class Command(BaseCommand):
             since_dt, until_dt = services.parse_when(since), services.parse_when(until)
         except ValueError as exc:
             raise CommandError(f"bad date: {exc}") from exc
+        if since_dt and until_dt and since_dt >= until_dt:
+            raise CommandError("--since must be before --until")
         try:
             node = services.check_node(options.get("node") or "")
         except services.UnknownNodeError as exc:
