@@ -17,6 +17,7 @@ api_patterns = [
     path("", include("console.delays.api.urls")),
     path("", include("console.transactions.api.urls")),
     path("", include("console.reports.api.urls")),
+    path("", include("console.cluster.api.urls")),
 ]
 
 urlpatterns = [
