@@ -28,9 +28,10 @@ DELAYS_PATH = "/v1/delays"
 #: One row is enough: a state-only filter counts its total exactly.
 PENDING_PATH = "/v1/halves?state=PENDING&page_size=1"
 
-#: What the page asks every node (the status first: without it the node is
-#: shown as not answering), and a master besides: a slave's delay progress
-#: and halves are its master's copies, delivered and decided there.
+#: What the page asks every node, and a master besides: a slave's delay
+#: progress and halves are its master's copies, delivered and decided there.
+#: A node none of whose paths answers is shown as not answering; one whose
+#: status alone fails shows the rest.
 NODE_PATHS = [STATUS_PATH, TOPICS_PATH, CLIENTS_PATH, CONSUMERS_PATH]
 MASTER_PATHS = [DELAYS_PATH, PENDING_PATH]
 
@@ -50,6 +51,7 @@ COUNTERS = [
 
 #: Each section of the page and the path it comes from.
 SECTIONS = {
+    "status": STATUS_PATH,
     "topics": TOPICS_PATH,
     "clients": CLIENTS_PATH,
     "lag": CONSUMERS_PATH,
@@ -105,20 +107,23 @@ def node_detail(key: str) -> NodeDetail | None:
         return None
     view = NodeView.of(info)
     paths = NODE_PATHS + (MASTER_PATHS if view.is_master else [])
-    got = ask_nodes({view.key: (info.admin, paths)})[view.key]
+    got = ask_nodes({view.key: (info.admin, paths)}, status_first=False)[view.key]
     detail = NodeDetail(view)
     detail.heartbeat_age_ms = max(0, int(time.time() * 1000) - info.heartbeat_ms)
-    if isinstance(got, NodeUnavailable):
-        view.error = str(got)
-        detail.errors.append(f"Not reachable: {view.key} ({view.role}): {got}")
-        detail.missing = {s: str(got) for s, p in SECTIONS.items() if p in paths}
+    assert isinstance(got, dict)  # with status_first=False, always per path
+    if all(isinstance(got[p], NodeUnavailable) for p in paths):
+        reason = got[STATUS_PATH]
+        view.error = str(reason)
+        detail.errors.append(f"Not reachable: {view.key} ({view.role}): {reason}")
+        detail.missing = {s: str(reason) for s, p in SECTIONS.items() if p in paths}
         return detail
     for path, exc in take_failures(got).items():
         detail.errors.append(failure_sentence(view.key, path, exc))
         for section, p in SECTIONS.items():
             if p == path:
                 detail.missing[section] = str(exc)
-    _status(detail, got[STATUS_PATH])
+    if "status" not in detail.missing:
+        _status(detail, got[STATUS_PATH])
     detail.topics = _topic_rows(got.get(TOPICS_PATH, {}))
     detail.clients = sorted(
         got.get(CLIENTS_PATH, {}).get("clients", ()),

@@ -228,11 +228,12 @@ def _check_admin_host(base: str) -> None:
 
 def ask_nodes(
     calls: dict[str, tuple[str, list[str]]],
+    status_first: bool = True,
 ) -> dict[str, dict[str, Any] | NodeUnavailable]:
     """Ask every node at once: ``calls`` maps a node's key to its admin URL
     and the paths to GET from it (the first one its status); the answer maps
-    each key to ``{path: answer or NodeUnavailable}``, or to the
-    ``NodeUnavailable`` of its first path when that one has no answer.
+    each key to ``{path: answer or NodeUnavailable}``, or (``status_first``)
+    to the ``NodeUnavailable`` of its first path when that one has no answer.
 
     Every path of every node is asked at once and the whole fan-out waits at
     most one call's timeout plus a second: a node that never answers (a host
@@ -272,7 +273,11 @@ def ask_nodes(
         got = out.setdefault(key, {})
         if isinstance(got, NodeUnavailable):
             continue  # its status did not answer: the node is shown as such
-        if isinstance(answer, NodeUnavailable) and path == calls[key][1][0]:
+        if (
+            status_first
+            and isinstance(answer, NodeUnavailable)
+            and path == calls[key][1][0]
+        ):
             out[key] = answer
         else:
             got[path] = answer

@@ -330,3 +330,48 @@ def test_a_registry_that_does_not_answer_is_said_on_the_node_page(client_as, set
     r = client_as("viewer").get("/cluster/nodes/broker-a:0/")
     assert r.status_code == 200
     assert "Not reachable: the route registry" in r.content.decode()
+
+
+def test_a_failed_status_keeps_the_rest_of_the_page(nodes, client_as):
+    """The node's status path fails (its admin API answers 500 there, through
+    a proxy in front of the real node) while the others answer: the page
+    says the status is not known and still shows topics and lag."""
+    import urllib.request
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    broker = nodes.start("broker-a")
+    broker.send(Message("events", b"x"))
+    (real,) = [n.admin for n in nodes.registry.nodes() if n.name == "broker-a"]
+
+    class Proxy(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path.startswith("/v1/node"):
+                self.send_error(500, "status broken")
+                return
+            request = urllib.request.Request(
+                real + self.path,
+                headers={"Authorization": self.headers["Authorization"]},
+            )
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                body = answer.read()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        nodes.register("broker-a", f"http://127.0.0.1:{proxy.server_port}")
+        body = client_as("viewer").get("/cluster/nodes/broker-a:0/").content.decode()
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert 'data-testid="status-missing"' in body
+    assert "Metrics not known" in body
+    assert "Not reachable: broker-a" not in body
+    assert _row(body, "node-topics", "topic", "events")  # the rest is shown
