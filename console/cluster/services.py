@@ -254,7 +254,10 @@ def ask_nodes(
         left = deadline - time.monotonic()
         if left <= 0:
             raise NodeUnavailable(f"no answer within {budget:g} s")
-        return admin_call(base, "GET", path, timeout=min(timeout_s(), left))
+        wait = min(timeout_s(), left)
+        if path.startswith(OPS_PREFIX):  # a read of the node's operations
+            return _op_result(admin_call(base, "POST", path, {}, timeout=wait))
+        return admin_call(base, "GET", path, timeout=wait)
 
     futures = [(key, path, pool.submit(ask, base, path)) for key, base, path in jobs]
     # Do not wait for a silent node's thread: its socket timeout ends it.
@@ -284,11 +287,51 @@ def ask_nodes(
     return out
 
 
+#: Reads of ``NodeOps`` (``POST /v1/ops/<name>``, no arguments) asked beside
+#: the GET paths; the answer is the operation's decoded result.
+OPS_PREFIX = "/v1/ops/"
+TX_METRICS_PATH = OPS_PREFIX + "transaction_metrics"
+
+
+def _op_result(payload: Any) -> Any:
+    from broker_core.cluster import opscodec
+
+    if not isinstance(payload, dict) or "result" not in payload:
+        raise NodeUnavailable("the node answered something that is not a result")
+    return opscodec.decode(payload["result"])
+
+
 HALVES_PATH = "/v1/halves?state=PENDING&page_size=200"
 DISCARDED_PATH = "/v1/halves?state=DISCARDED&page_size=200"
 #: What the page asks every node, and every master besides.
 NODE_PATHS = ["/v1/node"]
-MASTER_PATHS = [HALVES_PATH, DISCARDED_PATH, "/v1/consumers", "/v1/delays"]
+MASTER_PATHS = [
+    HALVES_PATH,
+    DISCARDED_PATH,
+    "/v1/consumers",
+    "/v1/delays",
+    TX_METRICS_PATH,
+]
+
+#: The transaction figures summed over the masters (``TransactionMetrics``
+#: fields that are counts), in the order the page shows them.
+TX_TOTALS = (
+    "pending",
+    "discarded",
+    "commits",
+    "rollbacks",
+    "discards",
+    "resumes",
+    "checks_sent",
+    "checks_answered",
+    "checks_failed",
+    "checks_commit",
+    "checks_rollback",
+    "checks_unknown",
+    "checks_no_producer",
+    "checks_timeout",
+    "checks_error",
+)
 
 
 @dataclass
@@ -309,6 +352,9 @@ class ClusterState:
     delays: list[dict[str, Any]] = field(default_factory=list)
     #: "node: reason" for every node (or part of one) that did not answer
     errors: list[str] = field(default_factory=list)
+    #: ``TX_TOTALS`` summed over the masters that answered, with ``masters``
+    #: (how many were summed) and ``pending_by_topic``; None: none answered
+    transactions: dict[str, Any] | None = None
 
 
 def cluster_state() -> ClusterState:
@@ -343,11 +389,30 @@ def cluster_state() -> ClusterState:
             state.discarded.append({"node": view.name, **h})
         state.lag += _lag_rows(view.name, got.get("/v1/consumers", {}))
         state.delays += _delay_rows(view.name, got.get("/v1/delays", {}))
+        if view.is_master and got.get(TX_METRICS_PATH):
+            state.transactions = _add_metrics(state.transactions, got[TX_METRICS_PATH])
     state.halves.sort(key=lambda r: (r.get("born_timestamp") or 0, r["node"]))
     state.discarded.sort(key=lambda r: (r.get("born_timestamp") or 0, r["node"]))
     state.lag.sort(key=lambda r: (-r["lag"], r["group"], r["topic"], r["node"]))
     state.delays.sort(key=lambda r: (r["kind"] != "level", r["level"], r["node"]))
     return state
+
+
+def _add_metrics(total: dict[str, Any] | None, metrics: Any) -> dict[str, Any]:
+    """``total`` with one master's ``TransactionMetrics`` added."""
+    total = total or {
+        "masters": 0,
+        **dict.fromkeys(TX_TOTALS, 0),
+        "pending_by_topic": {},
+    }
+    total["masters"] += 1
+    for key in TX_TOTALS:
+        total[key] += int(getattr(metrics, key, 0) or 0)
+    for topic, count in (getattr(metrics, "pending_by_topic", None) or {}).items():
+        total["pending_by_topic"][topic] = (
+            total["pending_by_topic"].get(topic, 0) + count
+        )
+    return total
 
 
 def _lag_rows(node: str, answer: dict[str, Any]) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from console.ui.roles import ADMIN, OPERATOR, has_role
 def cluster(request: HttpRequest) -> HttpResponse:
     context = {"enabled": services.enabled(), "cluster": "", "nodes": [],
                "halves": [], "discarded": [], "lag": [], "delays": [],
-               "errors": []}  # fmt: skip
+               "errors": [], "tx": None}  # fmt: skip
     if context["enabled"]:
         from django.conf import settings
 
@@ -40,6 +40,8 @@ def cluster(request: HttpRequest) -> HttpResponse:
                 lag=state.lag,
                 delays=state.delays,
                 errors=state.errors,
+                tx=state.transactions,
+                masters=sum(1 for n in state.nodes if n.is_master),
             )
     context["can_commit"] = has_role(request.user, ADMIN)
     context["can_rollback"] = has_role(request.user, OPERATOR)

@@ -57,6 +57,7 @@ class ClusterView(APIView):
                 "discarded": state.discarded,
                 "lag": state.lag,
                 "delays": state.delays,
+                "transactions": state.transactions,
                 "errors": state.errors,
             }
         )

@@ -56,3 +56,36 @@ def test_no_cluster_and_no_registry(db, api_as, settings):
 
 def test_the_cluster_api_needs_a_sign_in(db, client):
     assert client.get("/api/cluster/").status_code in (401, 403)
+
+
+def test_transactions_are_summed_over_the_masters(nodes, api_as, client_as, settings):
+    """Each master's transaction counts, added up on the Cluster page and in
+    the API; a master that does not answer is left out and said so."""
+    settings.CLUSTER_ADMIN_TIMEOUT_S = 1.0
+
+    def halves(name: str, commit: int, rollback: int, pending: int) -> None:
+        tx = TransactionService(nodes.start(name))
+        ids = [
+            tx.send_half("PID_shop", Message("orders", b"x")).transaction_id
+            for _ in range(commit + rollback + pending)
+        ]
+        for tid in ids[:commit]:
+            tx.end_transaction(tid, "PID_shop", "COMMIT")
+        for tid in ids[commit : commit + rollback]:
+            tx.end_transaction(tid, "PID_shop", "ROLLBACK")
+        tx.close()
+
+    halves("broker-a", commit=2, rollback=1, pending=1)
+    halves("broker-b", commit=1, rollback=0, pending=3)
+    nodes.silent("broker-s")
+
+    total = api_as("viewer").get("/api/cluster/").json()["transactions"]
+    assert total["masters"] == 2
+    assert (total["pending"], total["commits"], total["rollbacks"]) == (4, 3, 1)
+    assert total["pending_by_topic"] == {"orders": 4}
+
+    page = client_as("viewer").get("/cluster/").content.decode()
+    tiles = page.split('data-testid="cluster-tx"')[1].split("<h2")[0]
+    assert 'data-testid="tx-pending">4<' in tiles
+    assert 'data-testid="tx-outcomes">3 / 1<' in tiles
+    assert "Summed over 2 masters of 3 (the others did not answer)" in page
