@@ -183,6 +183,18 @@ def request_run(
     return run
 
 
+def run_options(data: dict[str, Any]) -> dict[str, Any]:
+    """``request_run``'s options from a run form's or the API's cleaned data
+    (absent or empty values: the defaults)."""
+    return {
+        "since": data.get("since"),
+        "until": data.get("until"),
+        "skip_damaged": bool(data.get("skip_damaged")),
+        "top_n": data.get("top_n"),
+        "node": data.get("node") or "",
+    }
+
+
 def run_now(
     name: str,
     *,

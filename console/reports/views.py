@@ -280,13 +280,9 @@ def run_now(request: HttpRequest, name: str) -> HttpResponse:
     run = services.request_run(
         name,
         actor=request.user,
-        since=form.cleaned_data.get("since"),
-        until=form.cleaned_data.get("until"),
-        skip_damaged=form.cleaned_data.get("skip_damaged", False),
-        top_n=form.cleaned_data.get("top_n"),
-        node=form.cleaned_data.get("node") or "",
         params=form.report_params(),
         request=request,
+        **services.run_options(form.cleaned_data),
     )
     if run.status == ReportRun.Status.FAILED:
         messages.error(request, f"Run #{run.pk} could not start: {run.error}")

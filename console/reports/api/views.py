@@ -66,13 +66,9 @@ class RunNowView(APIView):
             run = services.request_run(
                 name,
                 actor=request.user,
-                since=body.validated_data.get("since"),
-                until=body.validated_data.get("until"),
-                skip_damaged=body.validated_data.get("skip_damaged", False),
-                top_n=body.validated_data.get("top_n"),
-                node=body.validated_data.get("node", ""),
                 params=body.validated_data.get("params") or {},
                 request=request,
+                **services.run_options(body.validated_data),
             )
         except services.ParamError as exc:
             raise ValidationError({"params": [str(exc)]}) from exc
