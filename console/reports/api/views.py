@@ -1,5 +1,7 @@
 """``GET /api/reports/`` (latest run of each), ``GET /api/report-runs/``,
-``GET /api/report-runs/{id}/``, ``POST /api/reports/{name}/run/`` (operator)."""
+``GET /api/report-runs/{id}/``, ``GET /api/report-runs/{id}/trend/`` (that run
+and the runs like it before it, figure by figure), ``POST
+/api/reports/{name}/run/`` (operator)."""
 
 from __future__ import annotations
 
@@ -50,6 +52,20 @@ class RunDetailView(generics.RetrieveAPIView):
     read_role = VIEWER
     serializer_class = ReportRunSerializer
     queryset = ReportRun.objects.all()
+
+
+class RunTrendView(APIView):
+    permission_classes = [HasRole]
+    read_role = VIEWER
+
+    @extend_schema(responses=dict)
+    def get(self, request, pk: int):
+        run = ReportRun.objects.filter(pk=pk).first()
+        if run is None:
+            raise NotFound(f"no report run {pk}")
+        if run.status != ReportRun.Status.SUCCEEDED:
+            raise NotFound(f"run {pk} did not succeed: it has no figures")
+        return Response(services.trend(run))
 
 
 class RunNowView(APIView):

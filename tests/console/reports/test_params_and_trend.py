@@ -171,6 +171,11 @@ def test_parameters_reach_the_report_and_split_comparisons(
     assert f"#{run.pk}" in trend and f"#{second.pk}" in trend
     assert f"#{other.pk}<" not in trend
     assert ">late</th>" in trend
+    # The same as JSON.
+    data = api_as("viewer").get(f"/api/report-runs/{second.pk}/trend/").json()
+    assert [r["run"] for r in data["runs"]] == [run.pk, second.pk]
+    assert data["rows"][-1][data["figures"].index("late")] == 3
+    assert api.get(f"/api/report-runs/{second.pk + 999}/trend/").status_code == 404
 
     # Schedules keep their parameters and hand them to beat's task.
     operator.post(
