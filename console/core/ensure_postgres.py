@@ -18,11 +18,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import ParseResult, urlparse, urlunparse
 
-LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", ""}
+from console.core.private_server import ensure_server
+
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
@@ -49,7 +49,8 @@ def _bin(name: str) -> str:
     return found
 
 
-def _start_private(port: int, var_dir: Path) -> None:
+def _start_private(parsed: ParseResult, var_dir: Path) -> None:
+    port = parsed.port or 5432
     base = (var_dir / "postgres").resolve()
     data = base / "data"
     base.mkdir(parents=True, exist_ok=True)
@@ -72,16 +73,14 @@ def _start_private(port: int, var_dir: Path) -> None:
 
 def ensure(url: str, var_dir: Path) -> str:
     """Return the URL of a database on an answering server (``broker_console``)."""
-    if not _answers(url):
-        parsed = urlparse(url)
-        if (parsed.hostname or "") not in LOCAL_HOSTS:
-            raise SystemExit(f"PostgreSQL at {url} does not answer")
-        _start_private(parsed.port or 5432, var_dir)
-        deadline = time.monotonic() + 30
-        while not _answers(url):
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the private PostgreSQL did not answer at {url}")
-            time.sleep(0.5)
+    ensure_server(
+        url,
+        _answers,
+        lambda parsed: _start_private(parsed, var_dir),
+        what="PostgreSQL",
+        wait_s=30,
+        poll_s=0.5,
+    )
     parsed = urlparse(url)
     return urlunparse(parsed._replace(scheme="postgres", path="/broker_console"))
 

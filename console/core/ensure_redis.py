@@ -11,13 +11,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import ParseResult
 
 import redis
 
-LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", ""}
+from console.core.private_server import ensure_server
 
 
 def _answers(url: str) -> bool:
@@ -27,47 +26,30 @@ def _answers(url: str) -> bool:
         return False
 
 
-def ensure(url: str, var_dir: Path) -> str:
-    """Return "up" if Redis answered, "started" if a private server was started."""
-    if _answers(url):
-        return "up"
-    parsed = urlparse(url)
-    host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
-    if host not in LOCAL_HOSTS:
-        raise SystemExit(f"Redis at {url} does not answer and is not on this machine")
+def _start_private(parsed: ParseResult, var_dir: Path) -> None:
     server = shutil.which("redis-server")
     if server is None:
         raise SystemExit("redis-server is not installed (make system-packages)")
-    data = var_dir / "redis"
+    data = (var_dir / "redis").resolve()
     data.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [
-            server,
-            "--daemonize",
-            "yes",
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dir",
-            str(data.resolve()),
-            "--pidfile",
-            str((data / "redis.pid").resolve()),
-            "--logfile",
-            str((data / "redis.log").resolve()),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
+        [server, "--daemonize", "yes", "--bind", "127.0.0.1",
+         "--port", str(parsed.port or 6379), "--dir", str(data),
+         "--pidfile", str(data / "redis.pid"), "--logfile", str(data / "redis.log"),
+         "--save", "", "--appendonly", "no"],
         check=True,
+    )  # fmt: skip
+
+
+def ensure(url: str, var_dir: Path) -> str:
+    """Return "up" if Redis answered, "started" if a private server was started."""
+    return ensure_server(
+        url,
+        _answers,
+        lambda parsed: _start_private(parsed, var_dir),
+        what="Redis",
+        wait_s=10,
     )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if _answers(url):
-            return "started"
-        time.sleep(0.1)
-    raise SystemExit(f"started redis-server on port {port}, but it does not answer")
 
 
 def main() -> None:
