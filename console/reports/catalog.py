@@ -50,6 +50,9 @@ class ReportInfo:
     #: Whether a run over a window is compared with the period before it
     #: (not consumer lag: its lag is measured against today's offsets).
     period_comparison: bool = True
+    #: The summary figures the list of reports shows for the latest run
+    #: (``outer.inner`` for a nested one), with their change.
+    headline: tuple[str, ...] = field(default=())
 
 
 REPORTS: dict[str, ReportInfo] = {
@@ -91,6 +94,7 @@ REPORTS: dict[str, ReportInfo] = {
                     minimum=1,
                 ),
             ),
+            headline=("states.PENDING", "stuck", "states.COMMITTED"),
         ),
         ReportInfo(
             "delay_punctuality",
@@ -126,6 +130,7 @@ REPORTS: dict[str, ReportInfo] = {
                     1000,
                 ),
             ),
+            headline=("scheduled", "late", "lag_ms_p99"),
         ),
         ReportInfo(
             "topic_traffic",
@@ -142,6 +147,7 @@ REPORTS: dict[str, ReportInfo] = {
                     series="topic",
                 ),
             ),
+            headline=("messages", "bytes"),
         ),
         ReportInfo(
             "consumer_lag",
@@ -162,6 +168,7 @@ REPORTS: dict[str, ReportInfo] = {
                 ),
             ),
             period_comparison=False,
+            headline=("lag", "groups_behind", "max_lag_ms"),
         ),
     )
 }

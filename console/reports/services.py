@@ -381,6 +381,34 @@ def compare_with_previous_period(
     return out | {"changes": figure_changes(summary, before)}
 
 
+def headline(run: ReportRun | None) -> list[dict[str, Any]]:
+    """The report's headline figures of ``run`` (``ReportInfo.headline``), each
+    with its change against the period before (else the previous run) and
+    what that change is against ("" when there is none)."""
+    if run is None:
+        return []
+    numbers = _numbers(run.summary)
+    summary = run.summary or {}
+    versus, changes = "", {}
+    for key, label in (
+        ("change_vs_previous_period", "the period before"),
+        ("change_vs_previous_run", "the previous run"),
+    ):
+        if (summary.get(key) or {}).get("changes"):
+            versus, changes = label, summary[key]["changes"]
+            break
+    return [
+        {
+            "label": key.rsplit(".", 1)[-1].replace("_", " ").lower(),
+            "value": numbers[key],
+            "change": changes.get(key),
+            "versus": versus if key in changes else "",
+        }
+        for key in REPORTS[run.report].headline
+        if key in numbers
+    ]
+
+
 def trend(run: ReportRun, limit: int = 12) -> dict[str, Any]:
     """The number figures of the last ``limit`` successful runs like ``run``
     (same report, node, parameters and window kind), oldest first: the

@@ -41,7 +41,11 @@ def report_list(request: HttpRequest) -> HttpResponse:
         rows.append(
             {
                 "info": info,
-                "latest": services.latest_run(name),
+                "latest": (latest := services.latest_run(name)),
+                "headline": [
+                    h | {"change": _signed(h["change"])}
+                    for h in services.headline(latest)
+                ],
                 "last": ReportRun.objects.filter(report=name).first(),
                 "schedule": task,
                 "every": services.schedule_minutes(task),

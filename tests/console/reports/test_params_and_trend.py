@@ -282,3 +282,43 @@ def test_changes_show_their_sign() -> None:
     assert values["messages"] == "+5" and values["late"] == "-2"
     assert values["lag_ms_p50"] == "+1.25" and values["x"] == "0"
     assert values["Messages"] == 12
+
+
+@pytest.mark.django_db
+def test_the_list_shows_each_reports_headline_with_its_change(client_as) -> None:
+    from console.reports import services
+    from console.reports.models import ReportRun
+
+    run = ReportRun.objects.create(
+        report="transaction_outcomes",
+        status="SUCCEEDED",
+        trigger="schedule",
+        result_dir="/nowhere",
+        summary={
+            "halves": 9,
+            "states": {"PENDING": 4, "COMMITTED": 5},
+            "stuck": 2,
+            "change_vs_previous_run": {"changes": {"stuck": 3}},
+            "change_vs_previous_period": {
+                "since": "x",
+                "until": "y",
+                "changes": {"states.PENDING": -1, "stuck": 1},
+            },
+        },
+    )
+    shown = {h["label"]: h for h in services.headline(run)}
+    assert list(shown) == ["pending", "stuck", "committed"]
+    # The period before wins over the previous run; no change, no "versus".
+    assert shown["stuck"] == {
+        "label": "stuck",
+        "value": 2,
+        "change": 1,
+        "versus": "the period before",
+    }
+    assert shown["committed"]["versus"] == ""
+    page = client_as("viewer").get("/reports/").content.decode()
+    cell = page.split('data-testid="headline-transaction_outcomes">')[1]
+    cell = cell.split("</td>")[0]
+    assert "pending <strong>4</strong>" in cell and "(-1)" in cell
+    assert "stuck <strong>2</strong>" in cell and "(+1)" in cell
+    assert services.headline(None) == []
