@@ -345,12 +345,12 @@ def _run_over(run: ReportRun, since: datetime, until: datetime) -> ReportRun | N
 
 
 def compare_with_previous_period(
-    run: ReportRun, summary: dict[str, Any], spark: Any, params: dict[str, Any]
+    run: ReportRun, summary: dict[str, Any], records: Any, params: dict[str, Any]
 ) -> dict[str, Any] | None:
     """The change of each figure of ``summary`` (run ``run``'s) against the
     period just before the run's window (same length): from a run that covered
-    exactly that period, else computed now over the same export (summary
-    only, nothing written)."""
+    that period, else computed now from ``records`` (read by the run from
+    that period's start on; summary only, nothing written)."""
     period = previous_period(run)
     if period is None:
         return None
@@ -360,19 +360,12 @@ def compare_with_previous_period(
     if prev is not None:
         return out | {"run": prev.pk, "changes": figure_changes(summary, prev.summary)}
     from console.reports.jobs import runner
+    from console.reports.jobs.common import transform_time_range
 
     try:
-        stand_in = ReportRun(
-            report=run.report,
-            node=run.node,
-            since=since,
-            until=until,
-            skip_damaged=run.skip_damaged,
+        before = runner.summarize_report(
+            run.report, transform_time_range(records, None, _ms(until)), params
         )
-        records, _ = _load_records(spark, stand_in)
-        before = runner.summarize_report(run.report, records, params)
-    except (ReportInputError, UnknownNodeError) as exc:
-        return out | {"error": f"not compared: {exc}"}
     except SoftTimeLimitExceeded:  # the run's own results are written: keep them
         return out | {"error": "not compared: REPORTS_TIME_LIMIT came first"}
     except Exception as exc:  # the run itself succeeded: say why, keep it
@@ -454,11 +447,16 @@ def execute_run(run_id: int) -> ReportRun:
     started = time.monotonic()
     try:
         from console.reports.jobs import reader, runner
+        from console.reports.jobs.common import transform_time_range
         from console.reports.jobs.session import get_session
 
         check_node(run.node)
         spark = get_session(settings.SPARK_MASTER)
-        records, info = _load_records(spark, run)
+        # One read from the start of the period before (when the run is
+        # compared with one) to the end of the window; each is filtered out.
+        period = previous_period(run)
+        loaded, info = _load_records(spark, run, period[0] if period else run.since)
+        records = transform_time_range(loaded, _ms(run.since)) if period else loaded
         params = runner.default_params(settings.BROKER_STORE_DIR)
         params.update(_store_params())
         if "offsets" in info:  # the nodes' committed offsets, from their exports
@@ -485,7 +483,7 @@ def execute_run(run_id: int) -> ReportRun:
         run.duration_s = time.monotonic() - started
         return _fail(run, describe_error(exc))
     # The results are written: whatever the comparison meets, the run succeeds.
-    period = compare_with_previous_period(run, output.summary, spark, params)
+    period_change = compare_with_previous_period(run, output.summary, loaded, params)
     run.status = ReportRun.Status.SUCCEEDED
     run.finished_at = timezone.now()
     run.duration_s = time.monotonic() - started
@@ -510,8 +508,8 @@ def execute_run(run_id: int) -> ReportRun:
     compared = compare_with_previous(run)
     if compared is not None:
         run.summary = dict(run.summary) | {"change_vs_previous_run": compared}
-    if period is not None:
-        run.summary = dict(run.summary) | {"change_vs_previous_period": period}
+    if period_change is not None:
+        run.summary = dict(run.summary) | {"change_vs_previous_period": period_change}
     run.save()
     if run.alert_figure and run.alert_above is not None:
         check_threshold(run, run.alert_figure, run.alert_above)
@@ -519,10 +517,13 @@ def execute_run(run_id: int) -> ReportRun:
     return run
 
 
-def _load_records(spark: Any, run: ReportRun) -> tuple[Any, dict[str, Any]]:
-    """The records run ``run`` covers and what was read: on a cluster, every
-    node's export (or ``run.node``'s), this host's own brought up to date
-    first; on a single host, its export brought up to date."""
+def _load_records(
+    spark: Any, run: ReportRun, since: datetime | None
+) -> tuple[Any, dict[str, Any]]:
+    """The records run ``run`` reads, from ``since`` to the end of its window,
+    and what was read: on a cluster, every node's export (or ``run.node``'s),
+    this host's own brought up to date first; on a single host, its export
+    brought up to date."""
     from console.reports.jobs import runner
 
     if cluster_mode():
@@ -533,7 +534,7 @@ def _load_records(spark: Any, run: ReportRun) -> tuple[Any, dict[str, Any]]:
             expected=settings.CLUSTER_NODES,
             own_node=settings.BROKER_NODE,
             store_dir=settings.BROKER_STORE_DIR,
-            since_ms=_ms(run.since),
+            since_ms=_ms(since),
             until_ms=_ms(run.until),
             skip_damaged=run.skip_damaged,
             max_age_ms=int(settings.REPORTS_EXPORT_MAX_AGE * 1000),
@@ -542,7 +543,7 @@ def _load_records(spark: Any, run: ReportRun) -> tuple[Any, dict[str, Any]]:
         spark,
         settings.BROKER_STORE_DIR,
         export_dir=export_dir(),
-        since_ms=_ms(run.since),
+        since_ms=_ms(since),
         until_ms=_ms(run.until),
         skip_damaged=run.skip_damaged,
     )

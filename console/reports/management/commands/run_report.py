@@ -10,7 +10,7 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from console.reports import services
-from console.reports.catalog import REPORTS, params_for
+from console.reports.catalog import REPORTS, check_params, params_for
 from console.reports.models import ReportRun
 
 
@@ -65,7 +65,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         try:
             given = dict(_pair(text) for text in options.get("param") or [])
-            params = services.check_params(names, given)
+            params = check_params(names, given)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         outs, failed = [], []
