@@ -23,6 +23,7 @@ from broker_core.errors import (
     ValidationError,
 )
 from broker_core.filter import TAG, Matcher, build_matcher
+from broker_core.groups import GroupConfig
 from broker_core.message import (
     PROPERTY_UNIQ_KEY,
     Message,
@@ -433,6 +434,15 @@ class Broker:
     def update_topic(self, topic: str, **changes: Any) -> TopicConfig:
         """Update ``read_queue_nums``, ``write_queue_nums``, ``perm``, type."""
         return self.store.update_topic(topic, **changes)
+
+    def put_group(
+        self, group: str, fifo: bool = False, max_delivery_attempts: int | None = None
+    ) -> GroupConfig:
+        """Create or change a consumer group's settings (``groups.GroupRegistry``)."""
+        return self.store.groups.put(group, fifo, max_delivery_attempts)
+
+    def list_groups(self) -> list[GroupConfig]:
+        return self.store.groups.all()
 
     def delete_topic(self, topic: str) -> None:
         self._valid_topics.discard(topic)

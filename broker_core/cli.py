@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,24 @@ def main(argv: list[str]) -> int:
         help="throughput benchmark beside Redis Streams and SQLite",
         add_help=False,
     )
+    top = sub.add_parser("topic", help="create or change a topic (its message type)")
+    top.add_argument("action", choices=["create", "update", "list"])
+    top.add_argument("store_dir")
+    top.add_argument("name", nargs="?")
+    top.add_argument(
+        "--type",
+        default=None,
+        help="NORMAL (default), FIFO, DELAY, TRANSACTION or MIXED",
+    )
+    top.add_argument("--queues", type=int, default=None)
+    grp = sub.add_parser(
+        "group", help="a consumer group's settings: FIFO, delivery attempts"
+    )
+    grp.add_argument("action", choices=["set", "list"])
+    grp.add_argument("store_dir")
+    grp.add_argument("name", nargs="?")
+    grp.add_argument("--fifo", action="store_true")
+    grp.add_argument("--max-delivery-attempts", type=int, default=None)
     from broker_core.endpoint.cli import add_arguments as _serve_args
 
     _serve_args(sub.add_parser("serve", help="run the RocketMQ 5 gRPC endpoint"))
@@ -179,12 +198,58 @@ def main(argv: list[str]) -> int:
         return bench_main(rest)
     if args.cmd == "verify":
         return _verify(args)
+    if args.cmd in ("topic", "group"):
+        return _admin(args)
     info = inspect_store(Path(args.store_dir))
     if args.json:
         print(json.dumps(info, indent=2))
     else:
         _print_inspect(info)
     return 0 if info["clean"] else 1
+
+
+def _admin(args: argparse.Namespace) -> int:
+    """``topic`` and ``group``: change the store's metadata beside running
+    processes (they see the change on their next look)."""
+    from broker_core import Broker
+    from broker_core.errors import BrokerError
+
+    if args.action != "list" and not args.name:
+        print(f"{args.cmd} {args.action} needs a name")
+        return 2
+    try:
+        with Broker.open(args.store_dir) as broker:
+            if args.cmd == "group":
+                if args.action == "set":
+                    g = broker.put_group(
+                        args.name, args.fifo, args.max_delivery_attempts
+                    )
+                    print(json.dumps(asdict(g)))
+                else:
+                    for g in broker.list_groups():
+                        print(json.dumps(asdict(g)))
+            elif args.action == "list":
+                for t in broker.list_topics():
+                    print(json.dumps(asdict(t)))
+            else:
+                opts: dict[str, Any] = {}
+                if args.type:
+                    opts["message_type"] = args.type.upper()
+                if args.action == "create":
+                    if args.queues:
+                        opts["read_queue_nums"] = args.queues
+                    t = broker.create_topic(args.name, **opts)
+                else:
+                    if args.queues:
+                        opts["read_queue_nums"] = opts["write_queue_nums"] = (
+                            args.queues
+                        )
+                    t = broker.update_topic(args.name, **opts)
+                print(json.dumps(asdict(t)))
+    except BrokerError as exc:
+        print(f"{type(exc).__name__}: {exc}")
+        return 2
+    return 0
 
 
 def _verify(args: argparse.Namespace) -> int:

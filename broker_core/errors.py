@@ -82,6 +82,13 @@ class InvalidOffsetError(ValidationError):
     code = "invalid_offset"
 
 
+class MessageTypeMismatchError(ValidationError):
+    """A message of a type its topic was not made for (a FIFO, delayed or
+    transactional message to a NORMAL topic, a plain one to a FIFO topic)."""
+
+    code = "message_type_mismatch"
+
+
 class TopicNotFoundError(BrokerError):
     code = "topic_not_found"
 

@@ -36,6 +36,7 @@ from broker_core.errors import (
     StoreError,
 )
 from broker_core.flush import FlushHooks, FlushService
+from broker_core.groups import GroupRegistry
 from broker_core.index import IndexService
 from broker_core.message import (
     PROPERTY_DELAY,
@@ -143,6 +144,8 @@ class MessageStore:
         self.quarantine = Quarantine(self.root)
         self.topics = TopicTable(self.root / "config" / "topics.json")
         self.offsets = OffsetTable(self.root / "config" / "consumerOffset.json")
+        #: Consumer group settings (FIFO, delivery attempts), shared by processes.
+        self.groups = GroupRegistry(self.root / "config" / "subscriptionGroup.json")
         #: Commits in memory, written by the flusher (``offsets.ConsumerOffsets``).
         self.consumer_offsets = ConsumerOffsets(self.offsets, self.state)
         #: Topic configurations, reloaded when another process changes them.

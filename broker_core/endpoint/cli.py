@@ -90,6 +90,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fifo-groups", default="", help="comma-separated FIFO consumer groups"
     )
+    p.add_argument(
+        "--no-topic-type-check",
+        action="store_true",
+        help="accept every message type on every topic (Apache's proxy "
+        "enableTopicMessageTypeCheck=false); default: a FIFO, delayed or "
+        "transactional message needs a topic of that type",
+    )
     p.add_argument("--long-polling-ms", type=int, default=20000)
     p.add_argument(
         "--redis-url",
@@ -236,6 +243,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         max_attempts=args.max_delivery_attempts,
         consumer_backoff_ms=[int(x) for x in args.consumer_backoff_ms.split(",") if x],
         fifo_groups={g for g in args.fifo_groups.split(",") if g},
+        topic_type_check=not args.no_topic_type_check,
         long_polling_ms=args.long_polling_ms,
         redis_channel=args.redis_channel,
         tls=(args.tls_listen, args.tls_cert, args.tls_key)

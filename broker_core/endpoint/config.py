@@ -29,7 +29,11 @@ class EndpointConfig:
     consumer_backoff_ms: list[int] = field(
         default_factory=lambda: [1000, 5000, 10000, 30000, 60000, 120000]
     )
+    #: groups made FIFO at start (``--fifo-groups``; kept in the group registry)
     fifo_groups: set[str] = field(default_factory=set)
+    #: refuse a message whose type its topic was not made for (Apache's proxy
+    #: ``enableTopicMessageTypeCheck``)
+    topic_type_check: bool = True
     default_invisible_ms: int = 30_000
     long_polling_ms: int = 20_000
     max_batch: int = 32

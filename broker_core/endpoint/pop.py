@@ -597,9 +597,10 @@ class PopManager:
             "AND qid=? AND visible_at <= ? ORDER BY off",
             (*key, now),
         )
+        limit = self.store.groups.max_attempts(group, self.max_attempts)
         try:
             for off, attempts, mgroup in cur:
-                if attempts >= self.max_attempts:
+                if attempts >= limit:
                     dead.append((off, attempts))
                     continue
                 if mgroup is not None:

@@ -8,10 +8,14 @@ module in ``TRANSACTION_TRANSPORT_MODULES`` and set it as the default with
 the channel and waits (``timeout_s``) on a one-off reply list for the endpoint's
 answer: ``sent <client id>`` -> ``SENT`` (the producer's answer comes back as
 EndTransaction source CHECK). Every endpoint on the channel answers, ``none:
-<why>`` when it has no live producer for the half; when all of them did (or
-none answered in time), ``check()`` raises ``CheckBackError``: the check counts
-as FAILED, or, installed with ``install()`` as the registry's live transport,
-the group's own checker (its webhook) is asked next.
+<why>`` when it has no live producer for the half, ``error: <why>`` when the
+sending failed. When no endpoint is subscribed, or every one answered
+``none``, the check reached nobody: ``check()`` raises
+``NoProducerOnlineError`` (recorded, not counted against the maximum checks).
+When an endpoint failed or some did not answer in time it raises
+``CheckBackError`` (a FAILED check, counted: it may have been delivered).
+Installed with ``install()`` as the registry's live transport, the group's own
+checker (its webhook) is asked next either way.
 
 Endpoint side: ``RelayListener(endpoint, redis_url, channel)`` subscribes and
 forwards each request on a live producer's Telemetry stream.
@@ -33,6 +37,7 @@ from broker_core.transaction import (
     CheckBackError,
     CheckRequest,
     CheckTransport,
+    NoProducerOnlineError,
     register_transport_kind,
 )
 
@@ -72,11 +77,13 @@ class RedisRelayTransport(CheckTransport):
         payload = json.dumps({"reply": reply, "request": request.to_json()})
         deadline = time.monotonic() + self.timeout_s
         refusals: list[str] = []
+        endpoints = 0
         try:
-            # Every endpoint subscribed answers: "sent <client>" or "none ...".
+            # Every endpoint subscribed answers: "sent <client>", "none: ..."
+            # or "error: ...".
             endpoints = self.redis.publish(self.channel, payload)
             if endpoints == 0:
-                raise CheckBackError("no gRPC endpoint subscribed")
+                raise NoProducerOnlineError("no gRPC endpoint subscribed")
             while len(refusals) < endpoints:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -93,15 +100,24 @@ class RedisRelayTransport(CheckTransport):
         except CheckBackError:
             raise
         except Exception as exc:  # noqa: BLE001 - redis down etc.
+            if endpoints == 0:
+                # Not even published: the check reached nobody.
+                raise NoProducerOnlineError(f"redis relay unreachable: {exc}") from exc
             raise CheckBackError(f"redis relay failed: {exc}") from exc
         finally:
             try:
                 self.redis.delete(reply)
             except Exception:  # noqa: BLE001 - best effort
                 pass
-        if refusals:
-            raise CheckBackError(f"gRPC endpoint: {refusals[0]}")
-        raise CheckBackError("no answer from the gRPC endpoint")
+        errors = [r for r in refusals if not r.startswith("none")]
+        if errors:
+            raise CheckBackError(f"gRPC endpoint: {errors[0]}")
+        if len(refusals) < endpoints:
+            raise CheckBackError(
+                f"gRPC endpoint: {endpoints - len(refusals)} of {endpoints} "
+                f"timed out ({self.timeout_s:g} s)"
+            )
+        raise NoProducerOnlineError(f"gRPC endpoint: {refusals[0]}")
 
 
 def _factory(cfg: dict[str, Any]) -> CheckTransport:
@@ -183,13 +199,13 @@ class RelayListener:
         try:
             target = self.endpoint.transactions.deliver_check(req)
             answer = f"sent {target}"
-        except CheckBackError as exc:
+        except NoProducerOnlineError as exc:
             # Another endpoint subscribed to the channel may have the producer:
             # the worker waits for every endpoint's answer.
             answer = f"none: {exc}"
         except Exception as exc:  # noqa: BLE001
             log.warning("relayed check failed: %s", exc)
-            answer = f"none: {type(exc).__name__}"
+            answer = f"error: {type(exc).__name__}: {exc}"
         try:
             self.redis.rpush(d["reply"], answer)
             self.redis.expire(d["reply"], 30)

@@ -20,6 +20,7 @@ from broker_core.endpoint.wire import (
 from broker_core.errors import (
     ValidationError,
 )
+from broker_core.metadata import MessageType
 from broker_core.validation import (
     validate_topic,
 )
@@ -39,8 +40,22 @@ def _endpoints(addresses: list[str]) -> pb.Endpoints:
     return out
 
 
+#: the message types a topic of each type takes, as routes advertise them
+_ACCEPTS = {
+    MessageType.NORMAL: [pb.NORMAL],
+    MessageType.FIFO: [pb.FIFO],
+    MessageType.DELAY: [pb.DELAY],
+    MessageType.TRANSACTION: [pb.TRANSACTION],
+}
+
+
 def _queue(
-    topic: str, qid: int, permission: int, broker: str, endpoints: pb.Endpoints
+    topic: str,
+    qid: int,
+    permission: int,
+    broker: str,
+    endpoints: pb.Endpoints,
+    accepts: list[int] | None = None,
 ) -> pb.MessageQueue:
     """A route's queue; the clients use only broker id 0 (masters)."""
     return pb.MessageQueue(
@@ -48,7 +63,7 @@ def _queue(
         id=qid,
         permission=permission,
         broker=pb.Broker(name=broker, id=0, endpoints=endpoints),
-        accept_message_types=ALL_TYPES,
+        accept_message_types=ALL_TYPES if accepts is None else accepts,
     )
 
 
@@ -81,7 +96,16 @@ class Routing:
     ) -> pb.MessageQueue:
         node = self.ep.node
         name = node.cfg.name if node is not None else "broker-a"
-        return _queue(topic, qid, permission, name, self.endpoints(asked))
+        return _queue(
+            topic, qid, permission, name, self.endpoints(asked), self.accepts(topic)
+        )
+
+    def accepts(self, topic: str) -> list[int] | None:
+        """The message types the topic takes (None: every type)."""
+        if not self.ep.cfg.topic_type_check:
+            return None
+        cfg = self.ep.store.topics.topics.get(topic)
+        return _ACCEPTS.get(cfg.message_type) if cfg is not None else None
 
     def route(self, topic: str, asked: pb.Endpoints | None) -> list[pb.MessageQueue]:
         """The topic's queues: in a cluster every serving node's (from the
@@ -114,7 +138,9 @@ class Routing:
                 endpoints = self.endpoints(asked)
             else:
                 endpoints = _endpoints(e.node.endpoints)
-            out.append(_queue(topic, e.queue_id, perm, e.node.name, endpoints))
+            out.append(_queue(
+                topic, e.queue_id, perm, e.node.name, endpoints, self.accepts(topic)
+            ))
         return out
 
     def local_route(
@@ -225,7 +251,8 @@ class Routing:
             sub = out.subscription
             c.group = s.subscription.group.name
             c.topics = [e.topic.name for e in s.subscription.subscriptions]
-            sub.fifo = c.group in self.ep.cfg.fifo_groups
+            groups = self.ep.store.groups
+            sub.fifo = groups.is_fifo(c.group)
             sub.receive_batch_size = self.ep.cfg.max_batch
             if s.client_type == pb.PUSH_CONSUMER or not sub.HasField(
                 "long_polling_timeout"
@@ -233,7 +260,7 @@ class Routing:
                 sub.long_polling_timeout.FromMilliseconds(self.ep.cfg.long_polling_ms)
             bp = out.backoff_policy
             bp.Clear()
-            bp.max_attempts = self.ep.cfg.max_attempts
+            bp.max_attempts = groups.max_attempts(c.group, self.ep.cfg.max_attempts)
             for ms in self.ep.cfg.consumer_backoff_ms:
                 d = bp.customized_backoff.next.add()
                 d.FromMilliseconds(ms)

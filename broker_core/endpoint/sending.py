@@ -34,10 +34,12 @@ from broker_core.errors import (
     InvalidTopicError,
     MessageNotFoundError,
     MessageTooLargeError,
+    MessageTypeMismatchError,
     RecallError,
     ValidationError,
 )
 from broker_core.message import Message, SendResult, SendStatus
+from broker_core.metadata import MessageType
 from broker_core.validation import (
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
@@ -261,6 +263,33 @@ class Sending:
             mtype,
         )
 
+    def _check_type(self, m: pb.Message, topic: str) -> None:
+        """Refuse a message whose type its topic was not made for, as Apache
+        RocketMQ's proxy does (``MESSAGE_PROPERTY_CONFLICT_WITH_TYPE``): a
+        topic takes one type (a MIXED topic, every type); a topic this endpoint
+        created on first use is NORMAL."""
+        sp = m.system_properties
+        if sp.message_type == pb.TRANSACTION:
+            kind = MessageType.TRANSACTION
+        elif sp.message_group:
+            kind = MessageType.FIFO
+        elif sp.HasField("delivery_timestamp"):
+            kind = MessageType.DELAY
+        else:
+            kind = MessageType.NORMAL
+        cfg = self.ep.store.topics.topics.get(topic)
+        if cfg is None:
+            self.ep.store.refresh_topics()
+            cfg = self.ep.store.topics.topics.get(topic)
+        if cfg is None:
+            return  # the append says the topic does not exist
+        want = cfg.message_type
+        if want != MessageType.MIXED and want != kind:
+            raise MessageTypeMismatchError(
+                f"the topic {topic!r} takes {want} messages, not {kind} ones "
+                "(create it with that message type, or MIXED)"
+            )
+
     def _queue_for(self, topic: str, group: str) -> int | None:
         if not group:
             return None
@@ -423,6 +452,8 @@ class Sending:
                 f"the maximum {self.ep.max_body}"
             )
         msg, mtype = self._to_message(m)
+        if self.ep.cfg.topic_type_check:
+            self._check_type(m, msg.topic)
         group = m.system_properties.message_group
         if group:
             self.ep.store.refresh_topics()

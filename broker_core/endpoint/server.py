@@ -34,6 +34,7 @@ from broker_core.endpoint.config import (
     EndpointConfig,
 )
 from broker_core.endpoint.consuming import Consuming
+from broker_core.endpoint.namespace import globalize, localize
 from broker_core.endpoint.pop import (
     PopManager,
 )
@@ -41,6 +42,7 @@ from broker_core.endpoint.routing import Routing
 from broker_core.endpoint.sending import Sending
 from broker_core.endpoint.transactions import GrpcCheckTransport, Transactions
 from broker_core.endpoint.wire import C, client_id_of, local_utc_offset_min, status
+from broker_core.errors import ValidationError
 
 log = logging.getLogger("broker_core.endpoint")
 
@@ -65,6 +67,14 @@ class Endpoint:
         self.tx = TransactionService(broker, **tx_settings)
         self.delays = DelayService(broker)
         self.pop = PopManager(broker, max_attempts=cfg.max_attempts)
+        for g in sorted(cfg.fifo_groups):
+            # ``--fifo-groups``: recorded as the groups' setting, which is
+            # what routes, settings and deliveries read.
+            had = self.store.groups.get(g)
+            if had is None or not had.fifo:
+                self.store.groups.put(
+                    g, True, had.max_delivery_attempts if had else None
+                )
         self.clients: dict[str, ClientInfo] = {}
         self._restore_clients()
         self.clients_dirty = True
@@ -477,6 +487,13 @@ def _tolerant(cls: Any) -> Any:
     return deserialize
 
 
+def _refused(bad: Any, exc: Exception) -> Any:
+    """The method's response type with BAD_REQUEST and the reason."""
+    out = type(bad)()
+    out.status.CopyFrom(status(C.BAD_REQUEST, str(exc)))
+    return out
+
+
 def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
     """Register the servicer like the generated ``add_MessagingServiceServicer_
     to_server``, but a request that does not decode gets RocketMQ's
@@ -511,13 +528,19 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                     yield _unauth
                     return
 
+                ns = [""]
+
                 async def clean():
                     async for x in it:
                         if x is not None:
+                            try:
+                                ns[0] = localize(x) or ns[0]
+                            except ValidationError:
+                                continue  # a bad namespace: the command is dropped
                             yield x
 
                 async for out in _impl(clean(), ctx):
-                    yield out
+                    yield globalize(out, ns[0])
 
             h = grpc.stream_stream_rpc_method_handler(
                 bidi, _tolerant(req_cls), resp_cls.SerializeToString
@@ -531,8 +554,13 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                 if req is None:
                     yield _bad
                     return
+                try:
+                    ns = localize(req)
+                except ValidationError as exc:
+                    yield _refused(_bad, exc)
+                    return
                 async for out in _impl(req, ctx):
-                    yield out
+                    yield globalize(out, ns)
 
             h = grpc.unary_stream_rpc_method_handler(
                 ustream, _tolerant(req_cls), resp_cls.SerializeToString
@@ -546,7 +574,11 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                     return _unauth
                 if req is None:
                     return _bad
-                return await _impl(req, ctx)
+                try:
+                    ns = localize(req)
+                except ValidationError as exc:
+                    return _refused(_bad, exc)
+                return globalize(await _impl(req, ctx), ns)
 
             h = grpc.unary_unary_rpc_method_handler(
                 unary, _tolerant(req_cls), resp_cls.SerializeToString

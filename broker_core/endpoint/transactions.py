@@ -106,7 +106,11 @@ class Transactions:
 
     # -- check-backs (called from the check threads) ----------------------------
     def deliver_check(self, req: Any) -> str:
-        from broker_core.transaction import CheckBackError
+        """Send a check-back on the Telemetry stream of a live producer of the
+        half's topic (the sending client first); return its client id.
+        ``NoProducerOnlineError`` when there is none (the check reached
+        nobody: not counted)."""
+        from broker_core.transaction import NoProducerOnlineError
 
         target = None
         cid = self.tx_client.get(req.transaction_id)
@@ -125,7 +129,7 @@ class Transactions:
             # webhook, if one is configured.
             target = next((x for x in producers if req.topic in x.topics), None)
         if target is None or self.ep.loop is None:
-            raise CheckBackError(
+            raise NoProducerOnlineError(
                 f"no live producer of topic {req.topic!r} (nor the sending client)"
             )
         props = dict(req.properties)
@@ -199,12 +203,17 @@ class GrpcCheckTransport(CheckTransport):
         return factory(cfg) if factory else None
 
     def check(self, request: Any) -> Any:
-        from broker_core.transaction import CheckAnswer, CheckBackError
+        from broker_core.transaction import (
+            CheckAnswer,
+            CheckBackError,
+            NoProducerOnlineError,
+        )
 
         try:
             self._target = self.endpoint.transactions.deliver_check(request)
             return CheckAnswer.SENT
-        except CheckBackError:
+        except NoProducerOnlineError as nobody:
+            failed: CheckBackError = nobody
             peers = self.endpoint.peers
             if peers is not None:
                 # A worker of ``serve --workers N``: the producer's Telemetry
@@ -213,10 +222,14 @@ class GrpcCheckTransport(CheckTransport):
                     answer = peers.check(request)
                     self._target = peers.target
                     return answer
-                except CheckBackError:
+                except NoProducerOnlineError:
                     pass
+                except CheckBackError as exc:
+                    # The relay may have reached a worker (a late answer):
+                    # not "nobody", so the check counts if nothing else answers.
+                    failed = exc
             fb = self._fallback()
             if fb is None:
-                raise
+                raise failed from None
             self._target = f"fallback:{fb.target}"
             return fb.check(request)

@@ -27,6 +27,7 @@ from broker_core.errors import (
     InvalidMessageError,
     InvalidTopicError,
     MessageTooLargeError,
+    MessageTypeMismatchError,
     StorageFullError,
     StorageIOError,
     TopicNotAllowedError,
@@ -125,6 +126,7 @@ _ERROR_CODES: tuple[tuple[type[Exception] | tuple[type[Exception], ...], int], .
     (IllegalMessageGroupError, C.ILLEGAL_MESSAGE_GROUP),
     (IllegalMessageIdError, C.ILLEGAL_MESSAGE_ID),
     (UnknownTransactionError, C.INVALID_TRANSACTION_ID),
+    (MessageTypeMismatchError, C.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     ((WrongProducerGroupError, TransactionConflictError), C.BAD_REQUEST),
     (ValidationError, C.BAD_REQUEST),
     # RocketMQ answers SERVICE_NOT_AVAILABLE ("the broker's disk is full"); its

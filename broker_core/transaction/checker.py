@@ -28,8 +28,9 @@ from broker_core.message import (
     PROPERTY_REAL_TOPIC,
     MessageExt,
 )
+from broker_core.transaction import records as R
 from broker_core.transaction import statetable as S
-from broker_core.transaction.transports import CheckRequest
+from broker_core.transaction.transports import CheckRequest, NoProducerOnlineError
 from broker_core.transaction.types import (
     CheckAnswer,
     CheckRunResult,
@@ -45,13 +46,16 @@ log = logging.getLogger(__name__)
 #: Check-backs queued or running at once; past it a run stops and the next resumes.
 MAX_IN_FLIGHT = 10000
 
+#: What one check-back produced, and whether it reached anybody.
+_Done = tuple[CheckAnswer, bool]
+
 
 def failure_kind(exc: BaseException) -> str:
-    """Why a check-back got no answer: ``no_producer`` (nobody to ask: no live
-    producer of the topic, no checker), ``timeout`` or ``error``."""
+    """Why a check-back got no answer: ``no_producer`` (it reached nobody:
+    ``NoProducerOnlineError``), ``timeout`` or ``error``."""
+    if isinstance(exc, NoProducerOnlineError):
+        return R.FAILURE_NO_PRODUCER
     text = str(exc).lower()
-    if "no live producer" in text or "no producer" in text or "no checker" in text:
-        return "no_producer"
     name = type(exc).__name__.lower()
     if isinstance(exc, TimeoutError) or "timeout" in name or "timed out" in text:
         return "timeout"
@@ -72,7 +76,7 @@ class CheckRunner:
         # its other checks wait in its own queue instead of ahead of other groups.
         self._group_limit = max(1, service.config.check_threads // 2)
         self._running: dict[str, int] = {}
-        self._queued: dict[str, deque[tuple[MessageExt, int, Future[CheckAnswer]]]] = {}
+        self._queued: dict[str, deque[tuple[MessageExt, int, Future[_Done]]]] = {}
         self._lock_path = service.store.root / "transaction" / "check.lock"
 
     def close(self) -> None:
@@ -126,8 +130,11 @@ class CheckRunner:
                     )
             for f in futures:
                 if f.done() and not f.cancelled() and f.exception() is None:
-                    name = f.result().value
+                    answer, delivered = f.result()
+                    name = answer.value
                     result.answers[name] = result.answers.get(name, 0) + 1
+                    if not delivered:
+                        result.not_delivered += 1
                 else:
                     result.in_flight += 1
             if time.monotonic() < deadline:
@@ -143,7 +150,7 @@ class CheckRunner:
         deadline: float,
         now_ms: int | None,
         max_checks: int | None,
-    ) -> list[Future[CheckAnswer]]:
+    ) -> list[Future[_Done]]:
         svc = self.svc
         cfg = svc.config
         t0 = time.monotonic()
@@ -156,7 +163,7 @@ class CheckRunner:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         reserved_ms = int(cfg.file_reserved_hours * 3600 * 1000)
         table = svc.ledger.table
-        futures: list[Future[CheckAnswer]] = []
+        futures: list[Future[_Done]] = []
         for due, half_off, qoff, _group, _topic, born in svc.index.iter_due(now):
             if (
                 time.monotonic() > deadline
@@ -203,9 +210,9 @@ class CheckRunner:
                 log.exception("transaction check of the half at %d failed", half_off)
         return futures
 
-    def _submit(self, half: MessageExt, check_no: int) -> Future[CheckAnswer]:
+    def _submit(self, half: MessageExt, check_no: int) -> Future[_Done]:
         group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
-        fut: Future[CheckAnswer] = Future()
+        fut: Future[_Done] = Future()
         with self._lock:
             if self._running.get(group, 0) >= self._group_limit:
                 self._queued.setdefault(group, deque()).append((half, check_no, fut))
@@ -221,7 +228,7 @@ class CheckRunner:
         return fut
 
     def _run_item(
-        self, group: str, half: MessageExt, check_no: int, fut: Future[CheckAnswer]
+        self, group: str, half: MessageExt, check_no: int, fut: Future[_Done]
     ) -> None:
         while True:
             if fut.set_running_or_notify_cancel():
@@ -237,8 +244,9 @@ class CheckRunner:
                     return
                 half, check_no, fut = q.popleft()
 
-    def _check_one(self, half: MessageExt, check_no: int) -> CheckAnswer:
-        """Call the group's checker, record the check, apply a COMMIT/ROLLBACK."""
+    def _check_one(self, half: MessageExt, check_no: int) -> _Done:
+        """Call the group's checker, record the check, apply a COMMIT/ROLLBACK;
+        return the answer and whether the check reached anybody."""
         svc = self.svc
         props = half.properties
         group = props.get(PROPERTY_PRODUCER_GROUP, "")
@@ -252,7 +260,7 @@ class CheckRunner:
             if not chain:
                 answer, name, target = CheckAnswer.FAILED, "none", "-"
                 detail = f"no checker configured for producer group {group!r}"
-                failure = "no_producer"
+                failure = R.FAILURE_NO_PRODUCER
             else:
                 try:
                     qid = int(props.get(PROPERTY_REAL_QID, "0"))
@@ -274,6 +282,7 @@ class CheckRunner:
                     queue_offset=half.queue_offset,
                 )
                 failures: list[str] = []
+                kinds: list[str] = []
                 for transport in chain:
                     name, target = transport.name, transport.target
                     try:
@@ -281,7 +290,7 @@ class CheckRunner:
                     except Exception as exc:  # any failure of the call fails it
                         answer = CheckAnswer.FAILED
                         failures.append(f"{name}: {type(exc).__name__}: {exc}")
-                        failure = failure_kind(exc)
+                        kinds.append(failure_kind(exc))
                         continue
                     name, target = transport.name, transport.target
                     break
@@ -289,6 +298,22 @@ class CheckRunner:
                 detail = "; ".join(failures) or None
                 if answer is not CheckAnswer.FAILED:
                     failure = None
+                elif all(k == R.FAILURE_NO_PRODUCER for k in kinds):
+                    failure = R.FAILURE_NO_PRODUCER  # reached nobody at all
+                else:
+                    # Reached someone (a webhook that timed out, a producer
+                    # whose reply was bad): the most telling other reason.
+                    failure = next(k for k in kinds if k != R.FAILURE_NO_PRODUCER)
+            if failure == R.FAILURE_NO_PRODUCER:
+                detail = f"no producer online, not counted: {detail}"
+                log.info(
+                    "check-back of %s (producer group %r) reached nobody: not "
+                    "counted (%d of %d so far)",
+                    tid,
+                    group,
+                    check_no - 1,
+                    svc.config.check_max,
+                )
             latency_us = int((time.perf_counter() - t) * 1e6)
             svc.record_check(
                 half, answer, name, target, started, latency_us, detail, failure
@@ -302,7 +327,7 @@ class CheckRunner:
                     log.info(
                         "check answer %s for %s not applied: %s", answer.value, tid, exc
                     )
-            return answer
+            return answer, failure != R.FAILURE_NO_PRODUCER
         finally:
             with self._lock:
                 self._inflight.discard(half.commit_log_offset)

@@ -189,7 +189,8 @@ class Folder:
                 target=p.get(R.PROPERTY_CHECK_TARGET),
                 answer=answer,
                 latency_ms=_int(lat) / 1000 if lat else None,
-                check_no=n,
+                # A check that reached nobody has no number: it did not count.
+                check_no=None if p.get(R.PROPERTY_CHECK_DELIVERED) == "false" else n,
                 detail=p.get(R.PROPERTY_DETAIL),
                 at=check_at,
             )

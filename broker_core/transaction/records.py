@@ -11,7 +11,8 @@ The commit log is the only source of truth. A transaction leaves these records:
 * op records in ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, body ``"<halfQueueOffset>,"``
   (RocketMQ 5.1 format), each with ``TRANS_OFFSET`` (the half's log offset, as in
   RIP-82) and ``TRAN_PREPARED_QUEUE_OFFSET``. The tag says what happened:
-  ``d`` outcome (COMMIT/ROLLBACK, RocketMQ's remove tag), ``c`` one check-back,
+  ``d`` outcome (COMMIT/ROLLBACK, RocketMQ's remove tag), ``c`` one check-back
+  (delivered or not: one that reached no producer does not add to the count),
   ``x`` discard after the maximum checks or the file retention, ``r`` resume;
 * on discard, a copy of the half in ``TRANS_CHECK_MAX_TIME_TOPIC`` queue 0 (§1.8).
 """
@@ -59,6 +60,12 @@ PROPERTY_CHECK_LATENCY_US = "TRAN_CHECK_LATENCY_US"
 PROPERTY_DETAIL = "TRAN_DETAIL"
 #: Why a check produced no answer: no_producer, timeout or error.
 PROPERTY_CHECK_FAILURE = "TRAN_CHECK_FAILURE"
+#: "false" on a check that reached nobody (no producer of the group online):
+#: recorded, but its ``TRANSACTION_CHECK_TIMES`` is the count before it.
+PROPERTY_CHECK_DELIVERED = "TRAN_CHECK_DELIVERED"
+
+#: ``PROPERTY_CHECK_FAILURE`` of a check that reached nobody.
+FAILURE_NO_PRODUCER = "no_producer"
 
 TAG_OUTCOME = "d"
 TAG_CHECK = "c"

@@ -2,7 +2,8 @@
 
 A transport implements ``CheckTransport.check(request) -> CheckAnswer``; it
 raises ``CheckBackError`` (or anything else) when the call failed, which counts
-as a check. Built in: ``WebhookTransport`` (HTTP POST signed with HMAC-SHA256
+as a check, or ``NoProducerOnlineError`` when it reached nobody (no producer of
+the group online, nobody to ask), which is recorded but not counted. Built in: ``WebhookTransport`` (HTTP POST signed with HMAC-SHA256
 of a per-group secret) and ``CallableTransport`` (an in-process function).
 Other transports (the gRPC endpoint's client checker) register a kind with
 ``register_transport_kind`` and are configured per group like webhooks.
@@ -37,6 +38,15 @@ class CheckBackError(TransactionError):
     """A check-back that produced no valid answer (network, timeout, bad reply)."""
 
     code = "check_back_failed"
+
+
+class NoProducerOnlineError(CheckBackError):
+    """A check-back that reached nobody: no producer of the group is online.
+
+    The check is recorded (failure ``no_producer``) but does not count against
+    ``check_max``: only a check delivered to a producer does."""
+
+    code = "no_producer_online"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +91,8 @@ class CheckTransport(abc.ABC):
     def check(self, request: CheckRequest) -> CheckAnswer:
         """Ask about one half; return the answer, or SENT for an asynchronous
         checker whose answer comes back through ``end_transaction(source=CHECK)``.
-        Raise ``CheckBackError`` when there is no valid answer."""
+        Raise ``CheckBackError`` when there is no valid answer, its subclass
+        ``NoProducerOnlineError`` when the check reached nobody."""
 
 
 class SupportsCheck(Protocol):

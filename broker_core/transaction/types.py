@@ -247,6 +247,9 @@ class CheckRunResult:
     scanned: int = 0
     checks_sent: int = 0
     answers: dict[str, int] = field(default_factory=dict)
+    #: Of the FAILED answers: checks that reached nobody (no producer of the
+    #: group online), recorded but not counted against ``check_max``.
+    not_delivered: int = 0
     discarded: int = 0
     rolled_back: int = 0
     skipped_expired: int = 0
@@ -263,6 +266,7 @@ class CheckRunResult:
             "scanned": self.scanned,
             "checks_sent": self.checks_sent,
             "answers": dict(self.answers),
+            "not_delivered": self.not_delivered,
             "discarded": self.discarded,
             "rolled_back": self.rolled_back,
             "skipped_expired": self.skipped_expired,

@@ -82,14 +82,20 @@ class StateWrites:
         detail: str | None,
         failure: str | None = None,
     ) -> int:
-        """Write one check's record (count + 1 while pending); return the count.
+        """Write one check's record; return the half's check count after it.
 
-        ``failure`` says why a FAILED check got no answer (``failure_kind``)."""
+        ``failure`` says why a FAILED check got no answer (``failure_kind``).
+        A check delivered to a producer (answered or not) adds one to the
+        count of a pending half; one that reached nobody (``failure``
+        ``no_producer``: no producer of the group online, no checker) is
+        recorded with the count unchanged, so a producer that is offline for
+        a while does not lose its checks (``check_max``) meanwhile."""
         qoff = half.queue_offset
+        delivered = failure != R.FAILURE_NO_PRODUCER
         with self.store.exclusive_appends():
             self.ledger.catch_up()
             state, checks = self.ledger.table.get(qoff)[:2]
-            n = checks + 1 if state == S.PENDING else checks
+            n = checks + 1 if state == S.PENDING and delivered else checks
             op = R.op_inner(
                 R.TAG_CHECK,
                 half.commit_log_offset,
@@ -104,6 +110,7 @@ class StateWrites:
                     R.PROPERTY_CHECK_LATENCY_US: str(latency_us),
                     R.PROPERTY_DETAIL: detail,
                     R.PROPERTY_CHECK_FAILURE: failure,
+                    R.PROPERTY_CHECK_DELIVERED: None if delivered else "false",
                 },
             )
             self.ledger.append([op], [event(R.CHECK, op, half.commit_log_offset, qoff)])

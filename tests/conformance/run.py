@@ -1,0 +1,258 @@
+"""Run the conformance scenarios with the official clients against one broker.
+
+    .venv/bin/python tests/conformance/run.py --target ours|apache
+        [--langs python,node,java,go] [--scenarios a,b] [--out FILE]
+        [--apache-version 5.3.3]
+
+``ours``: ``python -m broker_core serve`` on a temporary store. ``apache``:
+Apache RocketMQ (NameServer + proxy in local mode, ``bench/peers/rocketmq.py``).
+Both get the same transaction timing (``timing`` in scenarios.json). For each
+language the resources the scenarios name are created with their kinds (topic
+message types; groups' FIFO and delivery attempts), the runner is built if
+needed and run, and its output collected into one JSON file (default
+``var/conformance/<target>.json``). See tests/conformance/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+
+SCENARIOS = json.loads((HERE / "scenarios.json").read_text())
+LANGS = ("python", "node", "java", "go")
+RUNNERS = HERE / "runners"
+#: a runner that has not finished by then is killed (its scenarios: error)
+RUNNER_TIMEOUT_S = 900
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen | None, timeout: float) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited ({proc.returncode})")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.3):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing answers on port {port}")
+
+
+class Ours:
+    """Our endpoint on a temporary store; resources made through the library
+    (the store is shared with the running process)."""
+
+    name = "ours"
+
+    def __init__(self, timing: dict[str, int]) -> None:
+        self.timing = timing
+        self.dir = Path(tempfile.mkdtemp(prefix="conformance-ours-"))
+        self.store = self.dir / "store"
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.version = "rocketbroker (this checkout)"
+
+    def __enter__(self) -> Ours:
+        log = open(self.dir / "server.log", "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "broker_core", "serve", "--store", str(self.store),
+             "--listen", f"127.0.0.1:{self.port}", "--embedded-timers",
+             "--transaction-timeout-ms", str(self.timing["transaction_timeout_ms"]),
+             "--check-interval-ms", str(self.timing["check_interval_ms"]),
+             "--no-redis-relay"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        wait_port(self.port, self.proc, 60)
+        from broker_core import Broker
+
+        self.broker = Broker.open(self.store)
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def create_topic(self, name: str, kind: str) -> None:
+        self.broker.create_topic(name, 8, message_type=kind)
+
+    def create_group(self, name: str, fifo: bool, attempts: int | None) -> None:
+        self.broker.put_group(name, fifo, attempts)
+
+    def log_tail(self) -> str:
+        return (self.dir / "server.log").read_text()[-3000:]
+
+    def __exit__(self, *exc: Any) -> None:
+        self.broker.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextmanager
+def apache(timing: dict[str, int], version: str):
+    from bench.peers.rocketmq import ApacheRocketMQ
+
+    conf = {
+        "transactionTimeOut": timing["transaction_timeout_ms"],
+        "transactionCheckInterval": timing["check_interval_ms"],
+        "enablePropertyFilter": "true",
+    }
+    with ApacheRocketMQ(version=version, broker_conf=conf) as rmq:
+        rmq.name = "apache"
+        rmq.version = f"Apache RocketMQ {version}"
+        yield rmq
+
+
+def resources(lang: str, run: str) -> tuple[list[dict], list[tuple], list[tuple]]:
+    """The scenarios with real names for ``lang``, and the topics and groups to
+    create: (name, kind) and (name, fifo, attempts)."""
+    topics: list[tuple[str, str]] = []
+    groups: list[tuple[str, bool, int | None]] = []
+    out = []
+    for sc in SCENARIOS["scenarios"]:
+        sid = sc["id"]
+        names: dict[str, dict[str, str]] = {"topics": {}, "groups": {}}
+        namespaces = sc["params"].get("namespaces", [""])
+        for role, kind in sc["topics"].items():
+            name = f"c{lang[:2]}{run}_{sid}_{role}"
+            names["topics"][role] = name
+            base, _, ns = kind.partition("@")
+            for n in namespaces if ns else [""]:
+                topics.append((f"{n}%{name}" if n else name, base))
+        for role, opts in sc["groups"].items():
+            name = f"c{lang[:2]}{run}_{sid}_{role}"
+            names["groups"][role] = name
+            for n in namespaces if opts.get("ns") else [""]:
+                groups.append((
+                    f"{n}%{name}" if n else name,
+                    bool(opts.get("fifo")),
+                    opts.get("max_delivery_attempts"),
+                ))
+        out.append({
+            "id": sid, **names, "params": sc["params"], "timing": SCENARIOS["timing"],
+        })
+    return out, topics, groups
+
+
+def build(lang: str) -> str | None:
+    """Build the runner if it has a build step; the reason when it cannot."""
+    script = RUNNERS / lang / "build.sh"
+    if not script.exists():
+        return None
+    r = subprocess.run(["bash", str(script)], cwd=RUNNERS / lang,
+                       capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        return f"build failed: {(r.stdout + r.stderr)[-800:]}"
+    return None
+
+
+def run_lang(target: Any, lang: str, only: set[str] | None) -> dict[str, Any]:
+    run = uuid.uuid4().hex[:6]
+    scenarios, topics, groups = resources(lang, run)
+    if only:
+        scenarios = [s for s in scenarios if s["id"] in only]
+    t0 = time.time()
+    for name, kind in topics:
+        if only and not any(name.split("%")[-1].startswith(
+                f"c{lang[:2]}{run}_{s}_") for s in only):
+            continue
+        try:
+            target.create_topic(name, kind)
+        except Exception as exc:  # noqa: BLE001 - e.g. a type this broker lacks
+            print(f"  {lang}: topic {name} ({kind}) not created: {exc}", flush=True)
+    for name, fifo, attempts in groups:
+        if only and not any(name.split("%")[-1].startswith(
+                f"c{lang[:2]}{run}_{s}_") for s in only):
+            continue
+        target.create_group(name, fifo, attempts)
+    setup_s = time.time() - t0
+    failure = build(lang)
+    if failure:
+        return {"error": failure}
+    with tempfile.TemporaryDirectory(prefix=f"conf-{lang}-") as tmp:
+        inp, outp = Path(tmp) / "in.json", Path(tmp) / "out.json"
+        inp.write_text(json.dumps({
+            "endpoint": target.endpoint, "language": lang, "scenarios": scenarios,
+        }, indent=1))
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        t0 = time.time()
+        try:
+            r = subprocess.run(
+                ["bash", str(RUNNERS / lang / "run.sh"), str(inp), str(outp)],
+                cwd=tmp, capture_output=True, text=True, timeout=RUNNER_TIMEOUT_S,
+                env=env,
+            )
+            tail = (r.stdout + r.stderr)[-1500:]
+        except subprocess.TimeoutExpired:
+            tail = f"killed after {RUNNER_TIMEOUT_S} s"
+        elapsed = time.time() - t0
+        if not outp.exists():
+            return {"error": f"the runner wrote no output: {tail}"}
+        out = json.loads(outp.read_text())
+    out["elapsed_s"] = round(elapsed, 1)
+    out["setup_s"] = round(setup_s, 1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", choices=["ours", "apache"], required=True)
+    ap.add_argument("--langs", default=",".join(LANGS))
+    ap.add_argument("--scenarios", default="")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--apache-version", default="5.3.3")
+    args = ap.parse_args(argv)
+    langs = [x for x in args.langs.split(",") if x]
+    only = {x for x in args.scenarios.split(",") if x} or None
+    out_path = Path(args.out or ROOT / "var" / "conformance" / f"{args.target}.json")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    timing = SCENARIOS["timing"]
+    t0 = time.time()
+    cm = Ours(timing) if args.target == "ours" else apache(timing, args.apache_version)
+    result: dict[str, Any] = {"target": args.target, "languages": {}}
+    with cm as target:
+        result["broker"] = target.version
+        result["start_s"] = round(time.time() - t0, 1)
+        for lang in langs:
+            print(f"{args.target}: {lang} ...", flush=True)
+            res = run_lang(target, lang, only)
+            result["languages"][lang] = res
+            summary = {}
+            for sid, r in (res.get("results") or {}).items():
+                summary[r.get("status")] = summary.get(r.get("status"), 0) + 1
+            print(f"  {lang}: {res.get('error') or summary} "
+                  f"({res.get('elapsed_s', '?')} s)", flush=True)
+    result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    out_path.write_text(json.dumps(result, indent=1, sort_keys=True))
+    print(f"wrote {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
