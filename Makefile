@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-postgres test-fast setup system-packages venv redis node-client migrate admin admin-token seed demo-data lint typecheck clean
+.PHONY: conformance conformance-runners run test test-postgres test-fast setup system-packages venv redis node-client migrate admin admin-token seed demo-data lint typecheck clean
 
 run: setup migrate admin demo-data admin-token
 	@$(BIN)/python manage.py print_urls
@@ -36,7 +36,7 @@ test-postgres: venv
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow and not crash and not browser and not spark and not protocol and not services" $(PYTEST_ARGS)
 
-setup: system-packages venv redis node-client
+setup: system-packages venv redis node-client conformance-runners
 
 # apt-get only what is missing: redis-server, a Java 17+ runtime, chromium.
 system-packages:
@@ -46,6 +46,9 @@ system-packages:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
+	command -v go >/dev/null || missing="$$missing golang-go"; \
 	{ command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; } || missing="$$missing postgresql"; \
 	command -v $(PY) >/dev/null || command -v python3 >/dev/null || missing="$$missing python3 python3-venv"; \
 	if [ -n "$$missing" ]; then \
@@ -68,6 +71,27 @@ NODE_CLIENT := rocketmq-client-nodejs@1.0.8
 node-client:
 	@[ -f var/node/node_modules/rocketmq-client-nodejs/package.json ] || \
 	  npm install --silent --no-audit --no-fund --prefix var/node $(NODE_CLIENT)
+
+# The conformance runners of the official Java and Go clients (Maven Central,
+# the Go module proxy), built once; the Python and Node.js ones need no build.
+conformance-runners: venv node-client
+	@bash tests/conformance/runners/java/build.sh
+	@bash tests/conformance/runners/go/build.sh
+
+# The scenarios with the four official clients against Apache RocketMQ (its jars
+# fetched once from Maven Central into var/peers) and against our endpoint, the
+# two compared field by field: the table goes into docs/compat.md, Apache's
+# observations into tests/conformance/apache-results.json (what `make test`
+# compares our endpoint with). Fails on a difference differences.json does not
+# explain.
+CONFORMANCE_LANGS ?= python,node,java,go
+conformance: setup
+	$(BIN)/python tests/conformance/run.py --target apache --langs $(CONFORMANCE_LANGS) --out var/conformance/apache.json
+	$(BIN)/python tests/conformance/run.py --target ours --langs $(CONFORMANCE_LANGS) --out var/conformance/ours.json
+	cp var/conformance/apache.json tests/conformance/apache-results.json
+	$(BIN)/python tests/conformance/compare.py var/conformance/apache.json var/conformance/ours.json \
+	  --langs $(CONFORMANCE_LANGS) --markdown var/conformance/table.md; rc=$$?; \
+	  $(BIN)/python tests/conformance/publish.py var/conformance/table.md docs/compat.md; exit $$rc
 
 # Make sure Redis answers at REDIS_URL; start a private one under var/ if not.
 redis: venv

@@ -115,7 +115,9 @@ def pct(sorted_ms: list[float], p: float) -> float:
     return sorted_ms[i]
 
 
-def run(endpoint: str, n: int, spread: float, lead: float) -> dict:
+def run(
+    endpoint: str, n: int, spread: float, lead: float, store: Path | None = None
+) -> dict:
     from rocketmq import (
         ClientConfiguration,
         Credentials,
@@ -126,6 +128,15 @@ def run(endpoint: str, n: int, spread: float, lead: float) -> dict:
     )
 
     topic = f"Punctual{uuid.uuid4().hex[:8]}"
+    if store is not None:
+        # Delayed messages need a DELAY topic (an endpoint of one's own given
+        # with --endpoint: one made on first use takes them only with
+        # serve --no-topic-type-check).
+        subprocess.run(
+            [sys.executable, "-m", "broker_core", "topic", "create", str(store),
+             topic, "--type", "DELAY"],
+            cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
     cfg = ClientConfiguration(endpoint, Credentials())
     producer = Producer(cfg, (topic,))
     producer.startup()
@@ -206,7 +217,10 @@ def main() -> int:
             procs.append(proc)
             if args.celery:
                 start_celery(tmp / "store", tmp, procs)
-        res = run(endpoint, args.messages, args.spread, args.lead)
+        res = run(
+            endpoint, args.messages, args.spread, args.lead,
+            None if args.endpoint else tmp / "store",
+        )
     finally:
         for proc in procs:
             proc.terminate()

@@ -55,9 +55,10 @@ class GroupRegistry:
         self._groups = read_config(
             self.path,
             "subscriptionGroupTable",
-            lambda raw: {n: GroupConfig(name=n, **{k: v for k, v in c.items()
-                                                   if k != "name"})
-                         for n, c in raw.items()},
+            lambda raw: {
+                n: GroupConfig(name=n, **{k: v for k, v in c.items() if k != "name"})
+                for n, c in raw.items()
+            },
         )
         self._mtime = mtime
 
@@ -118,9 +119,12 @@ class GroupRegistry:
     def _write(self, groups: dict[str, GroupConfig]) -> None:
         atomic_write_json(
             self.path,
-            {"subscriptionGroupTable": {
-                n: {k: v for k, v in asdict(g).items() if k != "name"}
-                for n, g in groups.items()}},
+            {
+                "subscriptionGroupTable": {
+                    n: {k: v for k, v in asdict(g).items() if k != "name"}
+                    for n, g in groups.items()
+                }
+            },
         )
         self._groups = groups
         self._mtime = self.path.stat().st_mtime_ns

@@ -169,6 +169,7 @@ class Cluster:
              "--listen", f"{host.address}:8081", "--cluster", "c1", "--node", node,
              "--registry", self.registry_url, "--registry-expiry", str(self.expiry),
              "--embedded-timers", "--transaction-timeout-ms", "1000",
+             "--no-topic-type-check",  # cluster_client sends halves, delays
              "--check-interval-ms", "4000", "--no-redis-relay", *extra],
             self.tmp / f"{host.name}.log", cwd=ROOT,
         )  # fmt: skip

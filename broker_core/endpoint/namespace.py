@@ -83,7 +83,7 @@ def wrap(ns: str, name: str) -> str:
         return name
     for p in _PREFIXES:
         if name.startswith(p):
-            rest = name[len(p):]
+            rest = name[len(p) :]
             if rest.startswith(ns + SEPARATOR):
                 return name
             return f"{p}{ns}{SEPARATOR}{rest}"
@@ -98,9 +98,9 @@ def unwrap(ns: str, name: str) -> str:
         return name
     for p in _PREFIXES:
         if name.startswith(p + ns + SEPARATOR):
-            return p + name[len(p) + len(ns) + 1:]
+            return p + name[len(p) + len(ns) + 1 :]
     if name.startswith(ns + SEPARATOR):
-        return name[len(ns) + 1:]
+        return name[len(ns) + 1 :]
     return name
 
 
