@@ -106,6 +106,35 @@ def rmq_send(ep: str, topic: str, n: int, body: int, window: int) -> dict:
     }
 
 
+def rmq_first(ep: str, topic: str, deadline_s: float) -> dict:
+    """Send one message, again and again until it is accepted: when it was."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    end = time.time() + deadline_s
+    tries = 0
+    while time.time() < end:
+        tries += 1
+        p = None
+        try:
+            p = Producer(ClientConfiguration(ep, Credentials(), request_timeout=2),
+                         (topic,))
+            p.startup()
+            m = Message()
+            m.topic = topic
+            m.body = b"first"
+            p.send(m)
+            return {"accepted_at": time.time(), "tries": tries}
+        except Exception:  # noqa: BLE001 - not up yet
+            time.sleep(0.1)
+        finally:
+            if p is not None:
+                try:
+                    p.shutdown()
+                except Exception:  # noqa: BLE001
+                    pass
+    return {"accepted_at": None, "tries": tries}
+
+
 def rmq_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) -> dict:
     from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -490,6 +519,7 @@ def nats_recv(subject: str, durable: str, total: int, deadline_s: float) -> dict
 WORKERS = {
     "rmq_send": (rmq_send, (str, str, int, int, int)),
     "rmq_recv": (rmq_recv, (str, str, str, int, float)),
+    "rmq_first": (rmq_first, (str, str, float)),
     "echo_client": (echo_client, (str, int, int, int)),
     "echo_stream_client": (echo_stream_client, (str, int, int, int)),
     "raw_send": (raw_send, (str, str, int, int, int)),
@@ -516,6 +546,22 @@ def proc_cpu(pid: int | list[int] | None) -> float | None:
         except (OSError, IndexError, ValueError):
             return None
     return total
+
+
+def peak_rss_mb(pid: int | list[int] | None) -> float | None:
+    """The peak resident set (VmHWM) of a process, or the sum over several, in
+    MiB; None if it cannot be read."""
+    if pid is None:
+        return None
+    total = 0
+    for one in pid if isinstance(pid, list) else [pid]:
+        try:
+            for line in Path(f"/proc/{one}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+        except OSError:
+            return None
+    return round(total / 1024, 1)
 
 
 def pid_of(command: str) -> int | None:
@@ -621,6 +667,48 @@ def bench_endpoint(a, n: int, ep: str, spid: int | None, home: str) -> dict:
     return {"send": send, "receive_ack": recv}
 
 
+def first_send_s(ep: str, t0: float, home: str) -> float | None:
+    """Seconds from ``t0`` (the server's start) to its first accepted send."""
+    topic = f"First{uuid.uuid4().hex[:8]}"
+    r = run_workers("rmq_first", [[ep, topic, 300]], home)[0]
+    return None if r["accepted_at"] is None else round(r["accepted_at"] - t0, 2)
+
+
+def start_apache(a, home: str):
+    """Apache RocketMQ (NameServer + proxy in local mode) on free ports, its
+    start-up time measured to the first accepted send."""
+    sys.path.insert(0, str(ROOT))
+    from bench.peers.rocketmq import ApacheRocketMQ, ensure_jars
+
+    ensure_jars(a.apache_version)  # a first download is no part of start-up
+    rmq = ApacheRocketMQ(
+        a.apache_version, grpc_port=free_port(), namesrv_port=free_port(),
+        broker_port=free_port(), remoting_port=free_port(), heap=a.apache_heap,
+    )  # fmt: skip
+    t0 = time.time()
+    rmq.start()
+    try:
+        ready = first_send_s(rmq.grpc_endpoint, t0, home)
+    except Exception:
+        rmq.stop()
+        raise
+    return rmq, ready
+
+
+def bench_apache(a, n: int, rmq, home: str) -> dict:
+    topic = f"Bench{uuid.uuid4().hex[:8]}"
+    rmq.create_topic(topic, "NORMAL", 8)
+    rmq.create_group(f"G{topic}")
+    pids = rmq.pids()
+    ep = rmq.grpc_endpoint
+    per = a.messages // n
+    send = phase("rmq_send", [[ep, topic, per, a.body, a.window]] * n, home, pids)
+    recv = phase(
+        "rmq_recv", [[ep, topic, f"G{topic}", send["messages"], 120]] * n, home, pids
+    )
+    return {"send": send, "receive_ack": recv}
+
+
 def bench_echo(a, n: int, ep: str, spid: int, home: str) -> dict:
     per = a.messages // n
     args = [[ep, per, a.body, a.window]] * n
@@ -709,7 +797,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--messages", type=int, default=20000, help="per phase")
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--window", type=int, default=256)
-    ap.add_argument("--peers", default="rabbitmq,nats")
+    ap.add_argument(
+        "--peers",
+        default="apache,rabbitmq,nats",
+        help="apache: Apache RocketMQ started here (bench/peers/rocketmq.py); "
+        "rabbitmq, nats: servers answering on their default ports (make "
+        "bench-peers starts private ones)",
+    )
+    ap.add_argument("--apache-version", default="5.3.3")
+    ap.add_argument("--apache-heap", default="512m", help="the broker JVM's -Xmx")
     ap.add_argument("--endpoint", default=None, help="an endpoint already running")
     ap.add_argument("--server-pid", type=int, default=None)
     ap.add_argument(
@@ -730,6 +826,7 @@ def main(argv: list[str]) -> int:
     peers = [p for p in a.peers.split(",") if p]
     tmp = tempfile.mkdtemp(prefix="grpc-bench-")
     started: list[subprocess.Popen] = []
+    rmq = None
     res: dict = {
         "body_bytes": a.body,
         "messages_per_phase": a.messages,
@@ -746,6 +843,7 @@ def main(argv: list[str]) -> int:
         if ep is None:
             port = free_port()
             ep = f"127.0.0.1:{port}"
+            t_start = time.time()
             server = subprocess.Popen(
                 [PY, "-m", "broker_core", "serve", "--store", f"{tmp}/store",
                  "--listen", ep, "--no-redis-relay", "--workers", str(a.workers)],
@@ -757,6 +855,15 @@ def main(argv: list[str]) -> int:
             spid = server.pid
             if a.workers > 1:
                 spid = [server.pid, *wait_workers(Path(tmp) / "store", a.workers)]
+            res["startup_s"] = {"endpoint": first_send_s(ep, t_start, tmp)}
+        if "apache" in peers:
+            try:
+                rmq, ready = start_apache(a, tmp)
+                res.setdefault("startup_s", {})["apache"] = ready
+                res["apache"] = {"version": a.apache_version, "heap": a.apache_heap}
+            except Exception as exc:  # noqa: BLE001 - no Java, no Maven Central
+                res["skipped"]["apache"] = f"did not start: {exc}"
+                print(f"apache: skipped, {exc}", flush=True)
         echo_port = free_port()
         echo = subprocess.Popen(
             [PY, os.path.abspath(__file__), "_echo_server", str(echo_port)],
@@ -765,6 +872,8 @@ def main(argv: list[str]) -> int:
         started.append(echo)
         wait_port(echo_port, echo)
         for peer in peers:
+            if peer == "apache":
+                continue
             why = available(peer)
             if why:
                 res["skipped"][peer] = why
@@ -773,6 +882,8 @@ def main(argv: list[str]) -> int:
             run: dict = {}
             print(f"-- {n} client process(es)", flush=True)
             run["endpoint"] = bench_endpoint(a, n, ep, spid, tmp)
+            if rmq is not None:
+                run["apache"] = bench_apache(a, n, rmq, tmp)
             run["echo"] = bench_echo(a, n, f"127.0.0.1:{echo_port}", echo.pid, tmp)
             if "rabbitmq" in peers and "rabbitmq" not in res["skipped"]:
                 run["rabbitmq"] = bench_rabbit(a, n, tmp)
@@ -796,7 +907,18 @@ def main(argv: list[str]) -> int:
                 run[f"target_{kind}"] = target
             res["runs"][str(n)] = run
             print_run(n, run)
+        res["peak_rss_mb"] = {
+            "endpoint": peak_rss_mb(spid),
+            "echo": peak_rss_mb(echo.pid),
+            "apache": peak_rss_mb(rmq.pids()) if rmq is not None else None,
+            "rabbitmq": peak_rss_mb(pid_of("beam.smp")),
+            "nats": peak_rss_mb(pid_of("nats-server")),
+        }
+        print(f"peak RSS (MiB): {res['peak_rss_mb']}")
+        print(f"start to first accepted send (s): {res.get('startup_s')}")
     finally:
+        if rmq is not None:
+            rmq.stop()
         for p in started:
             p.send_signal(signal.SIGTERM)
         for p in started:
@@ -822,7 +944,7 @@ def print_run(n: int, run: dict) -> None:
     print(
         f"{'':<10}{'phase':<13}{'msg/s':>10}{'server us/msg':>15}{'client us/msg':>15}"
     )
-    for system in ("endpoint", "echo", "rabbitmq", "nats"):
+    for system in ("endpoint", "apache", "echo", "rabbitmq", "nats"):
         for kind, r in run.get(system, {}).items():
             print(
                 f"{system:<10}{kind:<13}{fmt(r['msg_per_s']):>10}"

@@ -31,6 +31,12 @@ def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_migrate_and_admin_on_postgresql(tmp_path):
     psycopg = pytest.importorskip("psycopg")
+    from console.core.ensure_postgres import ensure
+
+    # The server at TEST_POSTGRES_URL when one answers, else a private one
+    # started under var/postgres (as make test-postgres does): never a skip on
+    # a machine where nothing was started beforehand.
+    ensure(PG_ADMIN_URL.replace("postgres://", "postgresql://"), ROOT / "var")
     try:
         admin = psycopg.connect(
             PG_ADMIN_URL.replace("postgres://", "postgresql://"),
