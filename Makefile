@@ -130,3 +130,19 @@ typecheck: venv
 
 clean:
 	rm -rf var/store var/tmp
+
+# Bench peers (docs/peers.md), never part of `make test`: RabbitMQ at
+# 127.0.0.1:5672 and NATS JetStream at 127.0.0.1:4222 for bench/grpc.py (private
+# instances under var/peers/, installed with apt-get when missing; a server that
+# already answers there is used and left alone), and Apache RocketMQ's jars from
+# Maven Central for the conformance peer (bench/peers/rocketmq.py).
+.PHONY: bench-peers bench-peers-stop apache-rocketmq
+bench-peers: apache-rocketmq
+	python3 bench/peers/services.py start all
+
+bench-peers-stop:
+	python3 bench/peers/services.py stop all
+	python3 bench/peers/rocketmq.py stop
+
+apache-rocketmq:
+	python3 bench/peers/rocketmq.py fetch
