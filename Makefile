@@ -137,7 +137,8 @@ clean:
 # already answers there is used and left alone), and Apache RocketMQ's jars from
 # Maven Central for the conformance peer (bench/peers/rocketmq.py).
 .PHONY: bench-peers bench-peers-stop apache-rocketmq
-bench-peers: apache-rocketmq
+bench-peers: venv apache-rocketmq
+	$(BIN)/python -m pip install -q -r requirements-bench.txt
 	python3 bench/peers/services.py start all
 
 bench-peers-stop:
