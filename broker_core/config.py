@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from broker_core.errors import ValidationError
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+#: RocketMQ 5 ``MessageStoreConfig.timerMaxDelaySec``: 3 days.
+DEFAULT_TIMER_MAX_DELAY_S = 3 * 86_400
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -52,6 +54,11 @@ class StoreConfig:
     default_queue_nums: int = 4
     store_host: str = "127.0.0.1:10911"
     message_delay_level: str = DEFAULT_DELAY_LEVELS
+    #: A timer message (``TIMER_DELIVER_MS``, ``TIMER_DELAY_SEC``/``_MS``, the
+    #: gRPC delivery timestamp) may be due at most this many seconds ahead;
+    #: later ones are refused (``InvalidDelayError``). RocketMQ 5's
+    #: ``timerMaxDelaySec`` (3 days); delay levels are not bound by it.
+    timer_max_delay_s: int = DEFAULT_TIMER_MAX_DELAY_S
     #: Normal recovery CRC-checks at most this many bytes at the log's tail.
     recover_verify_max_bytes: int = 4 * 1024 * 1024
     #: Appends are refused (``StorageFullError``) while the store's filesystem
@@ -84,6 +91,8 @@ class StoreConfig:
             raise ValidationError("segment_size must be at least 4096")
         if self.default_queue_nums < 1:
             raise ValidationError("default_queue_nums must be at least 1")
+        if self.timer_max_delay_s < 1:
+            raise ValidationError("timer_max_delay_s must be at least 1")
         self.delay_levels_ms = parse_delay_levels(self.message_delay_level)
 
     @classmethod

@@ -208,9 +208,12 @@ WHITENOISE_USE_FINDERS = True
 BROKER_STORE_DIR = Path(env.str("BROKER_STORE_DIR", default=str(VAR_DIR / "store")))
 BROKER_FLUSH = env.str("BROKER_FLUSH", default="async")
 # Extra ``Broker.open`` settings of the console's processes: appends are refused
-# while the store's disk is fuller than BROKER_DISK_RATIO (RocketMQ's 0.90).
+# while the store's disk is fuller than BROKER_DISK_RATIO (RocketMQ's 0.90); a
+# message due more than BROKER_MAX_DELAY_S ahead is refused (RocketMQ 5's
+# timerMaxDelaySec, 3 days; the endpoint's ``serve --max-delay-s``).
 BROKER_STORE_OPTIONS = {
     "disk_space_warning_ratio": env.float("BROKER_DISK_RATIO", default=0.90),
+    "timer_max_delay_s": env.int("BROKER_MAX_DELAY_S", default=259_200),
 }
 GRPC_LISTEN = env.str("GRPC_LISTEN", default="127.0.0.1:8081")
 # The node whose store the console's pages manage, through its admin API

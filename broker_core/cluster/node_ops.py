@@ -200,8 +200,9 @@ class NodeOps:
 
     def resend(self, msg_id: str, group: str) -> PutResult:
         """Redeliver a message to one consumer group through its retry topic
-        (``%RETRY%<group>``, which only that group subscribes to), with
-        ``RETRY_TOPIC`` naming the original topic, as RocketMQ's retry."""
+        (``%RETRY%<group>``), with ``RETRY_TOPIC`` naming the original topic
+        (kept from a dead letter's copy), as RocketMQ's retry. The group's
+        gRPC consumers of that topic read it there (``endpoint.retrytopic``)."""
         validate_group(group)
         broker = self._broker()
         original = broker.get_message(msg_id)

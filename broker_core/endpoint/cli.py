@@ -7,6 +7,8 @@ import asyncio
 import logging
 import os
 
+from broker_core.config import DEFAULT_TIMER_MAX_DELAY_S
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, help="store directory")
@@ -68,6 +70,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=int(os.environ.get("BROKER_SCRUB_INTERVAL", "0")),
         help="CRC-check the whole log every this many seconds in the background "
         "(default: $BROKER_SCRUB_INTERVAL, else 0: off)",
+    )
+    p.add_argument(
+        "--max-delay-s",
+        type=int,
+        default=int(os.environ.get("BROKER_MAX_DELAY_S", DEFAULT_TIMER_MAX_DELAY_S)),
+        help="refuse a message due more than this many seconds ahead "
+        "(ILLEGAL_DELIVERY_TIME; RocketMQ's timerMaxDelaySec; default: "
+        "$BROKER_MAX_DELAY_S, else 259200 = 3 days)",
     )
     p.add_argument(
         "--embedded-timers",
@@ -329,10 +339,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             "but does not protect its requests, which travel in plaintext; use "
             "TLS off a trusted network"
         )
+    if args.max_delay_s < 1:
+        raise SystemExit("--max-delay-s must be at least 1")
     store_options = {
         "flush": args.flush,
         "disk_space_warning_ratio": args.disk_ratio,
         "scrub_interval_s": args.scrub_interval,
+        "timer_max_delay_s": args.max_delay_s,
     }
     if cfg.node is not None:
         # Message and transaction ids carry the store's host: distinct per

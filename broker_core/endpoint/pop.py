@@ -24,6 +24,10 @@ is free; ``Endpoint.pop_lock``); message bodies read from the log are cached
 per process (the log is immutable), auto-renewals belong to the process whose
 client asked for them.
 
+A consumer of a group also receives what is in the group's retry topic
+``%RETRY%<group>`` for its topic (``retrytopic.py``): the pop state reads it
+under a key of its own per original topic.
+
 An operator's offset reset (the console) must reach the pop cursor, which
 would otherwise override the committed offset: ``request_reset`` leaves a
 request under ``<store>/grpc/resets/`` that an endpoint applies within half
@@ -45,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_core.broker import Broker
+from broker_core.endpoint import retrytopic as RT
 from broker_core.errors import StorageIOError, StoreError
 from broker_core.filter import TAG, build_matcher
 from broker_core.message import MessageExt, MessageInner, PullStatus
@@ -112,7 +117,8 @@ class Entry:
     """One delivery: the pending entry as this pop left it, with its message."""
 
     offset: int
-    msg: MessageExt | None
+    #: the message; a ``RetriedMessage`` (original topic) from the retry topic
+    msg: MessageExt | RT.RetriedMessage | None
     group: str | None
     attempts: int = 0
     visible_at: int = 0
@@ -344,26 +350,47 @@ class PopManager:
                     path.unlink(missing_ok=True)
                     continue
                 n = self._read_queue_nums(topic)
+                # A group's retry topic is read under one key per original
+                # topic: the reset moves each of them.
+                keys = self._retry_keys(db, group, topic) or [topic]
                 for qid, off in offsets.items():
                     if not 0 <= qid < n:
                         continue
-                    db.execute(
-                        "DELETE FROM pending WHERE grp=? AND topic=? AND qid=?",
-                        (group, topic, qid),
-                    )
-                    # committed -1: the next mirror commits the new offset
-                    db.execute(
-                        "INSERT INTO queues VALUES (?,?,?,?,-1) ON CONFLICT "
-                        "DO UPDATE SET cursor=excluded.cursor, committed=-1",
-                        (group, topic, qid, off),
-                    )
-                    self._known.add((group, topic, qid))
-                    for key in [k for k in self.renew if k[:3] == (group, topic, qid)]:
-                        del self.renew[key]
+                    for k in keys:
+                        self._reset_queue(db, group, k, qid, off)
                 path.unlink(missing_ok=True)
                 log.info("offset reset applied: %s@%s -> %s", group, topic, offsets)
                 done += 1
         return done
+
+    def _retry_keys(self, db: sqlite3.Connection, group: str, topic: str) -> list[str]:
+        """The pop-state keys reading ``topic`` when it is ``group``'s retry
+        topic (one per original topic read so far)."""
+        if topic != RT.retry_topic(group):
+            return []
+        return [
+            k
+            for (k,) in db.execute(
+                "SELECT DISTINCT topic FROM queues WHERE grp=?", (group,)
+            )
+            if RT.origin(k) is not None and RT.source(k) == topic
+        ]
+
+    def _reset_queue(
+        self, db: sqlite3.Connection, group: str, key: str, qid: int, off: int
+    ) -> None:
+        db.execute(
+            "DELETE FROM pending WHERE grp=? AND topic=? AND qid=?", (group, key, qid)
+        )
+        # committed -1: the next mirror commits the new offset
+        db.execute(
+            "INSERT INTO queues VALUES (?,?,?,?,-1) ON CONFLICT "
+            "DO UPDATE SET cursor=excluded.cursor, committed=-1",
+            (group, key, qid, off),
+        )
+        self._known.add((group, key, qid))
+        for k in [k for k in self.renew if k[:3] == (group, key, qid)]:
+            del self.renew[k]
 
     def mirror_offsets(self) -> None:
         """Commit each queue's low-water mark (oldest pending offset, else the
@@ -376,7 +403,14 @@ class PopManager:
             "AND p.topic=q.topic AND p.qid=q.qid), q.cursor) FROM queues q"
         ).fetchall()
         done = []
+        # The keys reading a group's retry topic (one per original topic)
+        # commit the lowest of their marks to the retry topic itself.
+        retry: dict[tuple[str, str, int], int] = {}
         for group, topic, qid, committed, low in rows:
+            if RT.is_retry_key(topic):
+                k = (group, RT.source(topic), qid)
+                retry[k] = min(low, retry.get(k, low))
+                continue
             if low == committed:
                 continue
             try:
@@ -384,6 +418,12 @@ class PopManager:
             except Exception:  # noqa: BLE001 - best effort mirror
                 continue
             done.append((low, group, topic, qid, committed))
+        for (group, topic, qid), low in retry.items():
+            try:
+                if self.store.committed_offset(group, topic, qid) != low:
+                    self.store.commit_offset(group, topic, qid, low)
+            except Exception:  # noqa: BLE001 - best effort mirror
+                continue
         if done:
             with self._write() as db:
                 db.executemany(
@@ -394,6 +434,8 @@ class PopManager:
 
     # -- helpers -------------------------------------------------------------
     def _read(self, topic: str, qid: int, off: int) -> MessageExt | None:
+        """The message at ``off`` of the queue a pop-state key reads."""
+        topic = RT.source(topic)
         m = self.cache.get((topic, qid, off))
         if m is not None:
             return m
@@ -423,10 +465,16 @@ class PopManager:
         if not new:
             return
         starts = []
+        src = RT.source(topic)
         for qid in new:
-            start = self.store.committed_offset(group, topic, qid)
+            # A retry key starts at the retry queue's first message: the
+            # group's committed offset there is the lowest of the keys read
+            # so far, which may have passed messages for this topic.
+            start = (
+                -1 if src != topic else self.store.committed_offset(group, topic, qid)
+            )
             if start < 0:
-                start = self.store.min_offset(topic, qid)
+                start = self.store.min_offset(src, qid)
             starts.append((group, topic, qid, start, start))
         with self._write() as db:
             db.executemany("INSERT OR IGNORE INTO queues VALUES (?,?,?,?,?)", starts)
@@ -442,32 +490,52 @@ class PopManager:
         expression: str,
         expression_type: str,
     ) -> list[tuple[int, Entry]]:
-        """Return up to ``batch`` (queue id, entry) pairs now invisible."""
+        """Return up to ``batch`` (queue id, entry) pairs now invisible: of
+        ``topic``, and of the group's retry topic for ``topic`` (first in
+        ``POP_FROM_RETRY_PERCENT`` of the pops, else after the topic)."""
         n = self._read_queue_nums(topic)
         if not n:
             return []
         self._check_filter(expression, expression_type)
-        self._ensure_queues(group, topic, n)
+        sources = [(topic, n)]
+        if RT.reads_retry(topic):
+            cfg = self.store.topics.topics.get(RT.retry_topic(group))
+            if cfg is not None and cfg.read_queue_nums:
+                retry = (RT.retry_key(group, topic), cfg.read_queue_nums)
+                if random.randrange(100) < RT.POP_FROM_RETRY_PERCENT:
+                    sources.insert(0, retry)
+                else:
+                    sources.append(retry)
         self._rr += 1
-        start = self._rr % n
-        order = [*range(start, n), *range(start)]
-        fills, available = self._to_fill(group, topic, order, batch)
-        if not fills and not available:
+        plans = []
+        for key, nq in sources:
+            self._ensure_queues(group, key, nq)
+            start = self._rr % nq
+            order = [*range(start, nq), *range(start)]
+            fills, available = self._to_fill(group, key, order, batch)
+            if fills or available:
+                plans.append((key, order, fills))
+        if not plans:
             return []  # nothing to read nor to hand out: no write lock taken
         pulled = [
-            (qid, cursor, self._pull(group, topic, qid, cursor, expression,
-                                     expression_type))
-            for qid, cursor in fills
+            [
+                (qid, cursor, self._pull(group, key, qid, cursor, expression,
+                                         expression_type))
+                for qid, cursor in fills
+            ]
+            for key, _order, fills in plans
         ]  # fmt: skip
         now = now_ms()
         out: list[tuple[int, Entry]] = []
         with self._write() as db:
-            for qid, cursor, (next_offset, messages) in pulled:
-                self._store_fill(db, group, topic, qid, cursor, next_offset, messages)
-            for qid in order:
-                self._hand_out(db, group, topic, qid, batch, invisible_ms, now, out)
-                if len(out) >= batch:
-                    break
+            for (key, _order, _fills), reads in zip(plans, pulled, strict=True):
+                for qid, cursor, (next_offset, messages) in reads:
+                    self._store_fill(db, group, key, qid, cursor, next_offset, messages)
+            for key, order, _fills in plans:
+                for qid in order:
+                    if len(out) >= batch:
+                        break
+                    self._hand_out(db, group, key, qid, batch, invisible_ms, now, out)
         return out
 
     def _check_filter(self, expression: str, expression_type: str) -> None:
@@ -508,7 +576,7 @@ class PopManager:
             if (
                 count < self.max_pending
                 and (count < max(batch * 2, 64) or visible < batch)
-                and cursor != self.store.max_offset(topic, qid)
+                and cursor != self.store.max_offset(RT.source(topic), qid)
             ):
                 out.append((qid, cursor))
             if available >= batch:
@@ -525,21 +593,31 @@ class PopManager:
         expression_type: str,
     ) -> tuple[int, list[MessageExt]]:
         """Read from ``cursor`` (outside the write lock): the next cursor and
-        the messages that match."""
-        r = self.broker.pull(
-            group,
-            topic,
-            qid,
-            cursor,
-            max_messages=self.refill,
-            expression=expression,
-            expression_type=expression_type,
-        )
+        the messages that match. For a retry key, the retry topic's messages
+        whose original topic is the key's and that the filter matches."""
+        original = RT.origin(topic)
+        if original is None:
+            r = self.broker.pull(
+                group,
+                topic,
+                qid,
+                cursor,
+                max_messages=self.refill,
+                expression=expression,
+                expression_type=expression_type,
+            )
+        else:
+            r = self.broker.pull(
+                group, RT.source(topic), qid, cursor, max_messages=self.refill
+            )
         if r.status is PullStatus.OFFSET_ILLEGAL:
             return r.next_offset, []
-        for m in r.messages:
-            self._cache(topic, qid, m)
-        return r.next_offset, r.messages
+        messages = r.messages
+        if original is not None:
+            messages = RT.keeps(messages, original, expression, expression_type)
+        for m in messages:
+            self._cache(RT.source(topic), qid, m)
+        return r.next_offset, messages
 
     def _store_fill(
         self,
@@ -598,6 +676,9 @@ class PopManager:
             (*key, now),
         )
         limit = self.store.groups.max_attempts(group, self.max_attempts)
+        src, original = RT.source(topic), RT.origin(topic)
+        # An entry of the retry topic: its handle says so (``RT.RETRY_NONCE``).
+        flag = 0 if original is None else RT.RETRY_NONCE
         try:
             for off, attempts, mgroup in cur:
                 if attempts >= limit:
@@ -609,14 +690,17 @@ class PopManager:
                     blocked.add(mgroup)
                 m = self._read(topic, qid, off)
                 if m is None:
-                    if off < self.store.min_offset(topic, qid):
+                    if off < self.store.min_offset(src, qid):
                         gone.append((*key, off))  # purged from the log
                     else:
                         # Not readable here now: left pending (its group
                         # stays blocked), never dropped.
                         log.warning("pop: %s/%d@%d unreadable, kept", topic, qid, off)
                     continue
-                e = Entry(off, m, mgroup, attempts + 1, now + invisible_ms, _nonce())
+                msg = m if original is None else RT.RetriedMessage(m, original)
+                e = Entry(
+                    off, msg, mgroup, attempts + 1, now + invisible_ms, _nonce() | flag
+                )
                 updates.append((e.attempts, e.visible_at, e.nonce, *key, off))
                 out.append((qid, e))
                 if len(out) >= batch:
@@ -625,7 +709,7 @@ class PopManager:
             cur.close()
         for off, attempts in dead:
             if self._read(topic, qid, off) is None and off >= self.store.min_offset(
-                topic, qid
+                src, qid
             ):
                 continue  # unreadable now: dead-lettered at a later pop
             self._to_dlq(db, group, topic, qid, off, attempts)
@@ -657,7 +741,8 @@ class PopManager:
             inner.topic = f"%DLQ%{group}"
             inner.queue_id = 0
             props = dict(inner.properties)
-            props["RETRY_TOPIC"] = topic
+            # From the retry topic: the original topic it was resent for.
+            props["RETRY_TOPIC"] = RT.origin(topic) or topic
             props["ORIGIN_MESSAGE_ID"] = props.get("UNIQ_KEY", m.offset_msg_id)
             props["DLQ_ORIGIN_QUEUE"] = str(qid)
             props["DLQ_ORIGIN_OFFSET"] = str(off)
@@ -669,21 +754,22 @@ class PopManager:
             "DELETE FROM pending WHERE grp=? AND topic=? AND qid=? AND off=?",
             (group, topic, qid, off),
         )
-        self.cache.pop((topic, qid, off), None)
+        self.cache.pop((RT.source(topic), qid, off), None)
         self.renew.pop((group, topic, qid, off), None)
 
     # -- handles -------------------------------------------------------------
     def release(self, group: str, topic: str, got: list[tuple[int, Entry]]) -> None:
         """Make popped entries that never reached the client visible again now:
         their handles become stale and the attempt is not counted."""
+        keyed = [(RT.key_for(group, topic, e.nonce), qid, e) for qid, e in got]
         with self._write() as db:
             db.executemany(
                 "UPDATE pending SET attempts=max(0, attempts-1), visible_at=0, "
                 "nonce=? WHERE grp=? AND topic=? AND qid=? AND off=? AND nonce=?",
-                [(_nonce(), group, topic, qid, e.offset, e.nonce) for qid, e in got],
+                [(_nonce(), group, k, qid, e.offset, e.nonce) for k, qid, e in keyed],
             )
-        for qid, e in got:
-            self.renew.pop((group, topic, qid, e.offset), None)
+        for k, qid, e in keyed:
+            self.renew.pop((group, k, qid, e.offset), None)
 
     def ack_all(
         self, calls: list[tuple[str, str, list[str]]], wait: bool = True
@@ -702,7 +788,8 @@ class PopManager:
                     results.append(str(exc))
                     continue
                 results.append(None)
-                keys.append((i, j, (group, topic, qid, off, nonce)))
+                key = RT.key_for(group, topic, nonce)
+                keys.append((i, j, (group, key, qid, off, nonce)))
             out.append(results)
         delete = (
             "DELETE FROM pending WHERE grp=? AND topic=? AND qid=? AND off=? "
@@ -725,7 +812,7 @@ class PopManager:
             if not n:
                 out[i][j] = STALE
                 continue
-            self.cache.pop((topic, qid, off), None)
+            self.cache.pop((RT.source(topic), qid, off), None)
             self.renew.pop((group, topic, qid, off), None)
         return out
 
@@ -745,7 +832,8 @@ class PopManager:
     ) -> None:
         until = now_ms() + max_renew_ms
         for qid, e in got:
-            self.renew[(group, topic, qid, e.offset)] = (
+            key = RT.key_for(group, topic, e.nonce)
+            self.renew[(group, key, qid, e.offset)] = (
                 client_id,
                 invisible_ms,
                 until,
@@ -781,7 +869,9 @@ class PopManager:
         self, group: str, topic: str, handle: str, invisible_ms: int
     ) -> str:
         qid, off, nonce, _deadline = decode_handle(handle)
-        new, visible_at = _nonce(), now_ms() + invisible_ms
+        topic = RT.key_for(group, topic, nonce)
+        new = _nonce() | (nonce & RT.RETRY_NONCE)
+        visible_at = now_ms() + invisible_ms
         with self._write() as db:
             if not db.execute(
                 "UPDATE pending SET nonce=?, visible_at=? WHERE grp=? AND topic=? "
@@ -794,6 +884,7 @@ class PopManager:
 
     def forward_dlq(self, group: str, topic: str, handle: str) -> None:
         qid, off, nonce, _deadline = decode_handle(handle)
+        topic = RT.key_for(group, topic, nonce)
         with self._write() as db:
             row = db.execute(
                 "SELECT attempts FROM pending WHERE grp=? AND topic=? AND qid=? "

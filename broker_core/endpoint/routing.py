@@ -138,9 +138,11 @@ class Routing:
                 endpoints = self.endpoints(asked)
             else:
                 endpoints = _endpoints(e.node.endpoints)
-            out.append(_queue(
-                topic, e.queue_id, perm, e.node.name, endpoints, self.accepts(topic)
-            ))
+            out.append(
+                _queue(
+                    topic, e.queue_id, perm, e.node.name, endpoints, self.accepts(topic)
+                )
+            )
         return out
 
     def local_route(
@@ -247,16 +249,22 @@ class Routing:
             bp.exponential_backoff.initial.FromMilliseconds(10)
             bp.exponential_backoff.max.FromMilliseconds(1000)
             bp.exponential_backoff.multiplier = 2.0
-        elif s.client_type in (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER):
+        elif s.client_type in (
+            pb.PUSH_CONSUMER,
+            pb.SIMPLE_CONSUMER,
+            pb.LITE_PUSH_CONSUMER,
+            pb.LITE_SIMPLE_CONSUMER,
+        ):
             sub = out.subscription
             c.group = s.subscription.group.name
             c.topics = [e.topic.name for e in s.subscription.subscriptions]
             groups = self.ep.store.groups
             sub.fifo = groups.is_fifo(c.group)
             sub.receive_batch_size = self.ep.cfg.max_batch
-            if s.client_type == pb.PUSH_CONSUMER or not sub.HasField(
-                "long_polling_timeout"
-            ):
+            if s.client_type in (
+                pb.PUSH_CONSUMER,
+                pb.LITE_PUSH_CONSUMER,
+            ) or not sub.HasField("long_polling_timeout"):
                 sub.long_polling_timeout.FromMilliseconds(self.ep.cfg.long_polling_ms)
             bp = out.backoff_policy
             bp.Clear()

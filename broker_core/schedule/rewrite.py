@@ -4,9 +4,10 @@ RocketMQ 5 ``HookUtils.handleScheduleMessage`` (§2.2, §2.6): a delay level mov
 the message to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``; a delivery time
 (``TIMER_DELIVER_MS`` absolute, ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS``
 relative) moves it to ``rmq_sys_wheel_timer`` queue 0 with ``TIMER_OUT_MS``.
-Both keep the real destination in ``REAL_TOPIC`` / ``REAL_QID``. Unlike
-RocketMQ, a level and a time together, a negative delay and a delay beyond the
-maximum are rejected (``InvalidDelayError``) instead of silently adjusted.
+Both keep the real destination in ``REAL_TOPIC`` / ``REAL_QID``. A time
+further ahead than the maximum (``timerMaxDelaySec``, 3 days by default) is
+rejected (``InvalidDelayError``) as in RocketMQ; unlike RocketMQ, so are a level
+and a time together and a negative delay, instead of being silently adjusted.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from broker_core.config import DEFAULT_TIMER_MAX_DELAY_S
 from broker_core.errors import InvalidDelayError, TopicExistsError, TopicNotAllowedError
 from broker_core.message import (
     NAME_VALUE_SEPARATOR,
@@ -54,7 +56,9 @@ TIMER_PROPERTIES = (
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELAY_MS,
 )
-DEFAULT_MAX_DELAY_MS = 30 * 86_400_000
+#: The default bound of timer delays: RocketMQ 5's ``timerMaxDelaySec`` (3
+#: days, ``StoreConfig.timer_max_delay_s``), in ms.
+DEFAULT_MAX_DELAY_MS = DEFAULT_TIMER_MAX_DELAY_S * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +126,20 @@ def parse_schedule(
         deliver = absolute
     if deliver - now_ms > max_delay_ms:
         raise InvalidDelayError(
-            f"delay of {deliver - now_ms} ms exceeds the maximum of {max_delay_ms} ms"
+            f"the delivery time is {_span(deliver - now_ms)} ahead, beyond the "
+            f"maximum delay of {_span(max_delay_ms)} ({max_delay_ms} ms)"
         )
     if deliver <= now_ms:
         return None
     return ScheduleSpec(deliver_ms=deliver)
+
+
+def _span(ms: int) -> str:
+    """``ms`` for a person: "3 days", "2.5 h", "90 s"."""
+    for unit, size in (("days", 86_400_000), ("h", 3_600_000), ("min", 60_000)):
+        if ms >= size:
+            return f"{ms / size:.4g} {unit}"
+    return f"{ms / 1000:.4g} s"
 
 
 def rewrite_for_schedule(
@@ -238,11 +251,13 @@ def schedule_properties(
     return {PROPERTY_TIMER_DELAY_MS: str(value)}
 
 
-def install_send_hook(broker: Broker, max_delay_ms: int = DEFAULT_MAX_DELAY_MS) -> None:
+def install_send_hook(broker: Broker, max_delay_ms: int | None = None) -> None:
     """Make ``broker.send`` park scheduled messages; idempotent per broker.
 
     Every process that sends through a ``Broker`` (web, Celery, gRPC) calls this
-    once after ``Broker.open``; ``DelayService`` does it by default.
+    once after ``Broker.open``; ``DelayService`` does it by default. Timer
+    delays beyond ``max_delay_ms`` (default: the store's ``timer_max_delay_s``)
+    are refused with ``InvalidDelayError``.
     """
     if getattr(broker, "_schedule_hook", False):
         return
@@ -253,7 +268,7 @@ def install_send_hook(broker: Broker, max_delay_ms: int = DEFAULT_MAX_DELAY_MS) 
             store.create_topic(TIMER_TOPIC, 1)
         except TopicExistsError:
             pass
-    broker.add_send_hook(
-        make_send_hook(broker.store.config.delay_levels_ms, max_delay_ms)
-    )
+    if max_delay_ms is None:
+        max_delay_ms = store.config.timer_max_delay_s * 1000
+    broker.add_send_hook(make_send_hook(store.config.delay_levels_ms, max_delay_ms))
     broker._schedule_hook = True  # type: ignore[attr-defined]

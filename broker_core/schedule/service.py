@@ -51,7 +51,6 @@ from broker_core.schedule.results import (
     ScheduleKind,
 )
 from broker_core.schedule.rewrite import (
-    DEFAULT_MAX_DELAY_MS,
     PROPERTY_DELAY_SRC,
     PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DEQUEUE_MS,
@@ -77,7 +76,8 @@ def wall_ms() -> int:
 class DelayService:
     """Schedules and delivers delayed messages of one open ``Broker``.
 
-    ``max_delay_ms`` bounds timer delays (default 30 days); ``bucket_ms`` is the
+    ``max_delay_ms`` bounds timer delays (default: the store's
+    ``timer_max_delay_s``, RocketMQ's 3 days); ``bucket_ms`` is the
     timer wheel's bucket width; ``batch_size`` bounds one put of delivered
     copies; ``poll_ms`` is how often ``deliver_due`` looks for new due messages
     inside its budget; ``persist_interval_ms`` how often progress is saved
@@ -89,7 +89,7 @@ class DelayService:
         self,
         broker: Broker,
         *,
-        max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+        max_delay_ms: int | None = None,
         bucket_ms: int = 100,
         batch_size: int = 512,
         poll_ms: int = 10,
@@ -99,6 +99,8 @@ class DelayService:
         self.broker = broker
         self.store = broker.store
         self.levels_ms = list(self.store.config.delay_levels_ms)
+        if max_delay_ms is None:
+            max_delay_ms = self.store.config.timer_max_delay_s * 1000
         self.max_delay_ms = max_delay_ms
         self.batch_size = max(1, batch_size)
         self.poll_s = poll_ms / 1000

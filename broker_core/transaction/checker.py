@@ -78,6 +78,9 @@ class CheckRunner:
         self._running: dict[str, int] = {}
         self._queued: dict[str, deque[tuple[MessageExt, int, Future[_Done]]]] = {}
         self._lock_path = service.store.root / "transaction" / "check.lock"
+        #: group -> (monotonic time of its last "reached nobody" line, checks
+        #: not logged since): one line a group a minute, not one a half.
+        self._nobody_log: dict[str, tuple[float, int]] = {}
 
     def close(self) -> None:
         """Wait for check-backs in flight; drop the queued ones."""
@@ -244,6 +247,26 @@ class CheckRunner:
                     return
                 half, check_no, fut = q.popleft()
 
+    def _log_nobody(self, group: str, tid: str, count: int) -> None:
+        """Log a check that reached nobody (at most once a minute a group)."""
+        now = time.monotonic()
+        with self._lock:
+            last, quiet = self._nobody_log.get(group, (float("-inf"), 0))
+            if now - last < 60.0:
+                self._nobody_log[group] = (last, quiet + 1)
+                return
+            self._nobody_log[group] = (now, 0)
+        log.info(
+            "check-back of %s (producer group %r): no producer online, not "
+            "counted (%d of %d so far); %d more such checks of the group in "
+            "the last minute",
+            tid,
+            group,
+            count,
+            self.svc.config.check_max,
+            quiet,
+        )
+
     def _check_one(self, half: MessageExt, check_no: int) -> _Done:
         """Call the group's checker, record the check, apply a COMMIT/ROLLBACK;
         return the answer and whether the check reached anybody."""
@@ -306,14 +329,7 @@ class CheckRunner:
                     failure = next(k for k in kinds if k != R.FAILURE_NO_PRODUCER)
             if failure == R.FAILURE_NO_PRODUCER:
                 detail = f"no producer online, not counted: {detail}"
-                log.info(
-                    "check-back of %s (producer group %r) reached nobody: not "
-                    "counted (%d of %d so far)",
-                    tid,
-                    group,
-                    check_no - 1,
-                    svc.config.check_max,
-                )
+                self._log_nobody(group, tid, check_no - 1)
             latency_us = int((time.perf_counter() - t) * 1e6)
             svc.record_check(
                 half, answer, name, target, started, latency_us, detail, failure

@@ -3,8 +3,9 @@
 A transport implements ``CheckTransport.check(request) -> CheckAnswer``; it
 raises ``CheckBackError`` (or anything else) when the call failed, which counts
 as a check, or ``NoProducerOnlineError`` when it reached nobody (no producer of
-the group online, nobody to ask), which is recorded but not counted. Built in: ``WebhookTransport`` (HTTP POST signed with HMAC-SHA256
-of a per-group secret) and ``CallableTransport`` (an in-process function).
+the group online, nobody to ask), which is recorded but not counted. Built in:
+``WebhookTransport`` (HTTP POST signed with HMAC-SHA256 of a per-group secret)
+and ``CallableTransport`` (an in-process function).
 Other transports (the gRPC endpoint's client checker) register a kind with
 ``register_transport_kind`` and are configured per group like webhooks.
 """

@@ -296,7 +296,8 @@ class TransactionMetrics:
     checks_commit: int
     checks_rollback: int
     checks_unknown: int
-    #: Of the failed: nobody to ask, no answer in time, any other error.
+    #: Of the failed: nobody to ask (no producer online: those checks do not
+    #: count against ``check_max``), no answer in time, any other error.
     checks_no_producer: int
     checks_timeout: int
     checks_error: int

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
+from broker_core.errors import TopicNotFoundError
 from broker_core.lag import CONSUMER_TYPES
 from broker_core.offset_reset import ResetChange
 from console.audit.services import audited
@@ -79,6 +80,17 @@ def group_summaries(queryset: Any = None) -> Any:
 def group_queues(group: str) -> list[dict[str, Any]]:
     """Live per-queue state of a group: committed, max, lag, last consumed time."""
     return node_ops().group_queues(group)
+
+
+def group_dead_letters(group: str) -> int:
+    """How many messages sit in the group's dead-letter queue ``%DLQ%<group>``
+    (0 when it has none): not part of its lag, which counts what is still to
+    deliver."""
+    try:
+        queues = node_ops().queue_ranges(f"%DLQ%{group}")
+    except TopicNotFoundError:
+        return 0
+    return sum(q["depth"] for q in queues)
 
 
 def preview_reset(

@@ -52,6 +52,8 @@ def group_detail(request: HttpRequest, group: str) -> HttpResponse:
             "group": group,
             "queues": queues,
             "total_lag": sum(q["lag"] for q in queues),
+            "dead_letters": services.group_dead_letters(group),
+            "dlq_topic": f"%DLQ%{group}",
             "clients": services.group_clients(group),
             "form": ResetForm(topics=topics, initial={"topic": topics[0]}),
         },

@@ -114,8 +114,9 @@ def resend_message(
 ) -> Any:
     """Redeliver a message to one consumer group through its retry topic.
 
-    As RocketMQ's retry, the copy goes to ``%RETRY%<group>``, which only that
-    group subscribes to, with ``RETRY_TOPIC`` naming the original topic.
+    As RocketMQ's retry, the copy goes to ``%RETRY%<group>`` with
+    ``RETRY_TOPIC`` naming the original topic; the group's consumers of that
+    topic (and no other group) receive it there, with the original topic.
     """
     validate_group(group)
     original = find_message(msg_id)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django import forms
 
 from broker_core.metadata import MessageType
-from console.ui.forms import ReasonField
+from console.ui.forms import LocalDateTimeField, ReasonField
 
 PERM_CHOICES = [(6, "read + write"), (4, "read only"), (2, "write only"), (0, "none")]
 TYPE_CHOICES = [(t.value, t.value) for t in MessageType]
@@ -54,11 +54,23 @@ class SendMessageForm(forms.Form):
         choices=[("", "deliver now")] + [(n, f"level {n}") for n in range(1, 19)],
         label="Delay",
     )
+    deliver_at = LocalDateTimeField(
+        required=False,
+        label="Deliver at",
+        help_text="a timer message: at most BROKER_MAX_DELAY_S ahead (3 days "
+        "by default, RocketMQ's timerMaxDelaySec)",
+    )
     properties = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="one name=value a line",
     )
+
+    def clean(self) -> dict:
+        d = super().clean()
+        if d.get("delay_level") and d.get("deliver_at"):
+            raise forms.ValidationError("Give a delay level or a delivery time.")
+        return d
 
     def clean_properties(self) -> dict[str, str]:
         out = {}

@@ -207,6 +207,12 @@ def message_send(request: HttpRequest, name: str) -> HttpResponse:
         )
         return redirect("topics:detail", name=name)
     d = form.cleaned_data
+    schedule = {}
+    if d["delay_level"]:
+        schedule["DELAY"] = str(d["delay_level"])
+    if d["deliver_at"]:
+        # Too far ahead: refused by the broker with the cap in the reason.
+        schedule["TIMER_DELIVER_MS"] = str(to_ms(d["deliver_at"]))
     try:
         result = message_services.send_test_message(
             actor=request.user,
@@ -215,8 +221,7 @@ def message_send(request: HttpRequest, name: str) -> HttpResponse:
             body=d["body"].encode(),
             tags=d["tags"],
             keys=d["keys"],
-            properties=d["properties"]
-            | ({"DELAY": str(d["delay_level"])} if d["delay_level"] else {}),
+            properties=d["properties"] | schedule,
         )
     except BrokerError as exc:
         messages.error(request, f"Not sent: {exc}")
@@ -230,4 +235,6 @@ def message_send(request: HttpRequest, name: str) -> HttpResponse:
         return redirect(
             reverse("delays:scheduled") + f"?kind=level&level={d['delay_level']}"
         )
+    if d["deliver_at"] and result.topic != name:  # parked, not already due
+        return redirect(reverse("delays:scheduled") + "?kind=timer")
     return redirect(reverse("messages:detail", args=[result.msg_id]))

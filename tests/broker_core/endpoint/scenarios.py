@@ -639,6 +639,125 @@ def s_half_only():
     return {"tx": r.transaction_id}
 
 
+def s_orphan_half():
+    """A half whose producer goes away at once (checks find nobody)."""
+    t = f"TXO{SUF}"
+    p = producer([t], checker=Checker())
+    tx = p.begin_transaction()
+    r = p.send(msg(t, "orphan"), tx)
+    p.shutdown()
+    return {"tx": r.transaction_id}
+
+
+def s_checker_back():
+    """The producer of ``s_orphan_half``'s topic is back with a checker that
+    commits: online until it has been asked."""
+    t = f"TXO{SUF}"
+    chk = Checker()
+    p = producer([t], checker=chk)
+    end = time.time() + 30
+    while not chk.seen and time.time() < end:
+        time.sleep(0.2)
+    time.sleep(1)  # its EndTransaction reaches the endpoint
+    p.shutdown()
+    return {"checked": chk.seen}
+
+
+def s_delay_cap():
+    """Delivery timestamps ``$NEAR_S`` and ``$FAR_S`` seconds ahead: the first
+    is taken, the second refused (its status code and message)."""
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+
+    t = f"TDC{SUF}"
+    p = producer([t])
+    now = int(time.time())
+    near = p.send(msg(t, "near", deliver_at=now + int(os.environ["NEAR_S"])))
+    try:
+        p.send(msg(t, "far", deliver_at=now + int(os.environ["FAR_S"])))
+        refused = None
+    except Exception as exc:  # noqa: BLE001 - the client's BadRequestException
+        code = getattr(exc, "code", None)
+        refused = {
+            "code": pb.Code.Name(code) if isinstance(code, int) else str(code),
+            "message": str(exc),
+        }
+    p.shutdown()
+    return {"near": bool(near.message_id), "refused": refused}
+
+
+def _rt_names():
+    return f"TRT{SUF}", f"GRT{SUF}", f"GRT2{SUF}"
+
+
+def s_rt_first():
+    """Group GRT fails a message until it is dead-lettered (two deliveries
+    with ``--max-delivery-attempts 2``); group GRT2 consumes it normally."""
+    t, g, g2 = _rt_names()
+    p = producer([t])
+    mid = p.send(msg(t, "poison", tag="a", props={"n": "1"})).message_id
+    other = consumer(g2, {t: FilterExpression("a")}, await_s=1)
+    done = drain(other, 1, timeout=15)
+    other.shutdown()
+    c = consumer(g, {t: FilterExpression("a")}, await_s=1)
+    attempts = []
+    end = time.time() + 20
+    while len(attempts) < 2 and time.time() < end:
+        attempts += [m.delivery_attempt for m in c.receive(1, 1)]  # never acked
+    time.sleep(1.2)  # the second invisibility runs out
+    after = c.receive(1, 1)  # this pop moves it to %DLQ%GRT instead
+    c.shutdown()
+    p.shutdown()
+    return {
+        "id": mid,
+        "other": [m.body.decode() for m in done],
+        "attempts": attempts,
+        "after": len(after),
+    }
+
+
+def _rt_view(m):
+    return {
+        "topic": m.topic,
+        "body": m.body.decode(),
+        "id": m.message_id,
+        "tag": m.tag,
+        "attempt": m.delivery_attempt,
+        "props": dict(m.properties),
+    }
+
+
+def s_rt_retry():
+    """The message resent to GRT: received again (never acked) until it is
+    dead-lettered again."""
+    t, g, _ = _rt_names()
+    c = consumer(g, {t: FilterExpression("a")}, await_s=1)
+    got = []
+    end = time.time() + 20
+    while len(got) < 2 and time.time() < end:
+        got += c.receive(1, 1)
+    time.sleep(1.2)
+    after = c.receive(1, 1)
+    c.shutdown()
+    return {"got": [_rt_view(m) for m in got], "after": len(after)}
+
+
+def s_rt_once():
+    """The message resent to GRT once more: received once and acked; GRT2
+    receives nothing."""
+    t, g, g2 = _rt_names()
+    c = consumer(g, {t: FilterExpression("a")}, await_s=1)
+    got = drain(c, 1, timeout=15)
+    more = drain(c, 1, timeout=4)
+    c.shutdown()
+    other = consumer(g2, {t: FilterExpression("*")}, await_s=1)
+    other_got = drain(other, 1, timeout=4)
+    other.shutdown()
+    return {
+        "got": [_rt_view(m) for m in got + more],
+        "other": [_rt_view(m) for m in other_got],
+    }
+
+
 def s_consume_one():
     t, g = f"TW{SUF}", f"GW{SUF}"
     c = consumer(g, {t: FilterExpression("*")}, await_s=1)

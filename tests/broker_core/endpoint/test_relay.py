@@ -31,6 +31,8 @@ def relay_server(store: Path, port: int, channel: str, log: Path) -> subprocess.
             PY, "-m", "broker_core", "serve", "--store", str(store),
             "--listen", f"127.0.0.1:{port}",
             "--redis-url", REDIS, "--redis-channel", channel,
+            # The scenario sends a half to a topic made on first use (NORMAL).
+            "--no-topic-type-check",
         ],
         cwd=ROOT,
         stdout=open(log, "w"),
@@ -128,12 +130,16 @@ def test_no_live_producer_then_the_groups_own_checker_answers(tmp_path):
             ][0]
             assert check.transport == "callable"
             # The relay's failure is recorded: the endpoint answered "none".
-            assert "grpc: CheckBackError: gRPC endpoint: none" in (check.detail or "")
-            # With no checker of its own the group's check fails, and counts.
+            assert "grpc: NoProducerOnlineError: gRPC endpoint: none" in (
+                check.detail or ""
+            )
+            # With no checker of its own the group's check reaches nobody: it
+            # is recorded, and does not count against the maximum checks.
             lone = tx.send_half("PG_alone", Message("Orders", b"y"))
             res = tx.run_check(time_budget_s=10)
-            assert res.answers.get("FAILED") == 1, res
+            assert res.answers.get("FAILED") == 1 and res.not_delivered == 1, res
             info = tx.get_half(lone.transaction_id).info
-            assert info.check_count == 1 and info.state is TransactionState.PENDING
+            assert info.check_count == 0 and info.state is TransactionState.PENDING
+            assert tx.metrics().checks_no_producer == 1
     finally:
         assert stop_server(proc) == 0

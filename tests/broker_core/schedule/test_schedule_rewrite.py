@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker_core import Broker, Message, MessageInner
-from broker_core.errors import InvalidDelayError
+from broker_core.errors import InvalidDelayError, ValidationError
 from broker_core.schedule import DelayService, parse_schedule, schedule_properties
 
 LV = [1000, 5000, 10_000]
@@ -37,8 +37,9 @@ def test_timer_properties_in_rocketmq_precedence() -> None:
         {"TIMER_DELAY_MS": "-5"},
         {"TIMER_DELAY_SEC": "-1"},
         {"TIMER_DELIVER_MS": "-1"},
-        {"TIMER_DELAY_MS": str(30 * 86_400_000 + 1)},
-        {"TIMER_DELIVER_MS": str(NOW + 31 * 86_400_000)},
+        {"TIMER_DELAY_MS": str(3 * 86_400_000 + 1)},
+        {"TIMER_DELAY_SEC": str(3 * 86_400 + 1)},
+        {"TIMER_DELIVER_MS": str(NOW + 4 * 86_400_000)},
         {"DELAY": "2", "TIMER_DELAY_MS": "100"},
         {"DELAY": "x"},
         {"TIMER_DELAY_MS": "1.5"},
@@ -47,6 +48,31 @@ def test_timer_properties_in_rocketmq_precedence() -> None:
 def test_bad_input_rejected(props: dict[str, str]) -> None:
     with pytest.raises(InvalidDelayError):
         parse_schedule(props, NOW, LV)
+
+
+def test_default_max_delay_is_rocketmqs_three_days() -> None:
+    """RocketMQ 5's ``timerMaxDelaySec`` = 259200: exactly 3 days is taken."""
+    spec = parse_schedule({"TIMER_DELAY_SEC": "259200"}, NOW, LV)
+    assert spec is not None and spec.deliver_ms == NOW + 259_200_000
+    with pytest.raises(InvalidDelayError, match=r"beyond the maximum delay of 3 days"):
+        parse_schedule({"TIMER_DELIVER_MS": str(NOW + 259_200_001)}, NOW, LV)
+
+
+def test_max_delay_is_a_store_setting(tmp_path) -> None:
+    """``timer_max_delay_s`` bounds what the send hook takes; levels are free."""
+    with Broker.open(tmp_path / "s", timer_max_delay_s=60) as b:
+        svc = DelayService(b)
+        assert svc.max_delay_ms == 60_000
+        assert svc.send_delayed(Message("Orders", b"ok"), delay_ms=60_000)
+        with pytest.raises(InvalidDelayError, match="maximum delay of 1 min"):
+            svc.send_delayed(Message("Orders", b"x"), delay_ms=60_001)
+        with pytest.raises(InvalidDelayError):
+            b.send(Message("Orders", b"x", properties={"TIMER_DELAY_SEC": "61"}))
+        # A delay level is not a timer: its 2 hours are allowed.
+        assert b.send(Message("Orders", b"l", properties={"DELAY": "18"}))
+        svc.close()
+    with pytest.raises(ValidationError):
+        Broker.open(tmp_path / "t", timer_max_delay_s=0)
 
 
 def test_max_delay_configurable() -> None:

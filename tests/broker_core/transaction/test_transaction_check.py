@@ -158,14 +158,19 @@ def test_operator_may_resolve_a_discarded_half(broker):
         broker, transaction_timeout_ms=0, check_interval_ms=0, check_max=1
     ) as svc:
         r = svc.send_half("pg", order(1))
-        svc.run_check()  # no checker: a failed check still counts
+
+        def explode(req):
+            raise ValueError("exploded")
+
+        svc.checkers.set_default(CallableTransport(explode))
+        svc.run_check()  # the checker was reached and failed: that counts
         svc.run_check()
         assert svc.state(r.transaction_id) is TransactionState.DISCARDED
         res = svc.rollback(r.transaction_id, operator="ann")
         assert res.state is TransactionState.ROLLED_BACK
         assert res.source is ResolutionSource.OPERATOR and res.operator == "ann"
         d = svc.get_half(r.transaction_id)
-        assert d.history[0].answer == "FAILED" and "no checker" in d.history[0].detail
+        assert d.history[0].answer == "FAILED" and "exploded" in d.history[0].detail
         assert d.info.operator == "ann"
 
 
@@ -372,7 +377,7 @@ def test_asynchronous_answers_are_recorded_and_counted(svc):
 
 def test_failed_checks_say_why(svc):
     """No producer online, a timeout and any other error are counted apart."""
-    from broker_core.transaction import CheckBackError
+    from broker_core.transaction import NoProducerOnlineError
 
     errors = {}
 
@@ -385,7 +390,7 @@ def test_failed_checks_say_why(svc):
     c = svc.send_half("pg", order(23))
     errors.update(
         {
-            a.transaction_id: CheckBackError("no live producer of topic 'Orders'"),
+            a.transaction_id: NoProducerOnlineError("no live producer of 'Orders'"),
             b.transaction_id: TimeoutError("read timed out"),
             c.transaction_id: ValueError("bad reply"),
         }
@@ -394,3 +399,87 @@ def test_failed_checks_say_why(svc):
     m = svc.metrics()
     assert (m.checks_no_producer, m.checks_timeout, m.checks_error) == (1, 1, 1)
     assert m.checks_failed == 3
+
+
+def test_a_check_that_reaches_nobody_does_not_count(broker):
+    """A producer offline for many check rounds keeps all its checks; only the
+    checks that reach it count. One that never comes back is discarded by
+    the file retention, so nothing pends forever."""
+    from broker_core.transaction import NoProducerOnlineError
+
+    online = {"pg": False}
+
+    def producer(req):
+        if not online[req.producer_group]:
+            raise NoProducerOnlineError(f"no live producer of {req.topic!r}")
+        return "UNKNOWN"
+
+    with TransactionService(
+        broker,
+        transaction_timeout_ms=0,
+        check_interval_ms=0,
+        check_max=3,
+        file_reserved_hours=1.0,
+    ) as svc:
+        svc.checkers.set_default(CallableTransport(producer))
+        r = svc.send_half("pg", order(1))
+        for _ in range(20):
+            res = svc.run_check()
+            assert res.answers == {"FAILED": 1} and res.not_delivered == 1
+        d = svc.get_half(r.transaction_id)
+        assert d.info.state is TransactionState.PENDING and d.info.check_count == 0
+        checks = [e for e in d.history if e.kind == "CHECK"]
+        assert len(checks) == 20
+        assert all(e.check_no is None for e in checks)
+        assert "no producer online, not counted" in checks[0].detail
+        m = svc.metrics()
+        assert (m.checks_no_producer, m.checks_failed) == (20, 20)
+        # The producer is back: its checks count, and after check_max of them
+        # unanswered the half is discarded as usual.
+        online["pg"] = True
+        for n in (1, 2, 3):
+            res = svc.run_check()
+            assert res.answers == {"UNKNOWN": 1} and res.not_delivered == 0
+            assert svc.get_half(r.transaction_id).info.check_count == n
+        assert [e.check_no for e in svc.get_half(r.transaction_id).history][-3:] == [
+            1,
+            2,
+            3,
+        ]
+        assert svc.run_check().discarded == 1
+        # A producer that never comes back: checked without counting until
+        # the half is older than the file retention, then discarded.
+        online["pg"] = False
+        gone = svc.send_half("pg", order(2))
+        for _ in range(5):
+            svc.run_check()
+        assert svc.get_half(gone.transaction_id).info.check_count == 0
+        later = int(time.time() * 1000) + 3_601_000
+        assert svc.run_check(now_ms=later).skipped_expired == 1
+        info = svc.get_half(gone.transaction_id).info
+        assert info.state is TransactionState.DISCARDED
+        assert "retention" in info.discard_reason
+
+
+def test_a_check_that_reached_the_fallback_counts(svc):
+    """Live producers offline, the group's own checker reached but failing:
+    the check was delivered somewhere, so it counts."""
+    from broker_core.transaction import NoProducerOnlineError
+
+    class Live(CallableTransport):
+        name = "grpc"
+
+    def nobody(req):
+        raise NoProducerOnlineError("no live producer")
+
+    def slow(req):
+        raise TimeoutError("read timed out")
+
+    svc.checkers.set_live(Live(nobody))
+    svc.checkers.set_transport("pg", CallableTransport(slow))
+    r = svc.send_half("pg", order(1))
+    res = svc.run_check()
+    assert res.answers == {"FAILED": 1} and res.not_delivered == 0
+    d = svc.get_half(r.transaction_id)
+    assert d.info.check_count == 1 and d.history[0].check_no == 1
+    assert svc.metrics().checks_timeout == 1

@@ -30,6 +30,23 @@ def test_list_and_detail(client_as, lagging, role) -> None:
     assert ("Reset offsets" in detail) == (role != "viewer")
 
 
+def test_group_page_shows_its_dead_letters(client_as, lagging, broker) -> None:
+    """Messages in %DLQ%<group> are not lag, but the page says they are there."""
+    detail = client_as("viewer").get("/consumer-groups/analytics/").content.decode()
+    assert '<div class="v">0</div><div class="k">dead letters</div>' in detail
+    from broker_core import MessageInner
+
+    for i in range(3):  # as the endpoint dead-letters (RETRY_TOPIC is reserved)
+        broker.store.put_inner(
+            MessageInner("%DLQ%analytics", 0, b"d%d" % i, {"RETRY_TOPIC": "events"})
+        )
+    detail = client_as("viewer").get("/consumer-groups/analytics/").content.decode()
+    assert ">15<" in detail  # the lag is unchanged
+    assert '<div class="v lag-high">3</div>' in detail
+    assert "dead letters in %DLQ%analytics" in detail
+    assert 'href="/topics/%25DLQ%25analytics/"' in detail
+
+
 def test_filter_by_lag(client_as, lagging) -> None:
     body = (
         client_as("viewer").get("/consumer-groups/", {"min_lag": 100}).content.decode()

@@ -183,6 +183,43 @@ def test_send_with_delay_level_is_scheduled(client_as, orders) -> None:
     assert "orders" in page and "Cancel</button>" in page
 
 
+def test_send_with_a_delivery_time_within_and_beyond_the_cap(
+    client_as, orders, broker
+) -> None:
+    """The test-send form's delivery time: a timer message, refused past
+    BROKER_MAX_DELAY_S (RocketMQ's 3 days) with the reason shown."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    c = client_as("operator")
+    soon = timezone.localtime() + dt.timedelta(hours=1)
+    r = c.post(
+        "/topics/orders/send/",
+        {"body": "in an hour", "deliver_at": soon.strftime("%Y-%m-%d %H:%M:%S")},
+    )
+    assert r.status_code == 302 and "kind=timer" in r["Location"]
+    from console.delays.services import delay_stats
+
+    assert delay_stats().timers.pending == 1
+    far = timezone.localtime() + dt.timedelta(days=4)
+    r = c.post(
+        "/topics/orders/send/",
+        {"body": "too far", "deliver_at": far.strftime("%Y-%m-%d %H:%M:%S")},
+        follow=True,
+    )
+    page = r.content.decode()
+    assert "Not sent: the delivery time is" in page
+    assert "beyond the maximum delay of 3 days" in page
+    assert delay_stats().timers.pending == 1
+    both = c.post(
+        "/topics/orders/send/",
+        {"body": "x", "delay_level": 2, "deliver_at": soon.strftime("%Y-%m-%d")},
+        follow=True,
+    ).content.decode()
+    assert "Give a delay level or a delivery time." in both
+
+
 def test_django_admin_lists_topics_read_only(client, django_user_model, orders) -> None:
     from console.topics.services import sync_topics
 
