@@ -207,11 +207,15 @@ def validate_properties(
 
 
 def validate_tag(tag: str | None) -> None:
-    """Refuse a tag with a separator byte or ``||`` (``IllegalTagError``)."""
-    if tag is None:
+    """Refuse a tag with a separator byte, a ``|`` (no tag filter could ever
+    match it) or only whitespace, as Apache RocketMQ's proxy does
+    (``IllegalTagError``)."""
+    if tag is None or tag == "":
         return
-    if not isinstance(tag, str) or _has_separator(tag) or "||" in tag:
-        raise IllegalTagError(f"the tag {tag!r} contains a control character or '||'")
+    if not isinstance(tag, str) or _has_separator(tag) or "|" in tag:
+        raise IllegalTagError(f"the tag {tag!r} contains a control character or '|'")
+    if not tag.strip():
+        raise IllegalTagError("the tag is only whitespace")
 
 
 _MESSAGE_ID = re.compile(r"^[0-9A-Za-z_.:-]{1,128}$")

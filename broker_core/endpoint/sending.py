@@ -269,7 +269,12 @@ class Sending:
         topic takes one type (a MIXED topic, every type); a topic this endpoint
         created on first use is NORMAL."""
         sp = m.system_properties
-        if sp.message_type == pb.TRANSACTION:
+        kind: str
+        if sp.lite_topic:
+            kind = "LITE"  # no topic of ours takes these (docs/compat.md)
+        elif sp.HasField("priority"):
+            kind = "PRIORITY"
+        elif sp.message_type == pb.TRANSACTION:
             kind = MessageType.TRANSACTION
         elif sp.message_group:
             kind = MessageType.FIFO

@@ -339,6 +339,8 @@ def test_index_rolls_to_new_files_and_finds_keys_in_each(
         ({"properties": {"__RMQ.TRANSIENT.X": "1"}}, ReservedPropertyError),
         ({"tags": "a\x02TRAN_MSG\x01true"}, IllegalTagError),
         ({"tags": "a||b"}, IllegalTagError),
+        ({"tags": "a|b"}, IllegalTagError),  # Apache's proxy: no '|' at all
+        ({"tags": "  "}, IllegalTagError),
         ({"keys": ["ok", "k\x02PGROUP\x01x"]}, IllegalKeyError),
     ],
 )
