@@ -36,7 +36,7 @@ logging.disable(logging.CRITICAL)
 
 INP = json.loads(open(sys.argv[1]).read())
 EP = INP["endpoint"]
-SCENARIO_S = 60
+SCENARIO_S = 90
 
 
 def cfg(ns: str = "") -> ClientConfiguration:
@@ -88,8 +88,17 @@ def outcome(fn) -> dict:
         }
 
 
-def msg(topic, body, tag=None, keys=None, props=None, group=None, at=None,
-        priority=None, lite=None):
+def msg(
+    topic,
+    body,
+    tag=None,
+    keys=None,
+    props=None,
+    group=None,
+    at=None,
+    priority=None,
+    lite=None,
+):
     m = Message()
     m.topic = topic
     m.body = body.encode() if isinstance(body, str) else body
@@ -111,8 +120,11 @@ def msg(topic, body, tag=None, keys=None, props=None, group=None, at=None,
 
 
 def producer(cl: Closer, topics, checker=None, ns="") -> Producer:
-    p = Producer(cfg(ns), tuple(topics), checker) if checker else Producer(
-        cfg(ns), tuple(topics))
+    p = (
+        Producer(cfg(ns), tuple(topics), checker)
+        if checker
+        else Producer(cfg(ns), tuple(topics))
+    )
     cl.add(p)
     p.startup()
     return p
@@ -159,18 +171,38 @@ def s_send_receive(sc, cl):
     pr = producer(cl, [t])
     ids = []
     for i in range(p["count"]):
-        r = pr.send(msg(t, f"m{i}", tag=p["tag"], keys=[f"k-{i}", f"x-{i}"],
-                        props={"p1": f"v{i}", "p2": "x"}))
+        r = pr.send(
+            msg(
+                t,
+                f"m{i}",
+                tag=p["tag"],
+                keys=[f"k-{i}", f"x-{i}"],
+                props={"p1": f"v{i}", "p2": "x"},
+            )
+        )
         ids.append(r.message_id)
     got = [m for _, m in receive_for(c, 15, p["count"])]
-    msgs = sorted(({
-        "body": body(m), "tag": m.tag, "keys": sorted(m.keys or []),
-        "properties": dict(m.properties or {}), "topic": m.topic,
-        "delivery_attempt": m.delivery_attempt, "message_group": m.message_group,
-    } for m in got), key=lambda x: x["body"])
-    return {"send_ok": len(ids), "messages": msgs,
-            "ids_unique": len(set(ids)) == len(ids)
-            and sorted(ids) == sorted(m.message_id for m in got)}
+    msgs = sorted(
+        (
+            {
+                "body": body(m),
+                "tag": m.tag,
+                "keys": sorted(m.keys or []),
+                "properties": dict(m.properties or {}),
+                "topic": m.topic,
+                "delivery_attempt": m.delivery_attempt,
+                "message_group": m.message_group,
+            }
+            for m in got
+        ),
+        key=lambda x: x["body"],
+    )
+    return {
+        "send_ok": len(ids),
+        "messages": msgs,
+        "ids_unique": len(set(ids)) == len(ids)
+        and sorted(ids) == sorted(m.message_id for m in got),
+    }
 
 
 def s_tag_filter(sc, cl):
@@ -220,9 +252,11 @@ def s_fifo_order(sc, cl):
     for _, m in got:
         grp, _, i = body(m).partition("-")
         order.setdefault(grp, []).append(int(i))
-    return {"received": len(got),
-            "order_kept": {k: v == sorted(v) for k, v in sorted(order.items())},
-            "message_groups": sorted({m.message_group or "" for _, m in got})}
+    return {
+        "received": len(got),
+        "order_kept": {k: v == sorted(v) for k, v in sorted(order.items())},
+        "message_groups": sorted({m.message_group or "" for _, m in got}),
+    }
 
 
 def s_delay_timestamp(sc, cl):
@@ -234,8 +268,10 @@ def s_delay_timestamp(sc, cl):
         due[f"d{i}"] = now_ms() + d
         pr.send(msg(t, f"d{i}", at=due[f"d{i}"]))
     got = {body(m): at for at, m in receive_for(c, 20, len(due))}
-    return {"received": len(got),
-            "lateness_ms": [got[k] - due[k] if k in got else None for k in sorted(due)]}
+    return {
+        "received": len(got),
+        "lateness_ms": [got[k] - due[k] if k in got else None for k in sorted(due)],
+    }
 
 
 def s_delay_too_far(sc, cl):
@@ -307,9 +343,10 @@ def s_invisible_redelivery(sc, cl):
     attempts = [m.delivery_attempt for _, m in first]
     again = receive_for(c, 15, 1)
     attempts += [m.delivery_attempt for _, m in again]
-    return {"attempts": attempts,
-            "redelivered_after_ms": again[0][0] - first[0][0] if first and again
-            else None}
+    return {
+        "attempts": attempts,
+        "redelivered_after_ms": again[0][0] - first[0][0] if first and again else None,
+    }
 
 
 def s_change_invisible(sc, cl):
@@ -371,24 +408,30 @@ def s_push_retry_dlq(sc, cl):
     pc = cl.add(PushConsumer(cfg(), g, rec, {t: FilterExpression("*")}))
     pc.startup()
     pr = producer(cl, [t])
+    start = time.time()
     pr.send(msg(t, "x"))
-    end = time.time() + p["watch_ms"] / 1000
+    end = start + p["watch_ms"] / 1000
     want = sc["timing"]["max_delivery_attempts"]
     last, n = time.time(), 0
     while time.time() < end:
         if len(rec.seen) != n:
             n, last = len(rec.seen), time.time()
-        elif n >= want and time.time() - last > 10:
-            break
+        elif n >= want and time.time() - last > 3:
+            break  # an attempt beyond the limit would have come by now
         time.sleep(0.2)
     pc.shutdown()
     seen = list(rec.seen)
     dlq = f"%DLQ%{g}"
     c = simple(cl, g + "-dlq", dlq)
-    got = [body(m) for _, m in receive_for(c, 15, 1)]
-    return {"attempts": [a for _, _, a in seen],
-            "retry_gap_ms": seen[1][0] - seen[0][0] if len(seen) > 1 else None,
-            "dlq_topic": "%DLQ%g" if got else None, "dlq_bodies": sorted(got)}
+    # Apache moves the message after its last invisible time runs out, up to
+    # ~30 s after the last attempt: read until the scenario's time is up.
+    got = [body(m) for _, m in receive_for(c, max(15, start + 85 - time.time()), 1)]
+    return {
+        "attempts": [a for _, _, a in seen],
+        "retry_gap_ms": seen[1][0] - seen[0][0] if len(seen) > 1 else None,
+        "dlq_topic": "%DLQ%g" if got else None,
+        "dlq_bodies": sorted(got),
+    }
 
 
 def s_bad_input(sc, cl):
@@ -445,8 +488,10 @@ def s_priority(sc, cl):
             break
     c = simple(cl, g, t)
     got = receive_for(c, 6)
-    return {"send_outcome": first,
-            "received_priorities": [int(body(m)[2:]) for _, m in got]}
+    return {
+        "send_outcome": first,
+        "received_priorities": [int(body(m)[2:]) for _, m in got],
+    }
 
 
 def s_lite(sc, cl):
@@ -456,8 +501,11 @@ def s_lite(sc, cl):
     pr = producer(cl, [t])
     sent = outcome(lambda: pr.send(msg(t, "lite", lite=p["lite_topic"])))
     time.sleep(8)
-    return {"send_outcome": sent, "received": len(rec.seen),
-            "consumer_outcome": started}
+    return {
+        "send_outcome": sent,
+        "received": len(rec.seen),
+        "consumer_outcome": started,
+    }
 
 
 def _lite_consumer(cl, g, t, rec, lite):
@@ -467,7 +515,8 @@ def _lite_consumer(cl, g, t, rec, lite):
 
 
 RUN = {
-    "tx_check_commit": s_tx_check, "tx_check_rollback": s_tx_check,
+    "tx_check_commit": s_tx_check,
+    "tx_check_rollback": s_tx_check,
     "tx_check_unknown": s_tx_check,
 }
 
@@ -493,11 +542,18 @@ def run_one(sc) -> dict:
     cl.close()
     elapsed = int((time.time() - t0) * 1000)
     if th.is_alive():
-        return {"status": "error", "error": f"timed out after {SCENARIO_S} s",
-                "elapsed_ms": elapsed}
+        return {
+            "status": "error",
+            "error": f"timed out after {SCENARIO_S} s",
+            "elapsed_ms": elapsed,
+        }
     if "error" in box:
-        return {"status": "error", "error": box["error"], "trace": box["trace"],
-                "elapsed_ms": elapsed}
+        return {
+            "status": "error",
+            "error": box["error"],
+            "trace": box["trace"],
+            "elapsed_ms": elapsed,
+        }
     return {"status": "ok", "observed": box["observed"], "elapsed_ms": elapsed}
 
 
@@ -506,9 +562,14 @@ def main() -> None:
     for sc in INP["scenarios"]:
         results[sc["id"]] = run_one(sc)
         print(sc["id"], results[sc["id"]]["status"], flush=True)
-    out = {"client": {"language": "python", "library": "rocketmq-python-client",
-                      "version": version("rocketmq-python-client")},
-           "results": results}
+    out = {
+        "client": {
+            "language": "python",
+            "library": "rocketmq-python-client",
+            "version": version("rocketmq-python-client"),
+        },
+        "results": results,
+    }
     with open(sys.argv[2], "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
     sys.stdout.flush()
