@@ -17,7 +17,7 @@ run: setup migrate admin demo-data admin-token
 	@$(BIN)/python manage.py print_urls
 	@exec $(BIN)/honcho start -f Procfile
 
-test: setup
+test: setup conformance-runners
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-postgres
 
@@ -36,7 +36,7 @@ test-postgres: venv
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow and not crash and not browser and not spark and not protocol and not services" $(PYTEST_ARGS)
 
-setup: system-packages venv redis node-client conformance-runners
+setup: system-packages venv redis node-client
 
 # apt-get only what is missing: redis-server, a Java 17+ runtime, chromium.
 system-packages:
@@ -85,7 +85,7 @@ conformance-runners: venv node-client
 # compares our endpoint with). Fails on a difference differences.json does not
 # explain.
 CONFORMANCE_LANGS ?= python,node,java,go
-conformance: setup
+conformance: setup conformance-runners
 	$(BIN)/python tests/conformance/run.py --target apache --langs $(CONFORMANCE_LANGS) --out var/conformance/apache.json
 	$(BIN)/python tests/conformance/run.py --target ours --langs $(CONFORMANCE_LANGS) --out var/conformance/ours.json
 	cp var/conformance/apache.json tests/conformance/apache-results.json

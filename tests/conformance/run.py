@@ -47,6 +47,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_broker_port() -> int:
+    """A port for Apache's broker, which also listens on port - 2 and + 1."""
+    for _ in range(100):
+        p = free_port()
+        if p > 1024 and all(_free(q) for q in (p - 2, p + 1)):
+            return p
+    raise RuntimeError("no free port for the broker")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def wait_port(port: int, proc: subprocess.Popen | None, timeout: float) -> None:
     end = time.time() + timeout
     while time.time() < end:
@@ -127,7 +145,11 @@ def apache(timing: dict[str, int], version: str):
     # Apache's proxy refuses invisible durations under 10 s by default; the
     # scenarios use 2-3 s (as ours allows) to stay short.
     proxy = {"minInvisibleTimeMillsForRecv": 1000}
-    with ApacheRocketMQ(version=version, broker_conf=conf, proxy_conf=proxy) as rmq:
+    with ApacheRocketMQ(
+        version=version, broker_conf=conf, proxy_conf=proxy,
+        grpc_port=free_port(), namesrv_port=free_port(),
+        broker_port=free_broker_port(), remoting_port=free_port(),
+    ) as rmq:  # fmt: skip
         rmq.name = "apache"
         rmq.version = f"Apache RocketMQ {version}"
         yield rmq
