@@ -656,17 +656,24 @@ class PopManager:
         out: list[tuple[int, Entry]],
     ) -> None:
         """Deliver visible entries of one queue into ``out`` (up to ``batch``):
-        oldest first, one in flight per message group, dead letters after
-        ``max_attempts`` deliveries."""
+        oldest first, dead letters after the group's delivery attempts; for a
+        FIFO consumer group (its setting, ``groups.GroupRegistry``) one message
+        in flight per message group, as Apache RocketMQ delivers orderly groups
+        (other groups get a message group's messages concurrently)."""
         key = (group, topic, qid)
-        blocked = {
-            g
-            for (g,) in db.execute(
-                "SELECT DISTINCT mgroup FROM pending WHERE grp=? AND topic=? "
-                "AND qid=? AND mgroup IS NOT NULL AND visible_at > ?",
-                (*key, now),
-            )
-        }
+        fifo = self.store.groups.is_fifo(group)
+        blocked = (
+            {
+                g
+                for (g,) in db.execute(
+                    "SELECT DISTINCT mgroup FROM pending WHERE grp=? AND topic=? "
+                    "AND qid=? AND mgroup IS NOT NULL AND visible_at > ?",
+                    (*key, now),
+                )
+            }
+            if fifo
+            else set()
+        )
         updates: list[tuple[int, int, int, str, str, int, int]] = []
         gone: list[tuple[str, str, int, int]] = []
         dead: list[tuple[int, int]] = []
@@ -684,7 +691,7 @@ class PopManager:
                 if attempts >= limit:
                     dead.append((off, attempts))
                     continue
-                if mgroup is not None:
+                if fifo and mgroup is not None:
                     if mgroup in blocked:
                         continue
                     blocked.add(mgroup)

@@ -162,7 +162,8 @@ def server(request, tmp_path_factory):
         base / "store",
         port,
         base / "server.log",
-        ("--fifo-groups", f"GPFs{port}"),
+        # FIFO consumer groups of the scenarios (s_fifo and the FIFO push one)
+        ("--fifo-groups", f"GPFs{port},GOs{port}"),
         workers=workers,
     )
     pids = [w["pid"] for w in announced(base / "store").values()]

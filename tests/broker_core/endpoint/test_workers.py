@@ -45,7 +45,7 @@ def workers(tmp_path_factory):
         store,
         port,
         base / "server.log",
-        ("--worker-ports", str(pinned)),
+        ("--worker-ports", str(pinned), "--fifo-groups", "GWFw"),
         workers=2,
     )
     up = announced(store)
