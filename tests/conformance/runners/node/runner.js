@@ -240,14 +240,12 @@ class Ctx {
   }
 }
 
-// Receive batches of up to 16 until `want` messages (or `until` says stop) or
-// the deadline; ack each as it comes unless ack is false. Returns
-// [{ m, at }] in arrival order.
-async function receiveUntil(consumer, { want = Infinity, ms, invisibleMs = 20000, ack = true, until } = {}) {
+// Receive batches of up to 16 until `want` messages or the deadline; ack each
+// as it comes unless ack is false. Returns [{ m, at }] in arrival order.
+async function receiveUntil(consumer, { want = Infinity, ms, invisibleMs = 20000, ack = true } = {}) {
   const got = [];
   const end = Date.now() + ms;
   while (got.length < want && Date.now() < end) {
-    if (until && until(got)) break;
     if (!consumer.isRunning()) throw new Error('the consumer was shut down');
     const batch = await consumer.receive(16, invisibleMs);
     const at = Date.now();
