@@ -104,14 +104,25 @@ def unwrap(ns: str, name: str) -> str:
     return name
 
 
-def localize(request: Any) -> str:
-    """Wrap every namespaced resource of ``request`` in place; return the
+def header_ns(context: Any) -> str:
+    """The call's ``x-mq-namespace`` header ('' when none). Every official
+    client sends it; the Node.js client (1.0.8) puts the namespace only there,
+    not in its consumers' resources."""
+    for k, v in context.invocation_metadata() or ():
+        if k == "x-mq-namespace":
+            return str(v)
+    return ""
+
+
+def localize(request: Any, default: str = "") -> str:
+    """Wrap every namespaced resource of ``request`` in place (a resource
+    without a namespace takes ``default``, the call's header); return the
     namespace ('' when none). Raises ``ValidationError`` for a bad namespace
     or for resources of two namespaces in one request."""
     seen: list[str] = []
 
     def fix(r: Any) -> None:
-        ns = r.resource_namespace
+        ns = r.resource_namespace or default
         if ns:
             if not seen:
                 validate_namespace(ns)

@@ -34,7 +34,7 @@ from broker_core.endpoint.config import (
     EndpointConfig,
 )
 from broker_core.endpoint.consuming import Consuming
-from broker_core.endpoint.namespace import globalize, localize
+from broker_core.endpoint.namespace import globalize, header_ns, localize
 from broker_core.endpoint.pop import (
     PopManager,
 )
@@ -534,7 +534,7 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                     async for x in it:
                         if x is not None:
                             try:
-                                ns[0] = localize(x) or ns[0]
+                                ns[0] = localize(x, header_ns(ctx)) or ns[0]
                             except ValidationError:
                                 continue  # a bad namespace: the command is dropped
                             yield x
@@ -555,7 +555,7 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                     yield _bad
                     return
                 try:
-                    ns = localize(req)
+                    ns = localize(req, header_ns(ctx))
                 except ValidationError as exc:
                     yield _refused(_bad, exc)
                     return
@@ -575,7 +575,7 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                 if req is None:
                     return _bad
                 try:
-                    ns = localize(req)
+                    ns = localize(req, header_ns(ctx))
                 except ValidationError as exc:
                     return _refused(_bad, exc)
                 return globalize(await _impl(req, ctx), ns)
