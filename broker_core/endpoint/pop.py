@@ -889,6 +889,37 @@ class PopManager:
         self.renew.pop((group, topic, qid, off), None)
         return encode_handle(qid, off, new, visible_at)
 
+    def sweep_dead(self, now: int | None = None, limit: int = 512) -> int:
+        """Dead-letter entries whose last allowed delivery has run out, whether
+        or not anyone still receives from their queue (Apache's pop revive
+        does the same in the background): a PushConsumer that failed a
+        message's last attempt and went away leaves it in ``%DLQ%<group>``,
+        not pending until the group's next receive. Returns how many moved."""
+        now = now_ms() if now is None else now
+        groups = self.store.groups
+        floor = min(
+            [self.max_attempts]
+            + [g.max_delivery_attempts for g in groups.all() if g.max_delivery_attempts]
+        )
+        moved = 0
+        with self._write(wait=False) as db:
+            rows = db.execute(
+                "SELECT grp, topic, qid, off, attempts FROM pending "
+                "WHERE attempts >= ? AND visible_at <= ? LIMIT ?",
+                (floor, now, limit),
+            ).fetchall()
+            for group, topic, qid, off, attempts in rows:
+                if attempts < groups.max_attempts(group, self.max_attempts):
+                    continue
+                src = RT.source(topic)
+                if self._read(topic, qid, off) is None and off >= self.store.min_offset(
+                    src, qid
+                ):
+                    continue  # unreadable now: kept, as at a pop
+                self._to_dlq(db, group, topic, qid, off, attempts)
+                moved += 1
+        return moved
+
     def forward_dlq(self, group: str, topic: str, handle: str) -> None:
         qid, off, nonce, _deadline = decode_handle(handle)
         topic = RT.key_for(group, topic, nonce)

@@ -36,6 +36,7 @@ from broker_core.endpoint.config import (
 from broker_core.endpoint.consuming import Consuming
 from broker_core.endpoint.namespace import globalize, header_ns, localize
 from broker_core.endpoint.pop import (
+    Busy,
     PopManager,
 )
 from broker_core.endpoint.routing import Routing
@@ -67,6 +68,8 @@ class Endpoint:
         self.tx = TransactionService(broker, **tx_settings)
         self.delays = DelayService(broker)
         self.pop = PopManager(broker, max_attempts=cfg.max_attempts)
+        #: when dead entries were last swept to their DLQ (``_persist_pop``)
+        self._swept = 0.0
         for g in sorted(cfg.fifo_groups):
             # ``--fifo-groups``: recorded as the groups' setting, which is
             # what routes, settings and deliveries read.
@@ -307,6 +310,12 @@ class Endpoint:
         if not self.pop.available():  # a full disk: nothing to persist into
             return
         self.pop.apply_resets()
+        if self.writable() and time.monotonic() - self._swept >= 2.0:
+            self._swept = time.monotonic()
+            try:
+                self.pop.sweep_dead()
+            except Busy:
+                pass  # another worker holds pop.db: the next round
         if self.pop.renew:
             self.pop.renew_due(alive)
         self.pop.mirror_offsets()
