@@ -80,6 +80,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "$BROKER_MAX_DELAY_S, else 259200 = 3 days)",
     )
     p.add_argument(
+        "--no-auto-create-topic",
+        action="store_true",
+        help="answer TOPIC_NOT_FOUND for a topic that does not exist, as Apache "
+        "RocketMQ's proxy does (default: $BROKER_AUTO_CREATE_TOPIC, else 1: a "
+        "topic a client names is made, NORMAL, on first use)",
+    )
+    p.add_argument(
         "--embedded-timers",
         action="store_true",
         help="run the transaction check and delay delivery in-process",
@@ -346,6 +353,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         "disk_space_warning_ratio": args.disk_ratio,
         "scrub_interval_s": args.scrub_interval,
         "timer_max_delay_s": args.max_delay_s,
+        "auto_create_topic": not args.no_auto_create_topic
+        and os.environ.get("BROKER_AUTO_CREATE_TOPIC", "1") != "0",
     }
     if cfg.node is not None:
         # Message and transaction ids carry the store's host: distinct per

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-SCENARIOS = {s["id"]: s for s in json.loads((HERE / "scenarios.json").read_text())[
-    "scenarios"]}
+SCENARIOS = {
+    s["id"]: s for s in json.loads((HERE / "scenarios.json").read_text())["scenarios"]
+}
 DIFFERENCES = json.loads((HERE / "differences.json").read_text())
 _NAME = re.compile(r"c[a-z]{2}[0-9a-f]{6}_([a-z0-9_]+?)_([a-z]+)\b")
 
@@ -48,8 +49,10 @@ def in_range(v: Any, lo: float, hi: float) -> bool:
 
 def explanation(sid: str, field: str, lang: str) -> str | None:
     for d in DIFFERENCES["differences"]:
-        if d["scenario"] == sid and d["field"] in (field, "*") and (
-            d.get("languages", "*") == "*" or lang in d["languages"]
+        if (
+            d["scenario"] == sid
+            and d["field"] in (field, "*")
+            and (d.get("languages", "*") == "*" or lang in d["languages"])
         ):
             return str(d["id"])
     return None
@@ -59,13 +62,22 @@ def compare_one(sid: str, lang: str, a: dict | None, o: dict | None) -> dict:
     """One scenario on one language: verdict and the differing fields."""
     sa = (a or {}).get("status", "missing")
     so = (o or {}).get("status", "missing")
-    out: dict[str, Any] = {"scenario": sid, "lang": lang, "apache": sa, "ours": so,
-                           "fields": []}
+    out: dict[str, Any] = {
+        "scenario": sid,
+        "lang": lang,
+        "apache": sa,
+        "ours": so,
+        "fields": [],
+    }
     if sa != "ok" or so != "ok":
-        why = [f"Apache: {sa} ({(a or {}).get('reason') or (a or {}).get('error')})"
-               if sa != "ok" else "",
-               f"ours: {so} ({(o or {}).get('reason') or (o or {}).get('error')})"
-               if so != "ok" else ""]
+        why = [
+            f"Apache: {sa} ({(a or {}).get('reason') or (a or {}).get('error')})"
+            if sa != "ok"
+            else "",
+            f"ours: {so} ({(o or {}).get('reason') or (o or {}).get('error')})"
+            if so != "ok"
+            else "",
+        ]
         out["note"] = "; ".join(w for w in why if w)[:300]
         if sa == so == "unsupported":
             out["verdict"] = "n/a"
@@ -74,13 +86,21 @@ def compare_one(sid: str, lang: str, a: dict | None, o: dict | None) -> dict:
             out["verdict"] = f"explained ({key})" if key else "DIFFERENT"
         else:
             key = explanation(sid, "status", lang)
-            out["verdict"] = (f"explained ({key})" if key else "FAILED")
+            out["verdict"] = f"explained ({key})" if key else "FAILED"
         return out
     rules = SCENARIOS[sid]["compare"]
     ao, oo = normalize(a["observed"]), normalize(o["observed"])
     verdicts = []
+    checks: list[tuple[str, Any, Any, Any]] = []
     for field, rule in rules.items():
         va, vo = ao.get(field), oo.get(field)
+        if field == "cases" and isinstance(va, dict) and isinstance(vo, dict):
+            # One verdict per case: an explanation names the case it covers.
+            for k in sorted(set(va) | set(vo)):
+                checks.append((f"cases.{k}", rule, va.get(k), vo.get(k)))
+        else:
+            checks.append((field, rule, va, vo))
+    for field, rule, va, vo in checks:
         if rule == "ignore":
             continue
         if rule == "exact":
@@ -91,8 +111,9 @@ def compare_one(sid: str, lang: str, a: dict | None, o: dict | None) -> dict:
         if same:
             continue
         key = explanation(sid, field, lang)
-        out["fields"].append({"field": field, "apache": va, "ours": vo,
-                              "explained": key})
+        out["fields"].append(
+            {"field": field, "apache": va, "ours": vo, "explained": key}
+        )
         verdicts.append(key)
     if not verdicts:
         out["verdict"] = "same"
@@ -110,12 +131,24 @@ def compare(apache: dict, ours: dict, langs: list[str]) -> list[dict]:
             ra = apache["languages"].get(lang, {})
             ro = ours["languages"].get(lang, {})
             if "error" in ra or "error" in ro:
-                rows.append({"scenario": sid, "lang": lang, "verdict": "FAILED",
-                             "fields": [], "note": str(ra.get("error") or
-                                                       ro.get("error"))[:200]})
+                rows.append(
+                    {
+                        "scenario": sid,
+                        "lang": lang,
+                        "verdict": "FAILED",
+                        "fields": [],
+                        "note": str(ra.get("error") or ro.get("error"))[:200],
+                    }
+                )
                 continue
-            rows.append(compare_one(sid, lang, (ra.get("results") or {}).get(sid),
-                                    (ro.get("results") or {}).get(sid)))
+            rows.append(
+                compare_one(
+                    sid,
+                    lang,
+                    (ra.get("results") or {}).get(sid),
+                    (ro.get("results") or {}).get(sid),
+                )
+            )
     return rows
 
 
@@ -127,7 +160,8 @@ def _client(run: dict, lang: str) -> str:
 def markdown(rows: list[dict], langs: list[str], apache: dict, ours: dict) -> str:
     lines = [
         f"Apache: {apache.get('broker')} ({apache.get('finished')}); "
-        f"ours: {ours.get('broker')} ({ours.get('finished')}).", "",
+        f"ours: {ours.get('broker')} ({ours.get('finished')}).",
+        "",
         "Clients: " + "; ".join(f"{lang} {_client(ours, lang)}" for lang in langs),
         "",
         "| scenario | " + " | ".join(langs) + " |",
@@ -149,10 +183,33 @@ def markdown(rows: list[dict], langs: list[str], apache: dict, ours: dict) -> st
                 f"- `{r['scenario']}` {r['lang']} `{f['field']}`: Apache "
                 f"`{json.dumps(f['apache'])[:160]}`, "
                 f"ours `{json.dumps(f['ours'])[:160]}`"
-                + (f" ({f['explained']})" if f["explained"] else " **unexplained**"))
+                + (f" ({f['explained']})" if f["explained"] else " **unexplained**")
+            )
         if r.get("note"):
-            lines.append(f"- `{r['scenario']}` {r['lang']}: {r['note']}"
-                         f" [{r['verdict']}]")
+            lines.append(
+                f"- `{r['scenario']}` {r['lang']}: {r['note']} [{r['verdict']}]"
+            )
+    used = {f["explained"] for r in rows for f in r["fields"] if f["explained"]} | {
+        v.split("(")[1].rstrip(")")
+        for r in rows
+        for v in [r["verdict"]]
+        if v.startswith("explained (") and not r["fields"]
+    }
+    if used:
+        lines += [
+            "",
+            "Explanations used by this run (tests/conformance/differences.json):",
+            "",
+        ]
+        seen: set[str] = set()
+        for d in DIFFERENCES["differences"]:
+            if (
+                d["id"] in used
+                and d["id"] not in seen
+                and not d["why"].startswith("see ")
+            ):
+                seen.add(d["id"])
+                lines.append(f"- **{d['id']}**: {d['why']}")
     return "\n".join(lines) + "\n"
 
 

@@ -38,7 +38,7 @@ const (
 	libraryPath     = "github.com/apache/rocketmq-clients/golang/v5"
 	requestTimeout  = 10 * time.Second
 	awaitDuration   = 2 * time.Second
-	scenarioBudget  = 60 * time.Second
+	scenarioBudget  = 90 * time.Second
 	startTimeout    = 20 * time.Second // a client's Start waits for the server's settings; never forever
 	closeTimeout    = 12 * time.Second
 	defaultInvisble = 20 * time.Second
@@ -58,7 +58,7 @@ type scenarioInput struct {
 	Topics map[string]string `json:"topics"`
 	Groups map[string]string `json:"groups"`
 	Params params            `json:"params"`
-	Timing map[string]any    `json:"timing"`
+	Timing params            `json:"timing"`
 }
 
 type result struct {
@@ -132,6 +132,7 @@ type scn struct {
 	topics   map[string]string
 	groups   map[string]string
 	p        params
+	timing   params // scenarios.json "timing": the broker settings the orchestrator applied
 	tr       *tracker
 }
 
@@ -581,7 +582,7 @@ func runOne(in scenarioInput, endpoint string) result {
 	}
 	tr := &tracker{}
 	curTracker.Store(tr)
-	s := &scn{id: in.ID, endpoint: endpoint, topics: in.Topics, groups: in.Groups, p: in.Params, tr: tr}
+	s := &scn{id: in.ID, endpoint: endpoint, topics: in.Topics, groups: in.Groups, p: in.Params, timing: in.Timing, tr: tr}
 	type ret struct {
 		obs map[string]any
 		err error

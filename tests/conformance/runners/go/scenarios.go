@@ -538,9 +538,9 @@ func invisibleRedelivery(s *scn) (map[string]any, error) {
 }
 
 func changeInvisible(s *scn) (map[string]any, error) {
-	invisible := time.Duration(s.p.int("invisible_ms", 2000)) * time.Millisecond
-	changed := time.Duration(s.p.int("changed_ms", 8000)) * time.Millisecond
-	watch := time.Duration(s.p.int("watch_ms", 5000)) * time.Millisecond
+	invisible := time.Duration(s.p.int("invisible_ms", 4000)) * time.Millisecond
+	changed := time.Duration(s.p.int("changed_ms", 10000)) * time.Millisecond
+	watch := time.Duration(s.p.int("watch_ms", 6000)) * time.Millisecond
 	c, p, err := s.consumerAndProducer("", rmq.SUB_ALL)
 	if err != nil {
 		return nil, err
@@ -663,6 +663,9 @@ func pushRetryDLQ(s *scn) (map[string]any, error) {
 	if _, err := send1(p, msg(t, "x")); err != nil {
 		return nil, fmt.Errorf("send: %w", err)
 	}
+	// Wait until the group's allowed attempts were seen and no further one came for 3 s
+	// (Apache retries ~20 s after the first attempt), or until watch after the send.
+	want := s.timing.int("max_delivery_attempts", 2)
 	lastChange, lastLen := sentAt, 0
 	for time.Since(sentAt) < watch {
 		mu.Lock()
@@ -670,9 +673,8 @@ func pushRetryDLQ(s *scn) (map[string]any, error) {
 		mu.Unlock()
 		if n != lastLen {
 			lastChange, lastLen = time.Now(), n
-		}
-		if time.Since(lastChange) >= 10*time.Second {
-			break
+		} else if n >= want && time.Since(lastChange) > 3*time.Second {
+			break // an attempt beyond the limit would have come by now
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -688,10 +690,15 @@ func pushRetryDLQ(s *scn) (map[string]any, error) {
 	}
 	mu.Unlock()
 
-	// The dead-letter queue: topic %DLQ%<group>, read by another group. Its route exists only
-	// once something was dead-lettered, so the consumer's start is retried within the 15 s.
+	// The dead-letter queue: topic %DLQ%<group>, read by another group. Apache moves the
+	// message there up to ~30 s after the last attempt, so read until 85 s after the send
+	// (at least 15 s). The DLQ topic's route exists only once something was dead-lettered,
+	// so the consumer's start is retried until then.
 	dlqTopic := "%DLQ%" + g
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := sentAt.Add(85 * time.Second)
+	if atLeast := time.Now().Add(15 * time.Second); deadline.Before(atLeast) {
+		deadline = atLeast
+	}
 	var dc rmq.SimpleConsumer
 	var startErr error
 	for time.Now().Before(deadline) {
@@ -704,8 +711,9 @@ func pushRetryDLQ(s *scn) (map[string]any, error) {
 	var recvErr error
 	if dc != nil {
 		// Stop one empty long poll after the message came (a second copy would show up
-		// there), else at the 15 s.
-		for time.Now().Before(deadline) {
+		// there), else at the deadline. A poll lasts up to receiveCallMin, so the last one
+		// starts just before the deadline minus that and still covers up to the deadline.
+		for time.Now().Add(receiveCallMin).Before(deadline.Add(time.Second)) {
 			n := len(dlqBodies)
 			err := receiveLoop(dc, defaultInvisble, time.Now().Add(awaitDuration), func(mv *rmq.MessageView, _ time.Time) bool {
 				dlqBodies = append(dlqBodies, string(mv.GetBody()))
