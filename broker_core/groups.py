@@ -12,8 +12,12 @@ groups do. Every process reads the file; a change is seen by the others within
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -86,6 +90,23 @@ class GroupRegistry:
             return default
         return g.max_delivery_attempts
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """This process's threads and every other process: a change reads,
+        edits and writes the file with nobody else doing the same."""
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(
+                self.path.with_name(self.path.name + ".lock"),
+                os.O_RDWR | os.O_CREAT,
+                0o644,
+            )
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)
+
     def put(
         self, group: str, fifo: bool = False, max_delivery_attempts: int | None = None
     ) -> GroupConfig:
@@ -98,7 +119,7 @@ class GroupRegistry:
                 f"max delivery attempts must be between 1 and {MAX_ATTEMPTS}"
             )
         cfg = GroupConfig(group, bool(fifo), max_delivery_attempts)
-        with self._lock:
+        with self._locked():
             self._mtime = None
             self._load()
             groups = dict(self._groups)
@@ -107,7 +128,7 @@ class GroupRegistry:
         return cfg
 
     def delete(self, group: str) -> bool:
-        with self._lock:
+        with self._locked():
             self._mtime = None
             self._load()
             if group not in self._groups:

@@ -69,6 +69,15 @@ def backup_path(path: Path) -> Path:
     return path.with_name(path.name + ".bak")
 
 
+def _parses(path: Path) -> bool:
+    """Whether ``path`` exists and holds JSON (worth keeping as the backup)."""
+    try:
+        json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
     """Write ``data`` as JSON: temporary file, fsync, rename, fsync the directory.
 
@@ -87,7 +96,8 @@ def atomic_write_json(path: Path, data: Any) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        if path.exists():
+        if _parses(path):
+            # A damaged file never replaces the backup a reader fell back to.
             bak_tmp = path.with_name(f".{path.name}.{os.getpid()}.bak")
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(bak_tmp)

@@ -68,7 +68,7 @@ def validate_topic(topic: str) -> None:
     """Raise ``InvalidTopicError`` unless ``topic`` is a legal topic name."""
     if not isinstance(topic, str) or not topic.strip():
         raise InvalidTopicError("The specified topic is blank.")
-    if not _NAME.match(topic):
+    if not _NAME.fullmatch(topic):
         raise InvalidTopicError(
             f"The specified topic[{topic}] contains illegal characters, "
             "allowing only ^[%|a-zA-Z0-9_-]+$"
@@ -95,7 +95,7 @@ def validate_group(group: str) -> None:
     """Raise ``InvalidGroupError`` unless ``group`` is a legal consumer group name."""
     if not isinstance(group, str) or not group.strip():
         raise InvalidGroupError("The specified group is blank.")
-    if not _NAME.match(group):
+    if not _NAME.fullmatch(group):
         raise InvalidGroupError(
             f"The specified group[{group}] contains illegal characters, "
             "allowing only ^[%|a-zA-Z0-9_-]+$"
@@ -223,7 +223,7 @@ _MESSAGE_ID = re.compile(r"^[0-9A-Za-z_.:-]{1,128}$")
 
 def validate_message_id(msg_id: str) -> None:
     """Refuse a client message id that is not 1-128 id characters."""
-    if not isinstance(msg_id, str) or not _MESSAGE_ID.match(msg_id):
+    if not isinstance(msg_id, str) or not _MESSAGE_ID.fullmatch(msg_id):
         raise IllegalMessageIdError(
             f"the message id {msg_id!r} is not 1-128 characters of [0-9A-Za-z_.:-]"
         )

@@ -70,7 +70,7 @@ def _walk(msg: Any, fn: Any) -> None:
 
 
 def validate_namespace(ns: str) -> None:
-    if len(ns) > NAMESPACE_MAX_LENGTH or not _NAME.match(ns) or SEPARATOR in ns:
+    if len(ns) > NAMESPACE_MAX_LENGTH or not _NAME.fullmatch(ns) or SEPARATOR in ns:
         raise ValidationError(
             f"the namespace {ns[:80]!r} is not legal: at most "
             f"{NAMESPACE_MAX_LENGTH} characters of [a-zA-Z0-9_-|]"
@@ -120,9 +120,12 @@ def localize(request: Any, default: str = "") -> str:
     namespace ('' when none). Raises ``ValidationError`` for a bad namespace
     or for resources of two namespaces in one request."""
     seen: list[str] = []
+    bare: list[str] = []
 
     def fix(r: Any) -> None:
         ns = r.resource_namespace or default
+        if not ns and r.name:
+            bare.append(r.name)
         if ns:
             if not seen:
                 validate_namespace(ns)
@@ -133,6 +136,10 @@ def localize(request: Any, default: str = "") -> str:
             r.resource_namespace = ""
 
     _walk(request, fix)
+    if seen and bare:
+        raise ValidationError(
+            f"resources in namespace {seen[0]!r} and in none in one request"
+        )
     return seen[0] if seen else ""
 
 

@@ -282,13 +282,24 @@ class Sending:
             kind = MessageType.DELAY
         else:
             kind = MessageType.NORMAL
+        if kind in ("LITE", "PRIORITY"):
+            raise MessageTypeMismatchError(
+                f"{kind.lower()} messages are not supported (no topic takes them)"
+            )
+        if kind == MessageType.TRANSACTION and sp.HasField("delivery_timestamp"):
+            raise MessageTypeMismatchError(
+                "a transactional message cannot have a delivery time"
+            )
         cfg = self.ep.store.topics.topics.get(topic)
         if cfg is None:
             self.ep.store.refresh_topics()
             cfg = self.ep.store.topics.topics.get(topic)
         if cfg is None:
-            return  # the append says the topic does not exist
-        want = cfg.message_type
+            if not self.ep.store.config.auto_create_topic:
+                return  # the append says the topic does not exist
+            want = MessageType.NORMAL  # what its first send makes it
+        else:
+            want = cfg.message_type
         if want != MessageType.MIXED and want != kind:
             raise MessageTypeMismatchError(
                 f"the topic {topic!r} takes {want} messages, not {kind} ones "

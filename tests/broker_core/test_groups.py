@@ -79,3 +79,43 @@ def test_cli_sets_groups_and_typed_topics_beside_an_open_store(tmp_path):
         assert broker.store.topics.topics["Orders"].message_type == "FIFO"
         g = broker.store.groups.get("billing")
         assert g is not None and g.fifo and g.max_delivery_attempts == 5
+
+
+def test_concurrent_processes_lose_no_group(tmp_path):
+    """Twelve ``group set`` processes at once: every group is kept (the
+    registry locks the file across processes, not only threads)."""
+    store = tmp_path / "store"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "broker_core",
+                "group",
+                "set",
+                str(store),
+                f"EG{i}",
+                "--fifo",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        for i in range(12)
+    ]
+    assert [p.wait(60) for p in procs] == [0] * 12
+    reg = GroupRegistry(store / "config" / "subscriptionGroup.json")
+    assert sorted(g.name for g in reg.all()) == sorted(f"EG{i}" for i in range(12))
+
+
+def test_a_damaged_file_never_replaces_its_backup(tmp_path):
+    path = tmp_path / "g.json"
+    reg = GroupRegistry(path)
+    reg.put("A", fifo=True)
+    reg.put("B")
+    for n in range(3):  # damaged again after every write
+        path.write_bytes(b"{garbled")
+        reg = GroupRegistry(path)
+        reg.put(f"C{n}")
+        assert reg.is_fifo("A")
+    assert GroupRegistry(path).is_fifo("A")

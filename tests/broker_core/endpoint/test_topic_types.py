@@ -54,8 +54,22 @@ def ep(tmp_path_factory):
 MD = (("x-mq-client-id", "raw-test"),)
 
 
-def send(stub, topic, ns="", group="", deliver=False, priority=None, body=b"x"):
+def send(
+    stub,
+    topic,
+    ns="",
+    group="",
+    deliver=False,
+    priority=None,
+    body=b"x",
+    tx=False,
+    lite="",
+):
     sp = pb.SystemProperties(message_id="", body_encoding=pb.IDENTITY)
+    if tx:
+        sp.message_type = pb.TRANSACTION
+    if lite:
+        sp.lite_topic = lite
     if group:
         sp.message_group = group
     if deliver:
@@ -123,3 +137,36 @@ def test_namespaces_are_kept_apart_and_answered_with_bare_names(ep):
         ("nsA", "Shared")
     }
     assert send(stub, "Shared", ns="bad ns!") == C.BAD_REQUEST
+
+
+def test_holes_found_by_review_stay_closed(ep):
+    stub, store = ep["stub"], ep["store"]
+    conflict = C.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    # The first message to a topic that does not exist yet: checked as NORMAL,
+    # what it would make the topic.
+    assert send(stub, "Fresh1", group="g1") == conflict
+    assert send(stub, "Fresh2", tx=True) == conflict
+    assert depth(store, "Fresh1") in (-1, 0) and depth(store, "Fresh2") in (-1, 0)
+    # Priority and lite: on no topic, MIXED included.
+    assert send(stub, "Any", priority=1) == conflict
+    assert send(stub, "Any", lite="lt") == conflict
+    # A half with a delivery time (its delay would be dropped on commit).
+    assert send(stub, "Any", tx=True, deliver=True) == conflict
+    # Names with a trailing newline.
+    assert send(stub, "Plain\n") == C.ILLEGAL_TOPIC
+    assert send(stub, "Plain", ns="nsA\n") == C.BAD_REQUEST
+
+
+def test_a_request_mixing_a_namespace_and_none_is_refused(ep):
+    r = ep["stub"].ReceiveMessage(
+        spb.ReceiveMessageRequest(
+            group=pb.Resource(resource_namespace="nsA", name="GR"),
+            message_queue=pb.MessageQueue(topic=pb.Resource(name="Plain")),
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+            batch_size=1,
+        ),
+        metadata=MD,
+        timeout=10,
+    )
+    codes = [x.status.code for x in r if x.HasField("status")]
+    assert codes == [C.BAD_REQUEST]
