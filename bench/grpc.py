@@ -189,6 +189,7 @@ def rmq_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) -> 
     got = empty = errors = 0
     acks = []
     cpu0, t0 = time.process_time(), time.time()
+    t_last = t0
     while time.time() - t0 < deadline_s and got < total:
         try:
             msgs = c.receive(BATCH, 30)
@@ -205,8 +206,13 @@ def rmq_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) -> 
         # a thread pool with the blocking ack instead.
         acks += [pool.submit(c.ack, m) for m in msgs]
         got += len(msgs)
+        t_last = time.time()
+    t_end = time.time()
     wait(acks)
-    t1, cpu1 = time.time(), time.process_time()
+    # The phase ends with this consumer's last message and its acks, not with
+    # the empty long polls that tell it the others took the rest.
+    t1 = t_last + (time.time() - t_end) if got else time.time()
+    cpu1 = time.process_time()
     ack_errors = sum(1 for f in acks if f.exception() is not None)
     c.shutdown()
     return {"done": got, "errors": ack_errors, "t0": t0, "t1": t1, "cpu_s": cpu1 - cpu0}
