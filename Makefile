@@ -86,8 +86,8 @@ conformance-runners: venv node-client
 # explain.
 CONFORMANCE_LANGS ?= python,node,java,go
 conformance: setup conformance-runners
-	$(BIN)/python tests/conformance/run.py --target apache --langs $(CONFORMANCE_LANGS) --out var/conformance/apache.json
-	$(BIN)/python tests/conformance/run.py --target ours --langs $(CONFORMANCE_LANGS) --out var/conformance/ours.json
+	$(BIN)/python tests/conformance/run.py --target apache --parallel --langs $(CONFORMANCE_LANGS) --out var/conformance/apache.json
+	$(BIN)/python tests/conformance/run.py --target ours --parallel --langs $(CONFORMANCE_LANGS) --out var/conformance/ours.json
 	cp var/conformance/apache.json tests/conformance/apache-results.json
 	$(BIN)/python tests/conformance/compare.py var/conformance/apache.json var/conformance/ours.json \
 	  --langs $(CONFORMANCE_LANGS) --markdown var/conformance/table.md; rc=$$?; \

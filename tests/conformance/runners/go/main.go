@@ -132,7 +132,8 @@ type scn struct {
 	topics   map[string]string
 	groups   map[string]string
 	p        params
-	timing   params // scenarios.json "timing": the broker settings the orchestrator applied
+	timing   params    // scenarios.json "timing": the broker settings the orchestrator applied
+	budget   time.Time // when scenarioBudget runs out
 	tr       *tracker
 }
 
@@ -582,7 +583,8 @@ func runOne(in scenarioInput, endpoint string) result {
 	}
 	tr := &tracker{}
 	curTracker.Store(tr)
-	s := &scn{id: in.ID, endpoint: endpoint, topics: in.Topics, groups: in.Groups, p: in.Params, timing: in.Timing, tr: tr}
+	s := &scn{id: in.ID, endpoint: endpoint, topics: in.Topics, groups: in.Groups, p: in.Params, timing: in.Timing, tr: tr,
+		budget: time.Now().Add(scenarioBudget)}
 	type ret struct {
 		obs map[string]any
 		err error

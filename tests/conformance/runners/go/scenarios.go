@@ -699,6 +699,9 @@ func pushRetryDLQ(s *scn) (map[string]any, error) {
 	if atLeast := time.Now().Add(15 * time.Second); deadline.Before(atLeast) {
 		deadline = atLeast
 	}
+	if limit := s.budget.Add(-2 * time.Second); deadline.After(limit) {
+		deadline = limit // never past the scenario's own limit
+	}
 	var dc rmq.SimpleConsumer
 	var startErr error
 	for time.Now().Before(deadline) {
