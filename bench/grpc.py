@@ -139,10 +139,9 @@ def rmq_first(ep: str, topic: str, deadline_s: float) -> dict:
     return {"accepted_at": None, "tries": tries}
 
 
-def rmq_join(ep: str, topic: str, group: str) -> dict:
-    """A consumer of ``group`` asks once and leaves: the group exists, and its
-    position is the queues' start, before anything is sent (Apache RocketMQ
-    starts a group it has never seen at the queues' end)."""
+def _simple_consumer(ep: str, topic: str, group: str):
+    """A started SimpleConsumer of ``group`` on ``topic`` (every message), with
+    the same settings for both RocketMQs."""
     from rocketmq import (
         ClientConfiguration,
         Credentials,
@@ -157,6 +156,14 @@ def rmq_join(ep: str, topic: str, group: str) -> dict:
         await_duration=LONG_POLL_S,
     )
     c.startup()
+    return c
+
+
+def rmq_join(ep: str, topic: str, group: str) -> dict:
+    """A consumer of ``group`` asks once and leaves: the group exists, and its
+    position is the queues' start, before anything is sent (Apache RocketMQ
+    starts a group it has never seen at the queues' end)."""
+    c = _simple_consumer(ep, topic, group)
     # Apache RocketMQ answers a receive that comes before the client's
     # settings reached it with an internal error (a NullPointerException).
     time.sleep(1.5)
@@ -171,20 +178,7 @@ def rmq_join(ep: str, topic: str, group: str) -> dict:
 def rmq_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) -> dict:
     from concurrent.futures import ThreadPoolExecutor, wait
 
-    from rocketmq import (
-        ClientConfiguration,
-        Credentials,
-        FilterExpression,
-        SimpleConsumer,
-    )
-
-    c = SimpleConsumer(
-        ClientConfiguration(ep, Credentials(), request_timeout=10),
-        group,
-        {topic: FilterExpression("*")},
-        await_duration=LONG_POLL_S,
-    )
-    c.startup()
+    c = _simple_consumer(ep, topic, group)
     pool = ThreadPoolExecutor(16)
     got = empty = errors = 0
     acks = []
