@@ -119,8 +119,13 @@ class AdminServer:
         # One of ``serve --workers N``: the workers' merged list instead.
         worker = getattr(getattr(ep, "cfg", None), "worker", None) is not None
         clients = NodeOps.clients_file(ep.store.root) if worker else live_clients
+        attempts = getattr(getattr(ep, "cfg", None), "max_attempts", None)
         self.node_ops = node_ops or NodeOps(
-            lambda: ep.broker, lambda: ep.tx, lambda: ep.delays, clients
+            lambda: ep.broker,
+            lambda: ep.tx,
+            lambda: ep.delays,
+            clients,
+            **({"max_delivery_attempts": attempts} if attempts else {}),
         )
         self._promoting = threading.Lock()
         host, _, port = listen.rpartition(":")

@@ -28,7 +28,9 @@ from typing import Any
 from broker_core import browse, offset_reset
 from broker_core.clients import client_rows
 from broker_core.cluster import opscodec
+from broker_core.endpoint.config import EndpointConfig
 from broker_core.errors import BrokerError, StoreError
+from broker_core.groups import GroupConfig
 from broker_core.lag import QueueLag, consumer_lag, lag_of, subscribed_queues
 from broker_core.message import (
     Message,
@@ -60,6 +62,7 @@ READS = frozenset(
         "clients",
         "consumer_lag",
         "group_queues",
+        "groups",
         "preview_reset",
         "delay_stats",
         "list_scheduled",
@@ -79,6 +82,7 @@ WRITES = frozenset(
         "update_topic",
         "delete_topic",
         "apply_reset",
+        "put_group",
         "recall",
     }
 )
@@ -91,6 +95,8 @@ class NodeOps:
     (``DelayService``) are given as functions, so that a page that needs only
     topics never builds the transaction index; ``clients(group)`` returns
     the clients the node's endpoint knows (``broker_core.clients`` rows).
+    ``max_delivery_attempts`` is what the node's endpoint gives a group with
+    no setting of its own (``serve --max-delivery-attempts``).
     """
 
     def __init__(
@@ -99,11 +105,13 @@ class NodeOps:
         tx: Callable[[], Any],
         delays: Callable[[], Any],
         clients: Callable[[str | None], list[dict[str, Any]]],
+        max_delivery_attempts: int = EndpointConfig.max_attempts,
     ) -> None:
         self._broker = broker
         self._tx = tx
         self._delays = delays
         self._clients = clients
+        self._max_delivery_attempts = max_delivery_attempts
 
     @staticmethod
     def clients_file(store_root: str | Path) -> Callable[[str | None], list[dict]]:
@@ -294,6 +302,22 @@ class NodeOps:
                 }
             )
         return out
+
+    def groups(self) -> dict[str, Any]:
+        """Every consumer group's settings (``groups``: ``GroupConfig`` by
+        name) and the delivery attempts a group gets without a setting of its
+        own (``default_max_delivery_attempts``)."""
+        return {
+            "groups": self._broker().list_groups(),
+            "default_max_delivery_attempts": self._max_delivery_attempts,
+        }
+
+    def put_group(
+        self, group: str, fifo: bool, max_delivery_attempts: int | None
+    ) -> GroupConfig:
+        """Create or replace a group's settings (``Broker.put_group``; None:
+        the endpoint's default). Raises ``ValidationError``."""
+        return self._broker().put_group(group, fifo, max_delivery_attempts)
 
     def preview_reset(
         self,

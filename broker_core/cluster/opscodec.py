@@ -35,12 +35,30 @@ class CodecError(ValueError):
 
 @functools.cache
 def _types() -> dict[str, type]:
-    from broker_core import browse, lag, message, metadata, offset_reset, search
+    from broker_core import (
+        browse,
+        groups,
+        lag,
+        message,
+        metadata,
+        offset_reset,
+        search,
+    )
     from broker_core.schedule import results
     from broker_core.transaction import types
 
     out: dict[str, type] = {}
-    mods = (browse, lag, message, metadata, offset_reset, search, results, types)
+    mods = (
+        browse,
+        groups,
+        lag,
+        message,
+        metadata,
+        offset_reset,
+        search,
+        results,
+        types,
+    )
     for mod in mods:
         for obj in vars(mod).values():
             if (

@@ -1,5 +1,6 @@
 """Consumer group operations: keep offsets in step with the store, show lag,
-and reset a group's offsets to a time or an offset (operator), audited."""
+reset a group's offsets to a time or an offset (operator) and change a group's
+settings (admin: FIFO, delivery attempts before the dead-letter queue), audited."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
 from broker_core.errors import TopicNotFoundError
+from broker_core.groups import GroupConfig
 from broker_core.lag import CONSUMER_TYPES
 from broker_core.offset_reset import ResetChange
 from console.audit.services import audited
@@ -146,6 +148,73 @@ def reset_offsets(
     )
     sync_offsets(force=True)
     return list(made)
+
+
+def group_settings(group: str) -> dict[str, Any]:
+    """A group's settings: ``fifo``, ``max_delivery_attempts`` (None: the
+    endpoint's default), ``default_max_delivery_attempts``, the attempts in
+    effect and whether the group has settings of its own (``configured``)."""
+    return _settings_of(group, node_ops().groups())
+
+
+def groups_settings() -> dict[str, dict[str, Any]]:
+    """``group_settings`` of every group that has settings of its own."""
+    answer = node_ops().groups()
+    return {g.name: _settings_of(g.name, answer) for g in answer["groups"]}
+
+
+def _settings_of(group: str, answer: dict[str, Any]) -> dict[str, Any]:
+    default = int(answer["default_max_delivery_attempts"])
+    cfg = next((g for g in answer["groups"] if g.name == group), None)
+    attempts = cfg.max_delivery_attempts if cfg else None
+    return {
+        "group": group,
+        "configured": cfg is not None,
+        "fifo": bool(cfg and cfg.fifo),
+        "max_delivery_attempts": attempts,
+        "default_max_delivery_attempts": default,
+        "effective_max_delivery_attempts": default if attempts is None else attempts,
+    }
+
+
+def _audited_settings(s: dict[str, Any] | GroupConfig) -> dict[str, Any]:
+    if isinstance(s, GroupConfig):
+        return {"fifo": s.fifo, "max_delivery_attempts": s.max_delivery_attempts}
+    return {"fifo": s["fifo"], "max_delivery_attempts": s["max_delivery_attempts"]}
+
+
+def update_group_settings(
+    *,
+    actor: Any,
+    group: str,
+    fifo: bool,
+    max_delivery_attempts: int | None,
+    reason: str,
+    request: Any = None,
+) -> dict[str, Any]:
+    """Create or replace a consumer group's settings (admin): FIFO delivery
+    (one message in flight per message group) and how many deliveries a
+    message gets before ``%DLQ%<group>`` (None: the endpoint's default). The
+    node's endpoint applies them to the next receive. Returns the settings as
+    ``group_settings`` does; raises ``ValidationError`` for a bad name or
+    attempts outside 1..1000 (audited as failed)."""
+    ops = node_ops()
+    before = group_settings(group)
+    made = audited(
+        lambda: ops.put_group(group, fifo, max_delivery_attempts),
+        actor=actor,
+        request=request,
+        action="consumer_group.update_settings",
+        object_type="consumer_group",
+        object_id=group,
+        reason=reason,
+        before=_audited_settings(before) if before["configured"] else None,
+        after=_audited_settings,
+    )
+    default = before["default_max_delivery_attempts"]
+    return _settings_of(
+        group, {"groups": [made], "default_max_delivery_attempts": default}
+    )
 
 
 def change_dicts(changes: list[ResetChange]) -> list[dict[str, Any]]:

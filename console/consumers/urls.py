@@ -8,4 +8,5 @@ urlpatterns = [
     path("<str:group>/", views.group_detail, name="detail"),
     path("<str:group>/reset/preview/", views.reset_preview, name="reset-preview"),
     path("<str:group>/reset/", views.reset_offsets, name="reset"),
+    path("<str:group>/settings/", views.update_settings, name="settings"),
 ]

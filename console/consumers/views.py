@@ -1,5 +1,5 @@
-"""Consumer group pages: the list with lag, a group's queues, and offset reset
-with a preview (operator)."""
+"""Consumer group pages: the list with lag, a group's queues, offset reset
+with a preview (operator) and the group's settings (admin)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from django.views.decorators.http import require_POST
 from broker_core.errors import BrokerError
 from console.consumers import services
 from console.consumers.filtersets import ConsumerQueueFilterSet
-from console.consumers.forms import ResetForm
+from console.consumers.forms import GroupSettingsForm, ResetForm
 from console.consumers.models import ConsumerQueue
 from console.ui.forms import to_ms
 from console.ui.pagination import paginate
-from console.ui.permissions import operator_required, viewer_required
+from console.ui.permissions import (
+    admin_required,
+    operator_required,
+    viewer_required,
+)
 
 SORTABLE = ("group", "topics", "queues", "total_lag", "max_lag")
 
@@ -28,10 +32,15 @@ def group_list(request: HttpRequest) -> HttpResponse:
     if sort.lstrip("-") not in SORTABLE:
         sort = "group"
     groups = services.group_summaries(fs.qs).order_by(sort, "group")
+    page = paginate(request, groups)
+    settings = services.groups_settings()
+    page.object_list = [
+        g | {"settings": settings.get(g["group"])} for g in page.object_list
+    ]
     return render(
         request,
         "consumers/group_list.html",
-        {"filter": fs, "page": paginate(request, groups), "sort": sort},
+        {"filter": fs, "page": page, "sort": sort},
     )
 
 
@@ -39,10 +48,24 @@ def _topics_of(group: str) -> list[str]:
     return sorted({q["topic"] for q in services.group_queues(group)})
 
 
+def _settings_form(settings: dict, data: dict | None = None) -> GroupSettingsForm:
+    return GroupSettingsForm(
+        data,
+        default=settings["default_max_delivery_attempts"],
+        initial={
+            "fifo": settings["fifo"],
+            "max_delivery_attempts": settings["max_delivery_attempts"],
+        },
+        auto_id="id_settings_%s",  # the reset form on the same page has a reason
+    )
+
+
 @viewer_required
 def group_detail(request: HttpRequest, group: str) -> HttpResponse:
     queues = services.group_queues(group)
-    if not queues:
+    settings = services.group_settings(group)
+    # A group set up before its consumers came (CLI, API) has a page too.
+    if not queues and not settings["configured"]:
         raise Http404(f"no consumer group {group!r}")
     topics = sorted({q["topic"] for q in queues})
     return render(
@@ -55,7 +78,11 @@ def group_detail(request: HttpRequest, group: str) -> HttpResponse:
             "dead_letters": services.group_dead_letters(group),
             "dlq_topic": f"%DLQ%{group}",
             "clients": services.group_clients(group),
-            "form": ResetForm(topics=topics, initial={"topic": topics[0]}),
+            "form": ResetForm(
+                topics=topics, initial={"topic": next(iter(topics), None)}
+            ),
+            "settings": settings,
+            "settings_form": _settings_form(settings),
         },
     )
 
@@ -117,5 +144,44 @@ def reset_offsets(request: HttpRequest, group: str) -> HttpResponse:
             request,
             f"Reset {len(changes)} queue(s) of {group} on "
             f"{form.cleaned_data['topic']}.",
+        )
+    return redirect("consumers:detail", group=group)
+
+
+@require_POST
+@admin_required
+def update_settings(request: HttpRequest, group: str) -> HttpResponse:
+    current = services.group_settings(group)
+    form = _settings_form(current, request.POST)
+    if not form.is_valid():
+        messages.error(
+            request,
+            "Settings not saved: "
+            + "; ".join(
+                f"{form.fields[k].label if k in form.fields else k}: {' '.join(v)}"
+                for k, v in form.errors.items()
+            ),
+        )
+        return redirect("consumers:detail", group=group)
+    d = form.cleaned_data
+    try:
+        saved = services.update_group_settings(
+            actor=request.user,
+            request=request,
+            group=group,
+            fifo=d["fifo"],
+            max_delivery_attempts=d["max_delivery_attempts"],
+            reason=d["reason"],
+        )
+    except BrokerError as exc:
+        messages.error(request, f"Settings not saved: {exc}")
+    else:
+        attempts = saved["max_delivery_attempts"] or (
+            f"the default ({saved['default_max_delivery_attempts']})"
+        )
+        messages.success(
+            request,
+            f"Settings of {group} saved: FIFO {'on' if saved['fifo'] else 'off'}, "
+            f"{attempts} delivery attempts before the dead-letter queue.",
         )
     return redirect("consumers:detail", group=group)

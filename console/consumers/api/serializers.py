@@ -1,5 +1,6 @@
 from rest_framework import serializers
 
+from broker_core.groups import MAX_ATTEMPTS
 from console.consumers.models import ConsumerQueue
 
 
@@ -34,3 +35,44 @@ class ResetSerializer(serializers.Serializer):
         if not data["dry_run"] and len(data["reason"].strip()) < 3:
             raise serializers.ValidationError({"reason": "a reason is required"})
         return data
+
+
+class GroupSettingsSerializer(serializers.Serializer):
+    """A consumer group's settings, as its consumers get them."""
+
+    group = serializers.CharField()
+    configured = serializers.BooleanField(
+        help_text="false: the group has no settings of its own (the defaults)"
+    )
+    fifo = serializers.BooleanField(
+        help_text="one message in flight per message group, in order"
+    )
+    max_delivery_attempts = serializers.IntegerField(
+        allow_null=True,
+        help_text="deliveries before %DLQ%<group>; null: the endpoint's default",
+    )
+    default_max_delivery_attempts = serializers.IntegerField(
+        help_text="the endpoint's default"
+    )
+    effective_max_delivery_attempts = serializers.IntegerField(
+        help_text="the attempts in force"
+    )
+
+
+class GroupSettingsUpdateSerializer(serializers.Serializer):
+    """Replace a group's settings (a field left out takes its default)."""
+
+    fifo = serializers.BooleanField(default=False)
+    max_delivery_attempts = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_ATTEMPTS,
+        allow_null=True,
+        default=None,
+        help_text=f"1..{MAX_ATTEMPTS}; null or left out: the endpoint's default",
+        error_messages={
+            code: f"give a number of attempts from 1 to {MAX_ATTEMPTS}, or null "
+            "for the default"
+            for code in ("invalid", "min_value", "max_value")
+        },
+    )
+    reason = serializers.CharField(min_length=3, max_length=1000)

@@ -18,4 +18,9 @@ urlpatterns = [
         views.ResetOffsetView.as_view(),
         name="api-consumer-group-reset",
     ),
+    path(
+        "consumer-groups/<str:group>/settings/",
+        views.GroupSettingsView.as_view(),
+        name="api-consumer-group-settings",
+    ),
 ]

@@ -1,5 +1,6 @@
 """``/api/consumer-groups/``: per-queue offsets and lag (the page's FilterSet),
-one group, and ``reset-offset`` (operator; ``dry_run`` previews)."""
+one group, ``reset-offset`` (operator; ``dry_run`` previews) and ``settings``
+(FIFO, delivery attempts; admin to change)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,18 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from broker_core.validation import validate_group
 from console.consumers import services
-from console.consumers.api.serializers import ConsumerQueueSerializer, ResetSerializer
+from console.consumers.api.serializers import (
+    ConsumerQueueSerializer,
+    GroupSettingsSerializer,
+    GroupSettingsUpdateSerializer,
+    ResetSerializer,
+)
 from console.consumers.filtersets import ConsumerQueueFilterSet
 from console.consumers.models import ConsumerQueue
 from console.ui.permissions import HasRole
-from console.ui.roles import OPERATOR, VIEWER
+from console.ui.roles import ADMIN, OPERATOR, VIEWER
 
 
 class ConsumerQueueListView(generics.ListAPIView):
@@ -84,3 +91,36 @@ class ResetOffsetView(APIView):
                 "changes": services.change_dicts(changes),
             }
         )
+
+
+class GroupSettingsView(APIView):
+    """A consumer group's settings: FIFO delivery and how many deliveries a
+    message gets before ``%DLQ%<group>``. Any group name has settings (the
+    defaults until set); ``PUT`` replaces them (admin, audited) and the node's
+    endpoint applies them to the group's next receive."""
+
+    permission_classes = [HasRole]
+    read_role = VIEWER
+    write_role = ADMIN
+
+    @extend_schema(responses=GroupSettingsSerializer)
+    def get(self, request, group: str):
+        validate_group(group)
+        return Response(GroupSettingsSerializer(services.group_settings(group)).data)
+
+    @extend_schema(
+        request=GroupSettingsUpdateSerializer, responses=GroupSettingsSerializer
+    )
+    def put(self, request, group: str):
+        s = GroupSettingsUpdateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        d = s.validated_data
+        saved = services.update_group_settings(
+            actor=request.user,
+            request=request,
+            group=group,
+            fifo=d["fifo"],
+            max_delivery_attempts=d["max_delivery_attempts"],
+            reason=d["reason"],
+        )
+        return Response(GroupSettingsSerializer(saved).data)

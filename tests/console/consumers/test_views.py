@@ -178,3 +178,147 @@ def test_a_subscribed_group_that_never_consumed_is_listed(client_as, broker) -> 
     producers = viewer.get("/producer-groups/").content.decode()
     assert ">p1<" in producers and "node_js 1.0.8" in producers
     assert ">c1<" not in producers
+
+
+# --- group settings (FIFO, delivery attempts) ----------------------------------
+SETTINGS_URL = "/consumer-groups/analytics/settings/"
+
+
+def _settings_block(body: str) -> str:
+    start = body.index('data-testid="group-settings"')
+    return body[start : body.index("</dl>", start)]
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
+def test_group_page_shows_its_settings(client_as, lagging, role) -> None:
+    """Every role sees the settings (the defaults here); only an admin gets
+    the form."""
+    body = client_as(role).get("/consumer-groups/analytics/").content.decode()
+    block = _settings_block(body)
+    assert 'data-testid="group-fifo">no' in block
+    assert "default (17)" in block and "then %DLQ%analytics" in block
+    assert ("Save settings" in body) == (role == "admin")
+
+
+def test_admin_changes_the_settings_audited(client_as, lagging, broker) -> None:
+    admin = client_as("admin")
+    r = admin.post(
+        SETTINGS_URL,
+        {"fifo": "on", "max_delivery_attempts": "3", "reason": "orders in order"},
+        follow=True,
+    )
+    assert r.redirect_chain[-1][0] == "/consumer-groups/analytics/"
+    body = r.content.decode()
+    assert "Settings of analytics saved: FIFO on, 3 delivery attempts" in body
+    block = _settings_block(body)
+    assert 'data-testid="group-fifo">yes' in block
+    assert 'data-testid="group-attempts">3 ' in block
+    # What the endpoint reads.
+    assert broker.store.groups.is_fifo("analytics")
+    assert broker.store.groups.max_attempts("analytics", 17) == 3
+    rec = AuditRecord.objects.get()
+    assert (rec.action, rec.object_type, rec.object_id) == (
+        "consumer_group.update_settings",
+        "consumer_group",
+        "analytics",
+    )
+    assert rec.actor_username == "admin" and rec.reason == "orders in order"
+    assert rec.before is None  # no settings of its own before
+    assert rec.after == {"fifo": True, "max_delivery_attempts": 3}
+    assert rec.status == AuditRecord.Status.SUCCESS
+    # The form starts from the settings in force.
+    assert 'id="id_settings_fifo" checked' in body
+    assert 'name="max_delivery_attempts" value="3"' in body
+
+    # Unticked and emptied: back to not FIFO and the endpoint's default.
+    r = admin.post(
+        SETTINGS_URL,
+        {"max_delivery_attempts": "", "reason": "back to defaults"},
+        follow=True,
+    )
+    body = r.content.decode()
+    assert "FIFO off, the default (17) delivery attempts" in body
+    block = _settings_block(body)
+    assert 'data-testid="group-fifo">no' in block and "default (17)" in block
+    assert broker.store.groups.get("analytics").max_delivery_attempts is None
+    assert not broker.store.groups.is_fifo("analytics")
+    last = AuditRecord.objects.order_by("-id").first()
+    assert last.before == {"fifo": True, "max_delivery_attempts": 3}
+    assert last.after == {"fifo": False, "max_delivery_attempts": None}
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator"])
+def test_only_an_admin_changes_settings(client_as, lagging, broker, role) -> None:
+    r = client_as(role).post(
+        SETTINGS_URL, {"fifo": "on", "max_delivery_attempts": "3", "reason": "mine"}
+    )
+    assert r.status_code == 403
+    assert broker.store.groups.get("analytics") is None
+    assert not AuditRecord.objects.filter(
+        action="consumer_group.update_settings", status="success"
+    ).exists()
+
+
+def test_settings_need_a_post(client_as, lagging) -> None:
+    assert client_as("admin").get(SETTINGS_URL).status_code == 405
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ({"max_delivery_attempts": "0", "reason": "try"}, "from 1 to 1000"),
+        ({"max_delivery_attempts": "1001", "reason": "try"}, "from 1 to 1000"),
+        ({"max_delivery_attempts": "-4", "reason": "try"}, "from 1 to 1000"),
+        ({"max_delivery_attempts": "lots", "reason": "try"}, "from 1 to 1000"),
+        ({"max_delivery_attempts": "3"}, "Settings reason: This field is required"),
+        ({"max_delivery_attempts": "3", "reason": "x"}, "Settings reason: Ensure"),
+    ],
+)
+def test_bad_settings_are_refused_clearly(
+    client_as, lagging, broker, data, says
+) -> None:
+    r = client_as("admin").post(SETTINGS_URL, data | {"fifo": "on"}, follow=True)
+    body = r.content.decode()
+    assert "Settings not saved: " in body and says in body, body
+    if data.get("reason") == "try":
+        assert (
+            "Max delivery attempts: Give a number of attempts from 1 to 1000, "
+            "or leave it empty for the default (17)." in body
+        )
+    assert broker.store.groups.get("analytics") is None
+    assert not AuditRecord.objects.exists()
+    assert 'data-testid="group-fifo">no' in _settings_block(body)
+
+
+def test_the_bounds_are_accepted(client_as, lagging, broker) -> None:
+    admin = client_as("admin")
+    for n in (1, 1000):
+        admin.post(SETTINGS_URL, {"max_delivery_attempts": str(n), "reason": "edge"})
+        assert broker.store.groups.get("analytics").max_delivery_attempts == n
+
+
+def test_a_group_set_up_before_its_consumers_has_a_page(client_as, broker) -> None:
+    """Settings made ahead (CLI or API) give the group a page with no
+    queues and no reset form; a group with neither is still 404."""
+    broker.put_group("CID_later", True, 5)
+    body = client_as("admin").get("/consumer-groups/CID_later/").content.decode()
+    assert "This group has no subscription yet" in body
+    assert 'data-testid="group-fifo">yes' in body
+    assert 'data-testid="group-attempts">5 ' in body
+    assert "Reset offsets" not in body and "Save settings" in body
+    assert client_as("admin").get("/consumer-groups/CID_never/").status_code == 404
+
+
+def test_the_list_shows_fifo_groups(client_as, lagging, broker) -> None:
+    from console.consumers.services import sync_offsets
+
+    broker.commit_offset("billing", "events", 0, 1)
+    sync_offsets(force=True)
+    broker.put_group("analytics", True, 4)
+    body = client_as("viewer").get("/consumer-groups/").content.decode()
+    rows = {
+        name: body[body.index(f">{name}</a>") :].split("</tr>")[0]
+        for name in ("analytics", "billing")
+    }
+    assert ">FIFO</span>" in rows["analytics"] and "4 attempts" in rows["analytics"]
+    assert "FIFO" not in rows["billing"] and "attempts" not in rows["billing"]
