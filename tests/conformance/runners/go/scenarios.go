@@ -21,6 +21,7 @@ var scenarioFuncs = map[string]func(*scn) (map[string]any, error){
 	"sql_filter":            sqlFilter,
 	"sql_filter_malformed":  sqlFilterMalformed,
 	"fifo_order":            fifoOrder,
+	"fifo_redelivery":       fifoRedelivery,
 	"delay_timestamp":       delayTimestamp,
 	"delay_too_far":         delayTooFar,
 	"tx_commit":             func(s *scn) (map[string]any, error) { return txEnd(s, true) },
@@ -297,6 +298,87 @@ func fifoOrder(s *scn) (map[string]any, error) {
 	}
 	return map[string]any{"received": received, "order_kept": orderKept,
 		"message_groups": sortedStrings(groupsSeen), "arrivals": arrivals, "receive_error": errText(recvErr)}, nil
+}
+
+// receiveBatches is receiveLoop a batch at a time: handle gets each non-empty batch whole
+// (and its arrival time) and returns true to stop.
+func receiveBatches(c rmq.SimpleConsumer, invisible time.Duration, until time.Time, handle func(mvs []*rmq.MessageView, at time.Time) bool) error {
+	var lastErr error
+	for time.Now().Before(until) {
+		d := max(receiveCallMin, min(time.Until(until)+time.Second, awaitDuration+requestTimeout))
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		mvs, err := c.Receive(ctx, 16, invisible)
+		cancel()
+		at := time.Now()
+		if err != nil {
+			if !isNoMessage(err) {
+				lastErr = err
+				time.Sleep(200 * time.Millisecond)
+			}
+			continue
+		}
+		if len(mvs) > 0 && handle(mvs, at) {
+			return lastErr
+		}
+	}
+	return lastErr
+}
+
+// fifoRedelivery: consumer A takes one batch of a FIFO group and dies without acking it;
+// consumer B of the same group then receives (acking each) until it has every body.
+func fifoRedelivery(s *scn) (map[string]any, error) {
+	count := s.p.int("count", 4)
+	invisible := time.Duration(s.p.int("invisible_ms", 3000)) * time.Millisecond
+	t, g := s.topic("t"), s.group("g")
+	a, p, err := s.consumerAndProducer("", rmq.SUB_ALL)
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < count; i++ {
+		m := msg(t, fmt.Sprintf("f%d", i))
+		m.SetMessageGroup("m")
+		if _, err := send1(p, m); err != nil {
+			return nil, fmt.Errorf("send f%d: %w", i, err)
+		}
+	}
+	// A: one batch (the first receive that returns something), never acked.
+	var aBatch []*rmq.MessageView
+	var aAt time.Time
+	aErr := receiveBatches(a, invisible, time.Now().Add(15*time.Second), func(mvs []*rmq.MessageView, at time.Time) bool {
+		aBatch, aAt = mvs, at
+		return true
+	})
+	// A dies (the scenario's end stops it again, which the client refuses harmlessly).
+	_ = a.GracefulStop()
+	b, err := s.simple("", g, subAll(t))
+	if err != nil {
+		return nil, err
+	}
+	aBodies, bBodies, bAttempts := []string{}, []string{}, []int32{}
+	for _, mv := range aBatch {
+		aBodies = append(aBodies, string(mv.GetBody()))
+	}
+	distinctBodies := map[string]bool{}
+	var firstB time.Time
+	bErr := receiveBatches(b, defaultInvisble, time.Now().Add(25*time.Second), func(mvs []*rmq.MessageView, at time.Time) bool {
+		if firstB.IsZero() {
+			firstB = at
+		}
+		for _, mv := range mvs {
+			body := string(mv.GetBody())
+			bBodies = append(bBodies, body)
+			bAttempts = append(bAttempts, mv.GetDeliveryAttempt())
+			distinctBodies[body] = true
+			_ = ack(b, mv)
+		}
+		return len(distinctBodies) >= count
+	})
+	var after any
+	if len(aBatch) > 0 && !firstB.IsZero() {
+		after = ms(firstB.Sub(aAt))
+	}
+	return map[string]any{"a_bodies": aBodies, "b_bodies": bBodies, "b_attempts": bAttempts,
+		"redelivered_after_ms": after, "a_receive_error": errText(aErr), "b_receive_error": errText(bErr)}, nil
 }
 
 // ---------------------------------------------------------------- delay

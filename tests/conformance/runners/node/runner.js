@@ -393,6 +393,42 @@ scenarios.fifo_order = async ctx => {
   return { received: got.length, order_kept, message_groups };
 };
 
+scenarios.fifo_redelivery = async ctx => {
+  const { t } = ctx.topics;
+  const { g } = ctx.groups;
+  const count = ctx.params.count ?? 4;
+  const invisibleMs = ctx.params.invisible_ms ?? 3000;
+  const a = await ctx.simpleConsumer(g, t, '*');
+  const producer = await ctx.producer({ topics: [ t ] });
+  for (let i = 0; i < count; i++) {
+    await producer.send({ topic: t, messageGroup: 'm', body: Buffer.from(`f${i}`) });
+  }
+  // A: one batch (the first receive that returns something), never acked; then A dies.
+  const first = await receiveUntil(a, { want: 1, ms: 15000, invisibleMs, ack: false });
+  const aAt = first.length ? first[0].at : null;
+  await ctx.shutdown(a);
+  const b = await ctx.simpleConsumer(g, t, '*');
+  const got = [];
+  const bodies = new Set();
+  const end = Date.now() + 25000;
+  while (bodies.size < count && Date.now() < end) {
+    if (!b.isRunning()) throw new Error('the consumer was shut down');
+    const batch = await b.receive(16, 20000);
+    const at = Date.now();
+    for (const m of batch) {
+      got.push({ m, at });
+      bodies.add(body(m));
+      await b.ack(m);
+    }
+  }
+  return {
+    a_bodies: first.map(({ m }) => body(m)),
+    b_bodies: got.map(({ m }) => body(m)),
+    b_attempts: got.map(({ m }) => m.deliveryAttempt ?? null),
+    redelivered_after_ms: got.length && aAt !== null ? got[0].at - aAt : null,
+  };
+};
+
 scenarios.delay_timestamp = async ctx => {
   const { t } = ctx.topics;
   const { g } = ctx.groups;

@@ -259,6 +259,38 @@ def s_fifo_order(sc, cl):
     }
 
 
+def s_fifo_redelivery(sc, cl):
+    t, g, p = sc["topics"]["t"], sc["groups"]["g"], sc["params"]
+    n = p["count"]
+    a = simple(cl, g, t)
+    pr = producer(cl, [t])
+    for i in range(n):
+        pr.send(msg(t, f"f{i}", group="m"))
+    # A: one batch (the first receive that returns something), never acked.
+    first = receive_for(a, 15, 1, invisible=p["invisible_ms"] // 1000, ack=False)
+    a_at = first[0][0] if first else None
+    # A dies: shut it down (and forget it, so that the scenario's end does not again).
+    a.shutdown()
+    cl.items.remove(a)
+    b = simple(cl, g, t)
+    got = []
+    end = time.time() + 25
+    while time.time() < end and len({body(m) for _, m in got}) < n:
+        try:
+            batch = b.receive(16, 20)
+        except Exception:  # noqa: BLE001 - an empty long poll raises in some versions
+            batch = []
+        for m in batch or []:
+            got.append((now_ms(), m))
+            b.ack(m)
+    return {
+        "a_bodies": [body(m) for _, m in first],
+        "b_bodies": [body(m) for _, m in got],
+        "b_attempts": [m.delivery_attempt for _, m in got],
+        "redelivered_after_ms": got[0][0] - a_at if got and a_at is not None else None,
+    }
+
+
 def s_delay_timestamp(sc, cl):
     t, g, p = sc["topics"]["t"], sc["groups"]["g"], sc["params"]
     c = simple(cl, g, t)

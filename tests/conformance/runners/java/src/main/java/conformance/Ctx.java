@@ -193,6 +193,14 @@ final class Ctx {
         }
     }
 
+    /** Closes one client now and waits for it (at most CLOSE_WAIT); the end of the scenario skips it. */
+    void closeNow(AutoCloseable client) {
+        synchronized (this) {
+            clients.remove(client);
+        }
+        closeQuietly(client);
+    }
+
     /**
      * Closes every client still open, all at once, and waits for all closes at most CLOSE_WAIT;
      * a close still running then finishes in the background (or at exit). Idempotent.

@@ -51,6 +51,7 @@ final class Scenarios {
         ALL.put("sql_filter", Scenarios::sqlFilter);
         ALL.put("sql_filter_malformed", Scenarios::sqlFilterMalformed);
         ALL.put("fifo_order", Scenarios::fifoOrder);
+        ALL.put("fifo_redelivery", Scenarios::fifoRedelivery);
         ALL.put("delay_timestamp", Scenarios::delayTimestamp);
         ALL.put("delay_too_far", Scenarios::delayTooFar);
         ALL.put("tx_commit", ctx -> txEnd(ctx, true));
@@ -227,6 +228,52 @@ final class Scenarios {
         }
         return observed("received", got.size(), "order_kept", orderKept,
             "message_groups", new ArrayList<>(messageGroups));
+    }
+
+    static Map<String, Object> fifoRedelivery(Ctx ctx) throws Exception {
+        String t = ctx.topic("t");
+        String g = ctx.group("g");
+        int count = ctx.intParam("count", 4);
+        Duration invisible = Duration.ofMillis(ctx.longParam("invisible_ms", 3_000));
+        SimpleConsumer a = ctx.simple(null, g, t, FilterExpression.SUB_ALL);
+        Producer producer = ctx.producer(null, null, t);
+        for (int i = 0; i < count; i++) {
+            producer.send(ctx.message(t, "f" + i).setMessageGroup("m").build());
+        }
+        // A: one batch (the first receive that returns something), never acked; then A dies.
+        List<Got> first = receive(a, 1, 15_000, invisible, false, null);
+        ctx.closeNow(a);
+        SimpleConsumer b = ctx.simple(null, g, t, FilterExpression.SUB_ALL);
+        List<Got> got = new ArrayList<>();
+        Set<String> distinct = new HashSet<>();
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(25_000);
+        while (distinct.size() < count && System.nanoTime() < deadline) {
+            if (Thread.currentThread().isInterrupted()) {
+                throw new InterruptedException("scenario stopped");
+            }
+            List<MessageView> batch = b.receive(16, DEFAULT_INVISIBLE);
+            long wall = System.currentTimeMillis();
+            long mono = System.nanoTime();
+            for (MessageView view : batch) {
+                Got one = new Got(view, wall, mono);
+                got.add(one);
+                distinct.add(one.body());
+                b.ack(view);
+            }
+        }
+        List<String> aBodies = new ArrayList<>();
+        for (Got x : first) {
+            aBodies.add(x.body());
+        }
+        List<String> bBodies = new ArrayList<>();
+        List<Integer> bAttempts = new ArrayList<>();
+        for (Got x : got) {
+            bBodies.add(x.body());
+            bAttempts.add(x.view.getDeliveryAttempt());
+        }
+        Long after = first.isEmpty() || got.isEmpty() ? null : msBetween(first.get(0).monoNs, got.get(0).monoNs);
+        return observed("a_bodies", aBodies, "b_bodies", bBodies, "b_attempts", bAttempts,
+            "redelivered_after_ms", after);
     }
 
     // ---------------------------------------------------------------- delay
