@@ -44,6 +44,12 @@ class InvalidMessageError(ValidationError):
     code = "invalid_message"
 
 
+class MessageCorruptedError(InvalidMessageError):
+    """A body that does not decode as its declared encoding (bad gzip)."""
+
+    code = "message_corrupted"
+
+
 class IllegalPropertyError(InvalidMessageError):
     """A property name or value with a separator byte, or an empty name."""
 

@@ -138,9 +138,13 @@ def decode_handle(handle: str) -> tuple[int, int, int, int]:
         tag, qid, off, nonce, deadline = handle.split(":")
         if tag != "P1":
             raise ValueError(tag)
-        return int(qid), int(off), int(nonce, 16), int(deadline)
+        out = int(qid), int(off), int(nonce, 16), int(deadline)
     except (ValueError, AttributeError) as exc:
-        raise InvalidHandle(f"malformed receipt handle {handle!r}") from exc
+        raise InvalidHandle(f"malformed receipt handle {handle[:200]!r}") from exc
+    if not all(0 <= v < 1 << 63 for v in out):
+        # Beyond what SQLite stores (an OverflowError): no handle of ours.
+        raise InvalidHandle(f"malformed receipt handle {handle[:200]!r}")
+    return out
 
 
 def _nonce() -> int:

@@ -32,6 +32,7 @@ from broker_core.errors import (
     AppendBusyError,
     InvalidDelayError,
     InvalidTopicError,
+    MessageCorruptedError,
     MessageNotFoundError,
     MessageTooLargeError,
     MessageTypeMismatchError,
@@ -200,6 +201,34 @@ class RecentSends:
             log.exception("sharing recent send ids failed")
 
 
+def inflate(body: bytes, limit: int) -> bytes:
+    """A GZIP (or zlib) body, decompressed as it streams and never past
+    ``limit`` bytes: a body that would inflate further is refused after at most
+    ``limit`` + 1 bytes of output (``MessageTooLargeError``), whatever its
+    compressed size; bytes that are not whole gzip members are
+    ``MessageCorruptedError``. Concatenated members are one body, as gzip
+    reads them."""
+    out = bytearray()
+    rest = body
+    while True:
+        d = zlib.decompressobj(47)
+        try:
+            out += d.decompress(rest, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise MessageCorruptedError(
+                f"the GZIP body does not decompress: {exc}"
+            ) from exc
+        if len(out) > limit:
+            raise MessageTooLargeError(
+                f"the message body inflates past the maximum {limit} bytes"
+            )
+        if not d.eof:
+            raise MessageCorruptedError("the GZIP body is cut short")
+        rest = d.unused_data
+        if not rest:
+            return bytes(out)
+
+
 class Sending:
     """SendMessage and RecallMessage: messages into the store."""
 
@@ -246,7 +275,7 @@ class Sending:
                 props["TIMER_DELIVER_MS"] = str(ms)
         body = bytes(m.body)
         if sp.body_encoding == pb.GZIP:
-            body = zlib.decompress(body, 47)
+            body = inflate(body, self.ep.max_body)
         keys = list(sp.keys) or None
         return (
             Message(

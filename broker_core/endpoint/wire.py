@@ -26,6 +26,7 @@ from broker_core.errors import (
     InvalidGroupError,
     InvalidMessageError,
     InvalidTopicError,
+    MessageCorruptedError,
     MessageTooLargeError,
     MessageTypeMismatchError,
     StorageFullError,
@@ -127,6 +128,7 @@ _ERROR_CODES: tuple[tuple[type[Exception] | tuple[type[Exception], ...], int], .
     (IllegalMessageIdError, C.ILLEGAL_MESSAGE_ID),
     (UnknownTransactionError, C.INVALID_TRANSACTION_ID),
     (MessageTypeMismatchError, C.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    (MessageCorruptedError, C.MESSAGE_CORRUPTED),
     ((WrongProducerGroupError, TransactionConflictError), C.BAD_REQUEST),
     (ValidationError, C.BAD_REQUEST),
     # RocketMQ answers SERVICE_NOT_AVAILABLE ("the broker's disk is full"); its
