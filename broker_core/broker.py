@@ -157,12 +157,13 @@ class Broker:
                 parts.append(f"KEYS\x01{ks}\x02")
             parts.append(f"UNIQ_KEY\x01{uniq}\x02")
             pb = "".join(parts).encode()
-            if len(pb) > self.config.max_properties_size:
-                validate_properties_size(pb, self.config.max_properties_size)
         elif tags:
             pb = f"TAGS\x01{tags}\x02UNIQ_KEY\x01{uniq}\x02".encode()
         else:
             pb = f"UNIQ_KEY\x01{uniq}\x02".encode()
+        if len(pb) > self.config.max_properties_size:
+            # A tag alone counts too (a 1 MiB tag was an internal error).
+            validate_properties_size(pb, self.config.max_properties_size)
         return (
             topic,
             qid,

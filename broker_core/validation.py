@@ -149,11 +149,14 @@ RESERVED_PROPERTIES = frozenset(
         # set by RocketMQ outside that set
         "__SHARDINGKEY", "__transactionId__", "TRANSACTION_CHECK_TIMES",
         "INNER_MULTI_DISPATCH", "INNER_NUM", "INNER_BASE", "TRACE_CONTEXT",
-        "PROPERTY_FORWARD_QUEUE_ID", "REDIRECT",
+        "PROPERTY_FORWARD_QUEUE_ID", "REDIRECT", "__STARTDELIVERTIME",
+        "CHECK_IMMUNITY_TIME_IN_SECONDS", "SHARDING_KEY", "PRIORITY",
+        "LITE_TOPIC", "MSG_REGION_ID",
         # this broker's own
         "DELAY_SRC", "TRANS_OFFSET", "TRAN_CHECK_ANSWER", "TRAN_CHECK_AT",
         "TRAN_CHECK_LATENCY_US", "TRAN_CHECK_TARGET", "TRAN_CHECK_TRANSPORT",
         "TRAN_DETAIL", "TRAN_OPERATOR", "TRAN_OUTCOME", "TRAN_SOURCE",
+        "DLQ_ORIGIN_QUEUE", "DLQ_ORIGIN_OFFSET",
     }
 )  # fmt: skip
 #: Names RocketMQ reserves for the client's own use, never stored.

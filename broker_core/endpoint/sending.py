@@ -37,6 +37,7 @@ from broker_core.errors import (
     MessageTooLargeError,
     MessageTypeMismatchError,
     RecallError,
+    TopicNotAllowedError,
     ValidationError,
 )
 from broker_core.message import Message, SendResult, SendStatus
@@ -229,6 +230,10 @@ def inflate(body: bytes, limit: int) -> bytes:
             return bytes(out)
 
 
+#: topics no client may send to (namespaced ones too: ``%RETRY%ns%group``)
+CLIENT_FORBIDDEN_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_")
+
+
 class Sending:
     """SendMessage and RecallMessage: messages into the store."""
 
@@ -251,6 +256,12 @@ class Sending:
         topic = m.topic.name
         if not topic:
             raise InvalidTopicError("the topic is empty")
+        if topic.startswith(CLIENT_FORBIDDEN_PREFIXES):
+            # A group's retry and dead-letter topics are the broker's to write
+            # (the console's resend included), never a client's.
+            raise TopicNotAllowedError(
+                f"sending to the system topic {topic[:200]!r} is forbidden"
+            )
         props = {k: v for k, v in m.user_properties.items()}
         # User properties get no system name (the facade below would take
         # DELAY, TIMER_* and __SHARDINGKEY from them): the endpoint sets those

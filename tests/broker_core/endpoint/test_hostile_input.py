@@ -131,3 +131,42 @@ def test_impossible_receipt_handles_are_invalid_handles(ep, handle):
     codes = {e.status.code for e in r.entries} | {r.status.code}
     assert C.INVALID_RECEIPT_HANDLE in codes
     assert not codes & {C.INTERNAL_ERROR, C.INTERNAL_SERVER_ERROR}
+
+
+def send_plain(stub, topic: str, props: dict | None = None, tag: str = "") -> int:
+    m = pb.Message(
+        topic=pb.Resource(name=topic),
+        system_properties=pb.SystemProperties(tag=tag, body_encoding=pb.IDENTITY),
+        body=b"x",
+        user_properties=props or {},
+    )
+    r = stub.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=MD, timeout=10)
+    return r.entries[0].status.code if r.entries else r.status.code
+
+
+@pytest.mark.parametrize(
+    "topic", ["%DLQ%someone", "%RETRY%someone", "RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_x"]
+)
+def test_system_topics_are_refused_to_clients(ep, topic):
+    assert send_plain(ep["stub"], topic) == C.ILLEGAL_TOPIC
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["__STARTDELIVERTIME", "DLQ_ORIGIN_QUEUE", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+     "UNIQ_KEY", "TIMER_DELIVER_MS"],
+)  # fmt: skip
+def test_reserved_property_names_are_refused(ep, name):
+    assert send_plain(ep["stub"], "Plain", {name: "1"}) == (
+        C.ILLEGAL_MESSAGE_PROPERTY_KEY
+    )
+
+
+def test_a_huge_tag_or_key_is_a_size_refusal(ep):
+    stub = ep["stub"]
+    assert send_plain(stub, "Plain", tag="t" * (1 << 20)) == (
+        C.MESSAGE_PROPERTIES_TOO_LARGE
+    )
+    assert send_plain(stub, "Plain", tag="t" * 40_000) == (
+        C.MESSAGE_PROPERTIES_TOO_LARGE
+    )
