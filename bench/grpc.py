@@ -120,8 +120,9 @@ def rmq_first(ep: str, topic: str, deadline_s: float) -> dict:
         tries += 1
         p = None
         try:
-            p = Producer(ClientConfiguration(ep, Credentials(), request_timeout=2),
-                         (topic,))
+            p = Producer(
+                ClientConfiguration(ep, Credentials(), request_timeout=2), (topic,)
+            )
             p.startup()
             m = Message()
             m.topic = topic

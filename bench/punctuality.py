@@ -218,7 +218,10 @@ def main() -> int:
             if args.celery:
                 start_celery(tmp / "store", tmp, procs)
         res = run(
-            endpoint, args.messages, args.spread, args.lead,
+            endpoint,
+            args.messages,
+            args.spread,
+            args.lead,
             None if args.endpoint else tmp / "store",
         )
     finally:

@@ -241,9 +241,7 @@ def _admin(args: argparse.Namespace) -> int:
                     t = broker.create_topic(args.name, **opts)
                 else:
                     if args.queues:
-                        opts["read_queue_nums"] = opts["write_queue_nums"] = (
-                            args.queues
-                        )
+                        opts["read_queue_nums"] = opts["write_queue_nums"] = args.queues
                     t = broker.update_topic(args.name, **opts)
                 print(json.dumps(asdict(t)))
     except BrokerError as exc:

@@ -41,7 +41,7 @@ def _endpoints(addresses: list[str]) -> pb.Endpoints:
 
 
 #: the message types a topic of each type takes, as routes advertise them
-_ACCEPTS = {
+_ACCEPTS: dict[str, list[int]] = {
     MessageType.NORMAL: [pb.NORMAL],
     MessageType.FIFO: [pb.FIFO],
     MessageType.DELAY: [pb.DELAY],

@@ -337,7 +337,7 @@ class Sending:
         if cfg is None:
             if not self.ep.store.config.auto_create_topic:
                 return  # the append says the topic does not exist
-            want = MessageType.NORMAL  # what its first send makes it
+            want: str = MessageType.NORMAL  # what its first send makes it
         else:
             want = cfg.message_type
         if want != MessageType.MIXED and want != kind:

@@ -1,6 +1,6 @@
 """Put the comparator's last table into docs/compat.md, between its markers.
 
-    python tests/conformance/publish.py TABLE.md docs/compat.md
+python tests/conformance/publish.py TABLE.md docs/compat.md
 """
 
 from __future__ import annotations

@@ -175,14 +175,21 @@ def resources(lang: str, run: str) -> tuple[list[dict], list[tuple], list[tuple]
             name = f"c{lang[:2]}{run}_{sid}_{role}"
             names["groups"][role] = name
             for n in namespaces if opts.get("ns") else [""]:
-                groups.append((
-                    f"{n}%{name}" if n else name,
-                    bool(opts.get("fifo")),
-                    opts.get("max_delivery_attempts"),
-                ))
-        out.append({
-            "id": sid, **names, "params": sc["params"], "timing": SCENARIOS["timing"],
-        })
+                groups.append(
+                    (
+                        f"{n}%{name}" if n else name,
+                        bool(opts.get("fifo")),
+                        opts.get("max_delivery_attempts"),
+                    )
+                )
+        out.append(
+            {
+                "id": sid,
+                **names,
+                "params": sc["params"],
+                "timing": SCENARIOS["timing"],
+            }
+        )
     return out, topics, groups
 
 
@@ -191,8 +198,13 @@ def build(lang: str) -> str | None:
     script = RUNNERS / lang / "build.sh"
     if not script.exists():
         return None
-    r = subprocess.run(["bash", str(script)], cwd=RUNNERS / lang,
-                       capture_output=True, text=True, timeout=1800)
+    r = subprocess.run(
+        ["bash", str(script)],
+        cwd=RUNNERS / lang,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if r.returncode != 0:
         return f"build failed: {(r.stdout + r.stderr)[-800:]}"
     return None
@@ -205,30 +217,42 @@ def run_lang(target: Any, lang: str, only: set[str] | None) -> dict[str, Any]:
         scenarios = [s for s in scenarios if s["id"] in only]
     t0 = time.time()
     for name, kind in topics:
-        if only and not any(name.split("%")[-1].startswith(
-                f"c{lang[:2]}{run}_{s}_") for s in only):
+        if only and not any(
+            name.split("%")[-1].startswith(f"c{lang[:2]}{run}_{s}_") for s in only
+        ):
             continue
         try:
             target.create_topic(name, kind)
         except Exception as exc:  # noqa: BLE001 - e.g. a type this broker lacks
             print(f"  {lang}: topic {name} ({kind}) not created: {exc}", flush=True)
     for name, fifo, attempts in groups:
-        if only and not any(name.split("%")[-1].startswith(
-                f"c{lang[:2]}{run}_{s}_") for s in only):
+        if only and not any(
+            name.split("%")[-1].startswith(f"c{lang[:2]}{run}_{s}_") for s in only
+        ):
             continue
         target.create_group(name, fifo, attempts)
     setup_s = time.time() - t0
     with tempfile.TemporaryDirectory(prefix=f"conf-{lang}-") as tmp:
         inp, outp = Path(tmp) / "in.json", Path(tmp) / "out.json"
-        inp.write_text(json.dumps({
-            "endpoint": target.endpoint, "language": lang, "scenarios": scenarios,
-        }, indent=1))
+        inp.write_text(
+            json.dumps(
+                {
+                    "endpoint": target.endpoint,
+                    "language": lang,
+                    "scenarios": scenarios,
+                },
+                indent=1,
+            )
+        )
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         t0 = time.time()
         try:
             r = subprocess.run(
                 ["bash", str(RUNNERS / lang / "run.sh"), str(inp), str(outp)],
-                cwd=tmp, capture_output=True, text=True, timeout=RUNNER_TIMEOUT_S,
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=RUNNER_TIMEOUT_S,
                 env=env,
             )
             tail = (r.stdout + r.stderr)[-1500:]
@@ -287,8 +311,11 @@ def main(argv: list[str] | None = None) -> int:
             summary: dict[str, int] = {}
             for r in (res.get("results") or {}).values():
                 summary[r.get("status")] = summary.get(r.get("status"), 0) + 1
-            print(f"  {lang}: {res.get('error') or summary} "
-                  f"({res.get('elapsed_s', '?')} s)", flush=True)
+            print(
+                f"  {lang}: {res.get('error') or summary} "
+                f"({res.get('elapsed_s', '?')} s)",
+                flush=True,
+            )
 
         if args.parallel:
             with ThreadPoolExecutor(len(langs) or 1) as pool:

@@ -272,6 +272,10 @@ def test_long_flat_chains_compile_and_huge_ones_fail_cleanly() -> None:
     assert ev(" OR ".join(f"a = {i}" for i in range(500)), a="499") is True
     with pytest.raises(FilterSyntaxError) as exc:
         compile(" OR ".join(f"a = {i}" for i in range(5000)))
+    # refused by its length before it is parsed (parser.MAX_EXPRESSION_LENGTH)
+    assert "characters long" in str(exc.value)
+    with pytest.raises(FilterSyntaxError) as exc:
+        compile("a = 1 OR " * 1500 + "a = 2")  # under the length limit
     assert "too complex" in str(exc.value)
 
 
