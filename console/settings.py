@@ -7,6 +7,7 @@ data under ``var/``.
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import timedelta
 from pathlib import Path
 
@@ -137,10 +138,34 @@ AUTHENTICATION_BACKENDS = [
 ]
 AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = env.int("LOGIN_COOLOFF_MINUTES", default=15) / 60  # hours
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# A user name with the client's address; a bad API token's fingerprint alone
+# (console/core/authentication.py: never an address alone, so one client cannot
+# lock out the others sharing its address).
+AXES_LOCKOUT_PARAMETERS = "console.core.authentication.lockout_parameters"
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 AXES_LOCKOUT_CALLABLE = "console.core.authentication.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "console.core.client_address.client_ip"
+# Bad API tokens per client address and minute (per console process) before
+# further bad ones are answered 429; a valid token is never refused by it.
+API_BAD_TOKEN_RATE = env.str("API_BAD_TOKEN_RATE", default="30/min")
+
+# --- Client address behind a reverse proxy (console/core/client_address.py) ---
+# Empty: REMOTE_ADDR. Else the request.META name (or header name) of the header
+# the proxy appends the client's address to, e.g. HTTP_X_FORWARDED_FOR; the
+# client is the TRUSTED_PROXY_COUNT-th entry from the right or, with
+# TRUSTED_PROXIES (addresses or networks), the right-most entry that is not a
+# proxy, and only when REMOTE_ADDR is one of them. Lock-outs, the bad-token
+# rate and audit records use that address; never set it without a proxy that
+# writes the header, or clients choose their own address.
+TRUSTED_PROXY_HEADER = env.str("TRUSTED_PROXY_HEADER", default="")
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=1)
+TRUSTED_PROXIES = [
+    str(ipaddress.ip_network(p, strict=False))
+    for p in env.list("TRUSTED_PROXIES", default=[])
+]
+if TRUSTED_PROXY_COUNT < 1:
+    raise ValueError("TRUSTED_PROXY_COUNT must be 1 or more")
 
 ROOT_URLCONF = "console.urls"
 WSGI_APPLICATION = "console.wsgi.application"
@@ -401,7 +426,8 @@ if REPORTS_EXPORT_INTERVAL > 0:
 REST_FRAMEWORK = {
     # Token first: a missing or bad token answers 401 with
     # `WWW-Authenticate: Token` (DRF asks the first class for the header). Bad
-    # tokens count toward the login lock-out (console/core/authentication.py).
+    # tokens are locked out per token and rate limited per address
+    # (console/core/authentication.py).
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "console.core.authentication.LockoutTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",

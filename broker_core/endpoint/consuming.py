@@ -183,8 +183,14 @@ class Consuming:
             yield spb.ReceiveMessageResponse(status=status(C.OK))
             yield spb.ReceiveMessageResponse(delivery_timestamp=ts_ms(now_ms()))
             for message in messages:
-                yield spb.ReceiveMessageResponse(message=message)
+                # Counted before the yield: a message handed to the stream has
+                # gone to the client even if the call ends while this generator
+                # waits at the yield (the Go client cancels its call as soon as
+                # it has read the messages); releasing it then made it visible
+                # again under the client's hands, and its ChangeInvisibleDuration
+                # was overtaken.
                 sent += 1
+                yield spb.ReceiveMessageResponse(message=message)
         except (asyncio.CancelledError, GeneratorExit):
             # The stream broke: the messages not yet handed to it are released.
             rest = got[sent:]

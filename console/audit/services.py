@@ -8,14 +8,13 @@ from typing import Any, TypeVar
 from django.core.serializers.json import DjangoJSONEncoder
 
 from console.audit.models import AuditRecord
+from console.core.client_address import client_ip
 
 T = TypeVar("T")
 
 
 def _client_ip(request: Any) -> str | None:
-    if request is None:
-        return None
-    return request.META.get("REMOTE_ADDR") or None
+    return client_ip(request) if request is not None else None
 
 
 def record_audit(
@@ -112,19 +111,23 @@ def audit_lockout(
     sender: Any, request: Any = None, username: str = "", ip_address: str = "", **_: Any
 ) -> None:
     """Record a login lock-out (django-axes ``user_locked_out``), or an API
-    token lock-out (bad tokens count as failed logins of a pseudo-user)."""
-    from console.core.authentication import API_TOKEN_USER
+    token lock-out (a bad token's failures count as failed logins of a
+    pseudo-user named after its fingerprint, never the token)."""
+    from console.core.authentication import API_TOKEN_USER, is_token_user
 
-    if username == API_TOKEN_USER:
-        action, kind, what = "api_token.locked_out", "api_token", "API tokens"
+    if is_token_user(username):
+        fingerprint = username.removeprefix(API_TOKEN_USER).strip()
+        action, kind, object_id = "api_token.locked_out", "api_token", fingerprint
+        message = f"API token {fingerprint} refused too often, last from {ip_address}"
     else:
-        action, kind, what = "login.locked_out", "user", f"logins for {username!r}"
+        action, kind, object_id = "login.locked_out", "user", username or ""
+        message = f"too many failed logins for {username!r} from {ip_address}"
     record_audit(
         actor=None,
         action=action,
         object_type=kind,
-        object_id="" if username == API_TOKEN_USER else username or "",
+        object_id=object_id,
         status=AuditRecord.Status.DENIED,
-        message=f"too many failed {what} from {ip_address}",
+        message=message,
         request=request,
     )

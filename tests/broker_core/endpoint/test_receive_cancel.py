@@ -80,3 +80,44 @@ def test_a_receive_cancelled_mid_pop_releases_what_it_popped(tmp_path) -> None:
     assert [m.body for m in again] == [b"m1"]
     # Delivered once for real: the cancelled pop's attempt is not counted.
     assert again[0].system_properties.delivery_attempt == 1
+
+
+def test_a_call_ended_after_a_message_was_handed_over_keeps_it_invisible(
+    tmp_path,
+) -> None:
+    """The Go client cancels its call as soon as it has read the messages:
+    the handler is then closed at the yield that handed a message over. That
+    message reached the client; it must stay invisible for its invisible
+    duration (it was made visible at once, and a ChangeInvisibleDuration the
+    client sent right after was overtaken: found by the conformance suite)."""
+    with Broker.open(tmp_path / "store") as broker:
+        broker.create_topic("Handed", read_queue_nums=1)
+        broker.send(Message("Handed", b"m1"))
+        ep = Endpoint(broker, EndpointConfig(port=0))
+
+        async def scenario() -> tuple[list[bytes], list[pb.Message]]:
+            req = receive_request("Handed", "GID_handed", batch=4, invisible_s=60,
+                                  poll_s=5)  # fmt: skip
+            gen = ep.consuming.ReceiveMessage(req, Context())
+            got = []
+            async for r in gen:
+                if r.HasField("message"):
+                    got.append(r.message.body)
+                    break  # the client has it and ends the call here
+            await gen.aclose()
+            await asyncio.sleep(0.5)  # a release would have run by now
+            req2 = receive_request("Handed", "GID_handed", batch=4, invisible_s=60,
+                                   poll_s=1)  # fmt: skip
+            again = []
+            async for r in ep.consuming.ReceiveMessage(req2, Context()):
+                if r.HasField("message"):
+                    again.append(r.message)
+            return got, again
+
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                got, again = pool.submit(lambda: asyncio.run(scenario())).result()
+        finally:
+            ep.close()
+    assert got == [b"m1"]
+    assert again == []  # still invisible: not handed out a second time

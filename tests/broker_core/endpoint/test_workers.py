@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -39,7 +40,9 @@ def workers(tmp_path_factory):
     base = tmp_path_factory.mktemp("workers")
     store = base / "store"
     port, pinned = free_port(), free_port()
-    while pinned + 1 == port:
+    # Worker 1 listens on pinned + 1: that port must be free too (a port
+    # taken by something else made worker 1 exit at start, seen in CI).
+    while pinned + 1 == port or not _bindable(pinned + 1):
         pinned = free_port()
     proc = start_server(
         store,
@@ -60,6 +63,15 @@ def workers(tmp_path_factory):
 
 def run(w, name: str, suffix: str = "w") -> dict:
     return result(spawn(name, w["ep"], suffix, w["base"]))
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def served_by(store) -> dict[str, int]:
