@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import uuid
+from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from broker_core.errors import ValidationError
 
@@ -119,3 +123,82 @@ GEOMETRY_KEYS = ("segment_size", "cq_units_per_file", "index_slots", "index_entr
 def store_geometry(config: StoreConfig) -> dict[str, int]:
     """Return the file-size settings of ``config`` (see ``GEOMETRY_KEYS``)."""
     return {k: int(getattr(config, k)) for k in GEOMETRY_KEYS}
+
+
+#: A consume-queue unit's size in bytes (see ``consumequeue.UNIT``).
+_CQ_UNIT_BYTES = 20
+_DIGITS20 = "[0-9]" * 20
+
+
+def _sizes_from_files(root: Path) -> dict[str, int]:
+    """Infer the file sizes of a store whose ``config/store.json`` is missing.
+
+    Segment files are named by their first byte's offset, so the step between
+    names is the segment size even where a file was truncated; one file alone
+    tells by its length (files are created at full size).
+    """
+    out: dict[str, int] = {}
+    names = sorted((root / "commitlog").glob(_DIGITS20))
+    steps = Counter(
+        int(b.name) - int(a.name) for a, b in zip(names, names[1:], strict=False)
+    )
+    if steps:
+        out["segment_size"] = steps.most_common(1)[0][0]
+    elif names:
+        out["segment_size"] = names[0].stat().st_size
+    cq = sorted((root / "consumequeue").glob("*/*/" + _DIGITS20))
+    if cq:
+        out["cq_units_per_file"] = max(1, cq[0].stat().st_size // _CQ_UNIT_BYTES)
+    return out
+
+
+def saved_geometry(root: str | Path) -> dict[str, int]:
+    """Return the file sizes a store at ``root`` was created with.
+
+    ``config/store.json`` if it is readable, else what the files show; empty
+    for a new store.
+    """
+    root = Path(root)
+    try:
+        saved = json.loads((root / "config" / "store.json").read_bytes())
+        return {k: int(saved[k]) for k in GEOMETRY_KEYS}
+    except (OSError, ValueError, KeyError, TypeError):
+        return _sizes_from_files(root)
+
+
+def adopt_geometry(root: str | Path, config: StoreConfig) -> None:
+    """Give ``config`` the file sizes of the store at ``root``; refuse a conflict.
+
+    A store's files are laid out by the sizes it was created with: opening it
+    with others would read records at the wrong offsets, so its own sizes win
+    over a caller's defaults, and a caller's explicit, different size is an
+    error rather than a silent change.
+    """
+    defaults = StoreConfig()
+    for key, saved in saved_geometry(root).items():
+        wanted = getattr(config, key)
+        if wanted == saved:
+            continue
+        if wanted != getattr(defaults, key):
+            raise ValidationError(
+                f"the store at {root} was created with {key}={saved}; "
+                f"it cannot be opened with {key}={wanted} (leave {key} unset "
+                "to use the store's own)"
+            )
+        setattr(config, key, saved)
+
+
+def store_id(root: str | Path) -> str | None:
+    """Return the id written into ``config/store.json`` when the store was
+    created (None for a store without one): tells a store from another placed
+    at the same path."""
+    try:
+        value = json.loads((Path(root) / "config" / "store.json").read_bytes())
+        return str(value["store_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def new_store_id() -> str:
+    """Return a fresh store id."""
+    return uuid.uuid4().hex

@@ -21,7 +21,13 @@ from typing import Any
 from broker_core import recovery
 from broker_core.checkpoint import create_abort, remove_abort
 from broker_core.commitlog import CommitLog
-from broker_core.config import StoreConfig, store_geometry
+from broker_core.config import (
+    StoreConfig,
+    adopt_geometry,
+    new_store_id,
+    store_geometry,
+    store_id,
+)
 from broker_core.consumequeue import UNIT, ConsumeQueueTable
 from broker_core.diskio import DiskGuard
 from broker_core.dispatch import Dispatcher, DispatchRequest
@@ -120,6 +126,8 @@ class MessageStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "config").mkdir(exist_ok=True)
+        # The store's own file sizes win over the caller's defaults.
+        adopt_geometry(self.root, config)
         self.config = config
         self.closed = False
         self.state = SharedState(self.root)
@@ -133,11 +141,13 @@ class MessageStore:
         self.cqs = ConsumeQueueTable(self.root, config.cq_units_per_file)
         self.index = IndexService(self.root, config.index_slots, config.index_entries)
         geometry = self.root / "config" / "store.json"
-        if not geometry.exists():
-            # The file sizes this store was created with, for tools that open
-            # it without the caller's settings (``verify --repair``).
+        if store_id(self.root) is None:
+            # The file sizes this store was created with, for whoever opens
+            # it without the caller's settings, and the id that tells it from
+            # another store placed at the same path (the reports' export).
+            saved = {**store_geometry(config), "store_id": new_store_id()}
             try:
-                atomic_write_json(geometry, store_geometry(config))
+                atomic_write_json(geometry, saved)
             except StoreError as exc:  # a full disk must not stop the open
                 log.warning("config/store.json not written: %s", exc)
         #: Damaged log ranges found so far (``quarantine/``).

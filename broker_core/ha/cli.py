@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from broker_core.config import saved_geometry
 from broker_core.ha.role import Role, read_role, write_role
 
 COMMANDS = ("replicate", "promote", "ha-status")
@@ -111,11 +112,7 @@ def _promote(root: Path, role: Role, timeout_s: float = 15.0) -> int:
 
 
 def _store_settings(root: Path, given: str) -> dict[str, Any]:
-    settings: dict[str, Any] = {}
-    try:
-        settings.update(json.loads((root / "config" / "store.json").read_bytes()))
-    except (FileNotFoundError, ValueError):
-        pass
+    settings: dict[str, Any] = dict(saved_geometry(root))
     settings.update(json.loads(given))
     return settings
 

@@ -293,7 +293,10 @@ class HAServer:
             )
         seg = self.store.config.segment_size
         if hello.get("segment_size") != seg:
-            return f"segment size {hello.get('segment_size')} is not {seg}"
+            return (
+                f"segment size {hello.get('segment_size')} is not {seg}: the "
+                f"slave's store must be created with segment_size={seg}"
+            )
         if consistent is not None and slave_end > consistent:
             # Cut back, once the slave has checked the master's record there.
             return self._not_a_boundary(consistent, end)

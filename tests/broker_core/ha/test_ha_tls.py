@@ -292,6 +292,9 @@ def test_serve_nodes_replicate_over_tls_with_a_server_name(tmp_path: Path) -> No
     with Broker.open(mdir, **SETTINGS) as b:
         b.send_batch([Message("T", b"node-%d" % i) for i in range(300)])
         end = b.store.max_physical_offset()
+    # A slave's log is laid out in the master's segments: its store is made
+    # with the master's segment size (the serve command keeps a store's own).
+    Broker.open(sdir, **SETTINGS).close()
     cluster = f"ha-tls-{free_port()}"
     ha = f"127.0.0.1:{free_port()}"
     common = [
