@@ -195,7 +195,7 @@ class Agg:
             if tag is not None:
                 tags[(topic, tag)] += 1
             if key is not None:
-                for k in key.split(" "):
+                for k in set(key.split(" ")):  # a repeated key counts once
                     if k:
                         keys[(topic, k)] += 1
             sizes[(topic, _bucket(body))] += 1

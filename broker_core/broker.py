@@ -41,6 +41,7 @@ from broker_core.record import (
     intact,
     offset_msg_id,
     parse_host,
+    starts_record,
 )
 from broker_core.store import MessageStore, PutItem
 from broker_core.tags import parse_subscription, tags_code
@@ -315,7 +316,11 @@ class Broker:
                     msgs = [
                         MessageExt(bytes(view[p - base : p - base + n]))
                         for p, n, _code in units
-                        if p >= trusted or intact(view, p - base, n, p)
+                        if (
+                            starts_record(view, p - base, n, p)
+                            if p >= trusted
+                            else intact(view, p - base, n, p)
+                        )
                     ]
                 else:
                     msgs = [m for m in map(self._checked, units) if m is not None]

@@ -28,6 +28,7 @@ from broker_core.record import (
     decode_record,
     find_record,
     intact,
+    starts_record,
 )
 from broker_core.segment import Segment
 from broker_core.segment_queue import SegmentQueue
@@ -160,8 +161,10 @@ class CommitLog:
         if offset < self.trusted_from():
             if not intact(seg.view, pos, size, offset):
                 raise CorruptRecordError(f"the record at offset {offset} is damaged")
-        elif size <= 0:
-            raise MessageNotFoundError(f"no record starts at offset {offset}")
+        elif not starts_record(seg.view, pos, size, offset):
+            raise MessageNotFoundError(
+                f"no record of {size} bytes starts at offset {offset}"
+            )
         return decode_record(seg.view, pos, size)
 
     def scan(

@@ -280,6 +280,17 @@ _PHYS = struct.Struct(">q")
 _MAGICS = (MAGIC_V1, MAGIC_V2)
 
 
+def starts_record(buf: memoryview | bytes, pos: int, size: int, offset: int) -> bool:
+    """Whether a record of ``size`` bytes that names log ``offset`` starts at
+    ``buf[pos]``: the cheap check of a queue unit against the log, for records
+    whose bytes are trusted (a damaged unit must not make a phantom message
+    out of the middle of another record). ``intact`` also checks the CRCs."""
+    if pos < 0 or pos + size > len(buf) or size < MIN_RECORD_SIZE:
+        return False
+    total, magic, _c, _q, _f, _qo, phys, _s = _HEAD8.unpack_from(buf, pos)
+    return total == size and phys == offset and magic in _MAGICS
+
+
 def intact(buf: memoryview | bytes, pos: int, size: int, offset: int) -> bool:
     """Whether the record a queue unit points at is whole: the read-path check.
 

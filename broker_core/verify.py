@@ -18,7 +18,7 @@ from typing import Any
 
 from broker_core.checkpoint import abort_exists, read_checkpoint
 from broker_core.commitlog import CommitLog, Damage
-from broker_core.config import GEOMETRY_KEYS, StoreConfig
+from broker_core.config import StoreConfig, saved_geometry
 from broker_core.consumequeue import UNIT_SIZE, ConsumeQueue
 from broker_core.dispatch import decode_dispatch
 from broker_core.errors import ConfigFileError
@@ -58,23 +58,9 @@ class VerifyReport:
         return out
 
 
-def _segment_size(root: Path) -> int:
-    names = sorted((root / "commitlog").glob("[0-9]" * 20))
-    return names[0].stat().st_size if names else 1 << 30
-
-
 def _geometry(root: Path) -> dict[str, int]:
-    """Return the store's file-size settings: ``config/store.json``, else the files."""
-    try:
-        saved = json.loads((root / "config" / "store.json").read_bytes())
-        return {k: int(saved[k]) for k in GEOMETRY_KEYS}
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    out = {"segment_size": _segment_size(root)}
-    cq = sorted((root / "consumequeue").glob("*/*/" + "[0-9]" * 20))
-    if cq:
-        out["cq_units_per_file"] = max(1, cq[0].stat().st_size // UNIT_SIZE)
-    return out
+    """Return the store's file-size settings (``config.saved_geometry``)."""
+    return saved_geometry(root) or {"segment_size": StoreConfig().segment_size}
 
 
 def verify_store(root: Path, segment_size: int | None = None) -> VerifyReport:

@@ -8,6 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+#: The delay report's lateness buckets (upper bound in ms, label); the last is
+#: open. Here, not in the Spark job, so that pages can order them.
+LAG_BUCKETS = (
+    (-1, "early"),
+    (10, "<=10 ms"),
+    (100, "<=100 ms"),
+    (1000, "<=1 s"),
+    (10000, "<=10 s"),
+)
+#: Every histogram label in order, the open last bucket included.
+LAG_LABELS = (*(name for _, name in LAG_BUCKETS), f">{LAG_BUCKETS[-1][0] // 1000} s")
+
 
 @dataclass(frozen=True)
 class Chart:
@@ -22,6 +34,9 @@ class Chart:
     #: How rows sharing an x value (and series) combine: "sum" for counts,
     #: "max" for percentiles (the worst row: a sum of percentiles means nothing).
     agg: str = "sum"
+    #: The x values in their meaning's order (lateness buckets); other x
+    #: values follow, sorted. None: sorted (times and numbers in order).
+    x_order: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +133,7 @@ REPORTS: dict[str, ReportInfo] = {
                     "bar",
                     "Delivered by lateness",
                     series="bucket",
+                    x_order=LAG_LABELS,
                 ),
             ),
             ("scheduled",),

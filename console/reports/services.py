@@ -267,9 +267,13 @@ def _numbers(summary: dict[str, Any]) -> dict[str, float]:
 
 
 def figure_changes(now: dict[str, Any], before: dict[str, Any]) -> dict[str, float]:
-    """The change of each number figure present in both summaries."""
+    """The change of each number figure: those present in both summaries, and
+    the inner ones (``states.ROLLED_BACK``) present in one only, which count
+    as zero on the other side (a state that dropped to none, or appeared)."""
     a, b = _numbers(now), _numbers(before)
-    return {key: a[key] - b[key] for key in a if key in b}
+    keys = [k for k in a if k in b or "." in k]
+    keys += [k for k in b if k not in a and "." in k]
+    return {key: a.get(key, 0) - b.get(key, 0) for key in keys}
 
 
 def _previous_runs(run: ReportRun, **match: Any) -> Iterator[ReportRun]:
@@ -455,17 +459,28 @@ def execute_run(run_id: int) -> ReportRun:
         # One read from the start of the period before (when the run is
         # compared with one) to the end of the window; each is filtered out.
         period = previous_period(run)
-        loaded, info = _load_records(spark, run, period[0] if period else run.since)
-        records = transform_time_range(loaded, _ms(run.since)) if period else loaded
-        params = runner.default_params(settings.BROKER_STORE_DIR)
-        params.update(_store_params())
-        if "offsets" in info:  # the nodes' committed offsets, from their exports
-            params["offsets"] = info.pop("offsets")
-        if run.top_n:
-            params["top_n"] = run.top_n
-        params.update(check_params([run.report], run.params))
-        out = results_location(run.report, run.pk)
-        output = runner.run_report(spark, run.report, records, params, out)
+        for attempt in (1, 2):
+            loaded, info = _load_records(spark, run, period[0] if period else run.since)
+            records = transform_time_range(loaded, _ms(run.since)) if period else loaded
+            params = runner.default_params(settings.BROKER_STORE_DIR)
+            params.update(_store_params())
+            if "offsets" in info:  # the nodes' committed offsets, from their exports
+                params["offsets"] = info.pop("offsets")
+            if run.top_n:
+                params["top_n"] = run.top_n
+            params.update(check_params([run.report], run.params))
+            out = results_location(run.report, run.pk)
+            try:
+                output = runner.run_report(spark, run.report, records, params, out)
+                break
+            except Exception as exc:
+                if attempt == 2 or not export_damaged(exc) or cluster_mode():
+                    raise
+                # A chunk of this host's export that Spark could not decode:
+                # rebuild the export from the log once, then run again.
+                log.warning("report %s run %s: export damaged, rebuilding: %s",
+                            run.report, run.pk, str(exc).splitlines()[0])  # fmt: skip
+                reader.discard_export(export_dir())
     except SoftTimeLimitExceeded:
         run.duration_s = time.monotonic() - started
         return _fail(
@@ -547,6 +562,26 @@ def _load_records(
         until_ms=_ms(run.until),
         skip_damaged=run.skip_damaged,
     )
+
+
+#: What Spark's Parquet reader says of a file it cannot decode.
+_PARQUET_DAMAGE = (
+    "ParquetDecodingException",
+    "Couldn't deserialize thrift",
+    "is not a Parquet file",
+    "CorruptedParquet",
+    "Could not read footer",
+    "can not read class org.apache.parquet",
+)
+
+
+def export_damaged(exc: BaseException) -> bool:
+    """Whether a run failed because a Parquet file of the export is damaged.
+
+    Spark's errors reach Python as text only (a JVM exception wrapped by
+    py4j), so this is the one place that reads an error's message."""
+    text = str(exc)
+    return any(marker in text for marker in _PARQUET_DAMAGE)
 
 
 def describe_error(exc: BaseException) -> str:

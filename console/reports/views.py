@@ -94,6 +94,9 @@ def chart_series(table: Any, chart: Chart) -> dict[str, Any] | None:
     rows = grouped.to_pylist()
     ycol = {y: f"{y}_{chart.agg}" for y in ys}
     xs = sorted({r[chart.x] for r in rows if r[chart.x] is not None})
+    if chart.x_order:  # e.g. "<=10 ms" before "<=1 s", not as text
+        rank = {v: i for i, v in enumerate(chart.x_order)}
+        xs.sort(key=lambda v: (rank.get(v, len(rank)), v))
     hourly = pa.types.is_timestamp(table.schema.field(chart.x).type)
     if hourly and xs:
         hours, t = [], xs[0]

@@ -60,19 +60,31 @@ def decode_range(
     rng: scan.LogRange | tuple[str, int, int, int],
     batch_rows: int = scan.BATCH_ROWS,
     skipped: list[int] | None = None,
+    exact_end: bool = False,
+    span: list[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches (``scan.ARROW_SCHEMA``) of the records starting in
     ``rng``: the rows ``scan.decode_range`` yields, decoded column-wise.
 
     Each damaged or quarantined stretch stepped over appends its length in
-    bytes to ``skipped``: records were lost there."""
+    bytes to ``skipped``: records were lost there. With ``exact_end`` the
+    range ends where the log's records are known to reach (the commit
+    position, or a segment that is followed by another): zeros or a blank
+    marker before it are damage too. ``span`` receives the range's first
+    record position and where its records reach (``RangeWritten``)."""
+    if span is None:
+        span = []
+    span[:] = [rng[3], rng[3]]
     with scan.open_range(rng) as found:
         if found is None:
             return
         buf, base, pos, end, size = found
+        span[:] = [pos, pos]
         data = pa.py_buffer(buf)
         try:
-            yield from _decode(buf, data, base, pos, end, size, batch_rows, skipped)
+            yield from _decode(
+                buf, data, base, pos, end, size, batch_rows, skipped, exact_end, span
+            )
         finally:
             # The mapping cannot close while Arrow still exports it.
             del data
@@ -85,12 +97,17 @@ class RangeWritten(NamedTuple):
     rows: int
     skipped: int = 0
     skipped_bytes: int = 0
+    #: Where the range's first record starts (its end if none does) and where
+    #: its records reach: ``reader`` checks that consecutive ranges meet.
+    first: int = -1
+    reach: int = -1
 
 
 def write_range_parquet(
     item: tuple[int, str, int, int, int],
     out_dir: str,
     filesystem: Any = None,
+    exact_end: bool = False,
 ) -> RangeWritten:
     """Decode range ``item = (index, path, base, start, end)`` into
     ``out_dir/part-<index>.parquet`` on ``filesystem`` (a ``pyarrow.fs``
@@ -103,6 +120,7 @@ def write_range_parquet(
     index, *rng = item
     rows = 0
     skipped: list[int] = []
+    span: list[int] = []
     writer = None
     # A batch's positions list and the rare row-decoded batch's 65,536 tuples
     # hold no cycles: the cyclic collector would only traverse them again and
@@ -110,7 +128,12 @@ def write_range_parquet(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for batch in decode_range(tuple(rng), skipped=skipped):  # type: ignore[arg-type]
+        for batch in decode_range(
+            tuple(rng),  # type: ignore[arg-type]
+            skipped=skipped,
+            exact_end=exact_end,
+            span=span,
+        ):
             if writer is None:
                 fs.create_dir(out_dir, recursive=True)
                 writer = pq.ParquetWriter(
@@ -125,7 +148,7 @@ def write_range_parquet(
             gc.enable()
         if writer is not None:
             writer.close()
-    return RangeWritten(rows, len(skipped), sum(skipped))
+    return RangeWritten(rows, len(skipped), sum(skipped), *span)
 
 
 def _decode(
@@ -137,7 +160,10 @@ def _decode(
     size: int,
     limit: int,
     skipped: list[int] | None = None,
+    exact_end: bool = False,
+    span: list[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
+    reach = span if span is not None else [pos, pos]
     while pos < end:
         positions, wide, stop = _hop(buf, base, pos, end, size, limit)
         after = positions[-1]
@@ -149,14 +175,22 @@ def _decode(
             yield batch
         if stop:
             # A quarantined range or damage: go on after it (the row decoder's
-            # rule, ``scan.next_record``); zeros end the data.
-            nxt = scan.next_record(buf, base, after, end, size) if after < end else None
+            # rule, ``scan.next_record``); zeros end the data, and are damage
+            # themselves when the range's end is the log's known end.
+            nxt = (
+                scan.next_record(buf, base, after, end, size, exact_end)
+                if after < end
+                else None
+            )
             if nxt is None:
+                lost, reach[1] = scan.lost_at_end(buf, after, end, size, exact_end)
+                if lost and skipped is not None:
+                    skipped.append(lost)
                 return
             if skipped is not None:
                 skipped.append(nxt - after)
             after = nxt
-        pos = after
+        pos = reach[1] = after
 
 
 def _hop(
@@ -166,9 +200,11 @@ def _hop(
     the position after the last, whether a record has a two-byte topic length
     (left to the row decoder) and whether the data ends there.
 
-    Stops where ``scan.iter_records`` stops.
+    Stops where ``scan.iter_records`` stops: at a record whose sizes, offset
+    or CRCs (body and whole record, ``record.intact``) are wrong.
     """
     hop = struct.Struct(_HOP).unpack_from
+    intact = record.intact
     magic_v1, magic_v2 = record.MAGIC_V1, record.MAGIC_V2
     min_size, hsize = record.MIN_RECORD_SIZE, record.HEADER_SIZE
     positions: list[int] = []
@@ -184,7 +220,12 @@ def _hop(
             if magic != magic_v2:
                 break
             wide = True
-        if total < min_size or pos + total > size or phys != base + pos:
+        if (
+            total < min_size
+            or pos + total > size
+            or phys != base + pos
+            or not intact(buf, pos, total, phys)
+        ):
             break
         add(pos)
         pos += total

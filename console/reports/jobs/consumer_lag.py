@@ -11,14 +11,16 @@ export carries, ``nodes.export_node``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from broker_core.errors import ConfigFileError
+from broker_core.metadata import read_config
 from console.reports.jobs.common import SINGLE_NODE, TRANSACTION_MASK
+from console.reports.jobs.errors import ReportInputError
 
 NAME = "consumer_lag"
 
@@ -34,18 +36,28 @@ OFFSETS_SCHEMA = T.StructType(
 
 
 def read_offsets(store_dir: str | Path) -> list[tuple[str, str, int, int]]:
-    """Return (group, topic, queue, committed offset) rows of the store."""
+    """Return (group, topic, queue, committed offset) rows of the store.
+
+    A damaged file is read from its ``.bak`` as the store itself does; with
+    neither readable, ``ReportInputError``: lag computed without the offsets
+    would be wrong, not merely empty. No file at all is no group."""
+
+    def rows_of(table: dict) -> list[tuple[str, str, int, int]]:
+        rows = []
+        for key, queues in table.items():
+            topic, _, group = key.rpartition("@")
+            for qid, offset in queues.items():
+                rows.append((group, topic, int(qid), int(offset)))
+        return sorted(rows)
+
     path = Path(store_dir) / "config" / "consumerOffset.json"
     try:
-        table = json.loads(path.read_text()).get("offsetTable", {})
-    except (OSError, ValueError):
-        return []
-    rows = []
-    for key, queues in table.items():
-        topic, _, group = key.rpartition("@")
-        for qid, offset in queues.items():
-            rows.append((group, topic, int(qid), int(offset)))
-    return sorted(rows)
+        return read_config(path, "offsetTable", rows_of)
+    except ConfigFileError as exc:
+        raise ReportInputError(
+            f"the consumer offsets cannot be read: {exc} "
+            f"(`python -m broker_core verify {store_dir}` checks every file)"
+        ) from exc
 
 
 def offsets_frame(

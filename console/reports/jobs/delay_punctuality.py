@@ -15,6 +15,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from console.reports.catalog import LAG_BUCKETS, LAG_LABELS
 from console.reports.jobs.common import (
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
@@ -26,14 +27,6 @@ from console.reports.jobs.common import (
 NAME = "delay_punctuality"
 #: A delivery later than this after its due time is late (``late_after_ms``).
 LATE_AFTER_MS = 1000
-#: Lag histogram buckets (upper bound in ms, label); the last is open.
-LAG_BUCKETS = (
-    (-1, "early"),
-    (10, "<=10 ms"),
-    (100, "<=100 ms"),
-    (1000, "<=1 s"),
-    (10000, "<=10 s"),
-)
 
 
 def transform_scheduled(records: DataFrame, delay_levels_ms: list[int]) -> DataFrame:
@@ -102,12 +95,23 @@ def transform_scheduled(records: DataFrame, delay_levels_ms: list[int]) -> DataF
 
 
 def _bucket(scheduled: DataFrame) -> DataFrame:
-    """Add ``bucket``: "L<n> (<delay>)" for a level, "timer" for timers."""
+    """Add ``bucket``: "L<n> (<delay>)" for a level ("L03 (10s)", RocketMQ's
+    own notation for the delay), "timer" for timers."""
+    ms = F.col("delay_ms")
+    delay = (
+        F.when(ms % 3_600_000 == 0, F.concat((ms / 3_600_000).cast("long"), F.lit("h")))
+        .when(ms % 60_000 == 0, F.concat((ms / 60_000).cast("long"), F.lit("m")))
+        .when(ms % 1000 == 0, F.concat((ms / 1000).cast("long"), F.lit("s")))
+        .otherwise(F.concat(ms.cast("long"), F.lit(" ms")))
+    )
     label = F.when(
         F.col("kind") == "level",
         F.concat(
             F.lit("L"),
             F.lpad(F.col("level").cast("string"), 2, "0"),
+            F.when(ms.isNotNull(), F.concat(F.lit(" ("), delay, F.lit(")"))).otherwise(
+                F.lit("")
+            ),
         ),
     ).otherwise(F.lit("timer"))
     return scheduled.withColumn("bucket", label)
@@ -147,7 +151,7 @@ def transform_punctuality(
 def transform_lag_histogram(scheduled: DataFrame) -> DataFrame:
     """Delivered messages per level (and timers) by lag bucket."""
     lag = F.col("lag_ms")
-    label = F.lit(f">{LAG_BUCKETS[-1][0] // 1000} s")
+    label = F.lit(LAG_LABELS[-1])
     order = F.lit(len(LAG_BUCKETS))
     for i, (upper, name) in reversed(list(enumerate(LAG_BUCKETS))):
         label = F.when(lag <= upper if upper >= 0 else lag < 0, name).otherwise(label)

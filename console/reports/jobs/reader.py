@@ -37,6 +37,7 @@ from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from broker_core.config import saved_geometry, store_id
 from console.reports.jobs import columnar, scan, storage
 from console.reports.jobs.common import LOG_SCHEMA, SINGLE_NODE, with_node
 from console.reports.jobs.errors import ReportInputError
@@ -83,13 +84,28 @@ def decode_to_parquet(
     against what was written.
     """
     out = _loc(out)
+    if end_offset is None:
+        end_offset = scan.commit_position(store_dir)
+    exact = end_offset is not None
+    if end_offset is not None:
+        size = saved_geometry(store_dir).get("segment_size")
+        gaps = scan.segment_gaps(store_dir, end_offset, size) if size else []
+        if gaps:
+            raise ReportInputError(
+                "the commit log is incomplete: "
+                + "; ".join(gaps[:3])
+                + ". Run `python -m broker_core verify` on the store"
+            )
     ranges = scan.split_ranges(store_dir, range_bytes, start_offset, end_offset)
     out.makedirs()
     if not ranges:
         return Decoded()
     items = [(i, *r) for i, r in enumerate(ranges)]
     write = functools.partial(
-        columnar.write_range_parquet, out_dir=out.path, filesystem=out.fs
+        columnar.write_range_parquet,
+        out_dir=out.path,
+        filesystem=out.fs,
+        exact_end=exact,
     )
     if spark.sparkContext.master.startswith("local"):
         parts = spark.sparkContext.parallelize(items, len(items)).map(write).collect()
@@ -98,6 +114,10 @@ def decode_to_parquet(
     done = Decoded(
         sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts)
     )
+    if exact:
+        for gap in _gaps_between(ranges, parts):
+            done.skipped += 1
+            done.skipped_bytes += gap
     visible = visible_rows(out)
     if visible != done.rows:
         raise ReportInputError(
@@ -107,6 +127,24 @@ def decode_to_parquet(
             "directory shared at the same path)"
         )
     return done
+
+
+def _gaps_between(ranges: list[scan.LogRange], parts: list[Any]) -> list[int]:
+    """Return the damaged stretches no range accounted for: bytes between where
+    one range's records reach and where the next range's first record starts
+    (within a segment; a range decodes from its first record boundary, so
+    damage at its start is seen only here)."""
+    gaps: list[int] = []
+    covered = -1
+    path = None
+    for rng, part in zip(ranges, parts, strict=True):
+        first, reach = part[3], part[4]
+        if rng.path != path:
+            path, covered = rng.path, rng.start
+        if first > covered:
+            gaps.append(first - covered)
+        covered = max(covered, reach)
+    return gaps
 
 
 def _decode_here(write: Any, items: list[tuple]) -> list[Any]:
@@ -249,6 +287,8 @@ def export_log(
         fcntl.flock(lock, fcntl.LOCK_EX)
         manifest = load_manifest(export)
         store = str(Path(store_dir).resolve())
+        identity = store_id(store_dir)
+        segment_size = saved_geometry(store_dir).get("segment_size", 1 << 30)
         end = scan.commit_position(store_dir)
         rebuilt = False
         if end is None:
@@ -256,14 +296,20 @@ def export_log(
             end = -1
         if (
             manifest.get("store") != store
+            or manifest.get("store_id") != identity
             or end < manifest["log_end"]
             or end == -1
+            or manifest.get("tail")
+            != scan.log_fingerprint(store_dir, manifest["log_end"], segment_size)
             or not chunks_intact(export, manifest)
         ):
-            # Another store's export, a log cut shorter, or chunks missing or
-            # not what the manifest says (deleted, half written): start afresh.
+            # Another store's export (another path or id, or a log that is not
+            # the exported one grown: its bytes before the exported end
+            # differ), a log cut shorter, or chunks missing, unreadable or not
+            # what the manifest says (deleted, half written): start afresh.
             export.child("chunks").remove()
-            manifest = {"store": store, "log_end": 0, "chunks": []}
+            manifest = {"store": store, "store_id": identity, "log_end": 0,
+                        "tail": 0, "chunks": []}  # fmt: skip
             rebuilt = True
         start = manifest["log_end"]
         rows = 0
@@ -289,6 +335,9 @@ def export_log(
                  "skipped": done.skipped, "skipped_bytes": done.skipped_bytes}
             )  # fmt: skip
             manifest["log_end"] = max(end, 0)
+            manifest["tail"] = scan.log_fingerprint(
+                store_dir, manifest["log_end"], segment_size
+            )
         manifest.update(extra or {})
         manifest["exported_at"] = int(time.time() * 1000)
         export.write_text(MANIFEST, json.dumps(manifest, indent=1))
@@ -302,6 +351,16 @@ def export_log(
             sum(c.get("skipped", 0) for c in manifest["chunks"]),
             sum(c.get("skipped_bytes", 0) for c in manifest["chunks"]),
         )
+
+
+def discard_export(export_dir: Where) -> None:
+    """Drop the export's chunks and manifest: the next ``export_log`` builds it
+    afresh from the log (a chunk Spark could not decode)."""
+    export = _loc(export_dir)
+    with open(_lock_path(export), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        export.child("chunks").remove()
+        export.write_text(MANIFEST, json.dumps({"log_end": 0, "chunks": []}))
 
 
 def exported_rows(export_dir: Where) -> int | None:
@@ -320,7 +379,10 @@ def chunks_intact(export: Location, manifest: dict) -> bool:
     """Whether every chunk the manifest lists holds the rows it says."""
     for c in manifest.get("chunks", []):
         chunk = export.child("chunks", c["name"])
-        if c.get("rows", 0) and visible_rows(chunk) != c["rows"]:
+        try:
+            if c.get("rows", 0) and visible_rows(chunk) != c["rows"]:
+                return False
+        except (OSError, ValueError):  # a footer pyarrow cannot read
             return False
     return True
 

@@ -201,7 +201,9 @@ def iter_records(
     """Yield one ``COLUMNS`` tuple per record starting in ``buf[pos:end]``.
 
     ``pos`` must be a record boundary; the last record may run past ``end``
-    (up to ``size``). Stops at a blank marker, zeros or a damaged record.
+    (up to ``size``). Steps over a damaged record (sizes, offset or CRCs
+    wrong: ``record.intact``) to the next whole one; stops at a blank marker
+    or zeros.
     """
     unpack = record.HEADER.unpack_from
     hsize = record.HEADER_SIZE
@@ -211,6 +213,7 @@ def iter_records(
     min_size = record.MIN_RECORD_SIZE
     two_ints = record.BLANK.unpack_from
     phys_at = struct.Struct(_Q).unpack_from
+    intact = record.intact
     topics: dict[bytes, tuple[str, bool]] = {}
     while pos < end and pos + 8 <= size:
         total, magic = two_ints(buf, pos)
@@ -219,6 +222,7 @@ def iter_records(
             or total < min_size
             or pos + total > size
             or phys_at(buf, pos + 28)[0] != base + pos
+            or not intact(buf, pos, total, base + pos)
         ):
             # A quarantined range, damage, or the end of the data.
             nxt = next_record(buf, base, pos, end, size)
@@ -277,24 +281,99 @@ def iter_records(
         pos += total
 
 
-def next_record(buf: Any, base: int, pos: int, end: int, size: int) -> int | None:
+def next_record(
+    buf: Any, base: int, pos: int, end: int, size: int, exact_end: bool = False
+) -> int | None:
     """Return where records go on after the non-record at ``pos``; None if no
     record starts there before ``end``.
 
     A quarantined range (``record.SKIP_MAGIC``, laid by recovery) is stepped over
     whole; damage not yet quarantined is stepped over to the next valid record
     (``record.find_record``, CRCs checked). Zeros and a blank marker end the
-    data, as before: no search through empty space.
+    data, unless ``exact_end`` says records reach ``end`` (then zeros are
+    damage too, and searched through).
     """
     if pos + 8 > size:
         return None
     total, magic = record.BLANK.unpack_from(buf, pos)
-    if (total == 0 and magic == 0) or magic == record.BLANK_MAGIC:
+    if magic == record.BLANK_MAGIC or (total == 0 and magic == 0 and not exact_end):
         return None
     if magic == record.SKIP_MAGIC and 8 <= total and pos + total <= size:
         return pos + total if pos + total < end else None
     found = record.find_record(buf, buf, pos + 1, size, base, True, end)
     return found if 0 <= found < end else None
+
+
+def lost_at_end(
+    buf: Any, pos: int, end: int, size: int, exact_end: bool
+) -> tuple[int, int]:
+    """Return (bytes lost, where the data reaches) where the records of a
+    range stop at ``pos`` before ``end`` and none follows. Nothing is lost when
+    the range's end is not known to hold records, or when a blank marker fills
+    the segment's rest (the appender's own end of a segment: it reaches the
+    segment's end)."""
+    if pos + 8 <= size:
+        total, magic = record.BLANK.unpack_from(buf, pos)
+        if magic == record.BLANK_MAGIC and pos + total == size:
+            return 0, size
+    if not exact_end or pos >= end:
+        return 0, pos
+    return end - pos, end
+
+
+#: Bytes before an exported end whose CRC tells the same log grown from
+#: another log (or the same one rewritten) at the same path.
+FINGERPRINT_BYTES = 64
+
+
+def log_fingerprint(store_dir: str | Path, end: int, segment_size: int) -> int | None:
+    """Return the CRC32 of the log's bytes just before offset ``end`` (up to
+    ``FINGERPRINT_BYTES``, within one segment); None if they cannot be read."""
+    import zlib
+
+    if end <= 0:
+        return 0
+    base = (end - 1) // segment_size * segment_size
+    lo = max(base, end - FINGERPRINT_BYTES)
+    try:
+        with open(Path(store_dir) / "commitlog" / f"{base:020d}", "rb") as fh:
+            fh.seek(lo - base)
+            data = fh.read(end - lo)
+    except OSError:
+        return None
+    return zlib.crc32(data) if len(data) == end - lo else None
+
+
+def segment_gaps(
+    store_dir: str | Path, end_offset: int, segment_size: int
+) -> list[str]:
+    """Return what is missing from the log's segments up to ``end_offset``: a
+    segment absent between others or at the end, or one shorter than the
+    store's segment size. Empty when the files hold the whole log."""
+    problems: list[str] = []
+    files = segment_files(store_dir)
+    if not files:
+        return [f"no commit-log segment, but the log reaches offset {end_offset:,}"]
+    bases = [int(f.name) for f in files]
+    for prev, nxt in zip(bases, bases[1:], strict=False):
+        if nxt != prev + segment_size:
+            problems.append(
+                f"segments {prev:020d} and {nxt:020d} are not contiguous: "
+                f"{nxt - prev - segment_size:,} bytes of log are missing"
+            )
+    for path, base in zip(files, bases, strict=True):
+        size = path.stat().st_size
+        if size < segment_size and base + size < end_offset:
+            problems.append(
+                f"segment {path.name} holds {size:,} of {segment_size:,} bytes"
+            )
+    last = bases[-1] + segment_size
+    if last < end_offset:
+        problems.append(
+            f"the segments end at offset {last:,} but the log reaches "
+            f"{end_offset:,}: {end_offset - last:,} bytes are missing"
+        )
+    return problems
 
 
 def parse_properties(

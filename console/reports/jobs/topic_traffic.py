@@ -85,10 +85,12 @@ def transform_top_tags(cube: DataFrame, limit: int = TOP_N) -> DataFrame:
 
 
 def transform_top_keys(cube: DataFrame, limit: int = TOP_N) -> DataFrame:
-    """Per user topic: its ``limit`` most frequent keys (KEYS split on spaces)."""
+    """Per user topic: its ``limit`` most frequent keys (KEYS split on spaces; a
+    key a message names twice counts once for it)."""
+    keys = F.array_distinct(F.split("keys", " "))
     counts = (
         cube.where(F.col("keys").isNotNull())
-        .select("topic", "messages", F.explode(F.split("keys", " ")).alias("key"))
+        .select("topic", "messages", F.explode(keys).alias("key"))
         .where(F.col("key") != "")
         .groupBy("topic", "key")
         .agg(F.sum("messages").alias("messages"))

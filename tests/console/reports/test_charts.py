@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import pyarrow as pa
 
-from console.reports.catalog import REPORTS, Chart
+from console.reports.catalog import LAG_LABELS, REPORTS, Chart
 from console.reports.views import CHART_SERIES, chart_series
 
 H0 = datetime(2026, 11, 24, 10)
@@ -73,3 +73,18 @@ def test_one_series_per_topic_and_a_note_when_cut() -> None:
     assert c is not None and len(c["datasets"]) == CHART_SERIES
     assert c["datasets"][0]["label"] == "t19"  # the largest first
     assert f"the {CHART_SERIES} largest of 20 topics" in c["note"]
+
+
+def test_lateness_buckets_keep_their_order_not_the_text_order() -> None:
+    (chart,) = [c for c in REPORTS["delay_punctuality"].charts if c.x == "lag"]
+    table = pa.table(
+        {
+            "bucket": ["L01 (1s)"] * 4,
+            "lag": [">10 s", "<=1 s", "<=10 ms", "<=10 s"],
+            "messages": [1, 2, 3, 4],
+        }
+    )
+    c = chart_series(table, chart)
+    assert c["labels"] == ["<=10 ms", "<=1 s", "<=10 s", ">10 s"]
+    assert c["datasets"][0]["data"] == [3, 2, 4, 1]
+    assert LAG_LABELS == ("early", "<=10 ms", "<=100 ms", "<=1 s", "<=10 s", ">10 s")

@@ -91,8 +91,8 @@ def test_punctuality_per_level(spark, log):
     )
     expected = spark.createDataFrame(
         [
-            ("L01", 2, 2, 0, 0, 0, 3, 20),
-            ("L02", 1, 0, 0, 1, 0, None, None),
+            ("L01 (1s)", 2, 2, 0, 0, 0, 3, 20),
+            ("L02 (5s)", 1, 0, 0, 1, 0, None, None),
             ("timer", 2, 1, 1, 0, 0, 1, 1),
         ],
         "bucket string, scheduled long, delivered long, recalled long, "
@@ -104,7 +104,11 @@ def test_punctuality_per_level(spark, log):
 def test_lag_histogram(spark, log):
     got = dp.transform_lag_histogram(dp.transform_scheduled(log, LEVELS))
     expected = spark.createDataFrame(
-        [("L01", "<=10 ms", 1), ("L01", "<=100 ms", 1), ("timer", "<=10 ms", 1)],
+        [
+            ("L01 (1s)", "<=10 ms", 1),
+            ("L01 (1s)", "<=100 ms", 1),
+            ("timer", "<=10 ms", 1),
+        ],
         "bucket string, lag string, messages long",
     )
     assertDataFrameEqual(got, expected)
@@ -141,8 +145,8 @@ def test_late_deliveries_follow_the_threshold(spark, log):
         levels = dp.transform_punctuality(scheduled, after_ms)
         return {r["bucket"]: r["late"] for r in levels.collect()}
 
-    assert late(1000) == {"L01": 0, "L02": 0, "timer": 0}
-    assert late(2) == {"L01": 2, "L02": 0, "timer": 0}
-    assert late(0) == {"L01": 2, "L02": 0, "timer": 1}
+    assert late(1000) == {"L01 (1s)": 0, "L02 (5s)": 0, "timer": 0}
+    assert late(2) == {"L01 (1s)": 2, "L02 (5s)": 0, "timer": 0}
+    assert late(0) == {"L01 (1s)": 2, "L02 (5s)": 0, "timer": 1}
     summary = dp.summarize(dp.run(log, {"delay_levels_ms": LEVELS, "late_after_ms": 5}))
     assert summary["late"] == 1

@@ -23,7 +23,9 @@ def log(records):
         records(
             [
                 rec("a", store_ts=0, body_size=10, tags="x", keys="k1 k2"),
-                rec("a", store_ts=10, body_size=30, tags="x", keys="k1"),
+                rec(
+                    "a", store_ts=10, body_size=30, tags="x", keys="k1 k1"
+                ),  # one message
                 rec("a", store_ts=H, body_size=5000, tags="y"),
                 rec("b", store_ts=20, body_size=100, tags="z", keys="k9"),
                 rec("RMQ_SYS_TRANS_HALF_TOPIC", store_ts=0, body_size=7, tags="x"),
