@@ -176,7 +176,9 @@ class ClusterNode:
 
     @property
     def sync(self) -> bool:
-        return self.role == "SYNC_MASTER" and self.ha_server is not None
+        # A SYNC_MASTER without an HA server has no slave: its writes fail
+        # (``wait_replicated``), never acknowledged on one copy.
+        return self.role == "SYNC_MASTER"
 
     # -- one master per name -----------------------------------------------------
     def _epoch(self) -> tuple[int, str]:
@@ -456,7 +458,7 @@ class ClusterNode:
         """For SYNC_MASTER: whether a slave has the log up to ``offset`` within
         the node's sync timeout."""
         if self.ha_server is None:
-            return True
+            return False  # no slave can follow a master without --ha-listen
         return bool(self.ha_server.wait_replicated(offset, self.cfg.sync_timeout_s))
 
     def status(self) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
 import zlib
@@ -388,18 +387,14 @@ class Sending:
         if outcome is None:
             outcome = await self.group.submit((request.messages, cid))
         entries, sent, deduplicated, woken = outcome
-        node = self.ep.node
-        if node is not None and node.sync and sent:
-            # SYNC_MASTER: answered once a slave has the log up to here.
-            end = self.ep.store.max_physical_offset()
-            loop = asyncio.get_running_loop()
-            if not await loop.run_in_executor(None, node.wait_replicated, end):
+        if any(e.status.code == C.OK for e in entries):
+            # SYNC_MASTER: answered once a slave has the log up to here, a
+            # deduplicated retry too (its first try may never have reached one).
+            why = await self.ep.unreplicated()
+            if why is not None:
                 for e in entries:
                     if e.status.code == C.OK:
-                        e.status.CopyFrom(status(C.SLAVE_PERSISTENCE_TIMEOUT, (
-                            "stored on the master but no slave confirmed it in "
-                            f"{node.cfg.sync_timeout_s:g} s"
-                        )))  # fmt: skip
+                        e.status.CopyFrom(status(C.SLAVE_PERSISTENCE_TIMEOUT, why))
         self.ep.counters["sent"] += sent
         self.ep.counters["retries_deduplicated"] += deduplicated
         for topic in woken:

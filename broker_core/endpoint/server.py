@@ -292,6 +292,27 @@ class Endpoint:
             self.threads.append(t)
             log.info("embedded delay delivery and transaction check started")
 
+    async def unreplicated(self) -> str | None:
+        """On a SYNC_MASTER, wait until a slave has the whole log as it is now
+        (every write this call made, and the original of a deduplicated
+        retry); return why not (None: replicated, or not a SYNC_MASTER).
+
+        A SYNC_MASTER without a slave answers at once: nothing is acknowledged
+        that only one copy holds (RocketMQ's SLAVE_NOT_AVAILABLE)."""
+        node = self.node
+        if node is None or not node.sync:
+            return None
+        end = self.store.max_physical_offset()
+        loop = asyncio.get_running_loop()
+        if await loop.run_in_executor(None, node.wait_replicated, end):
+            return None
+        if node.ha_server is None or not node.ha_server.replication_status():
+            return "stored on the master, but this SYNC_MASTER has no slave"
+        return (
+            "stored on the master but no slave confirmed it in "
+            f"{node.cfg.sync_timeout_s:g} s"
+        )
+
     def writable(self) -> bool:
         """Whether this node takes writes (not a slave)."""
         return self.node is None or self.node.is_master

@@ -102,6 +102,14 @@ class Transactions:
         self.tx_client.pop(tid, None)
         if res is TransactionResolution.COMMIT:
             self.ep.wake(request.topic.name)
+        if res is not TransactionResolution.UNKNOWN:
+            # SYNC_MASTER: the outcome is answered once a slave has it (were
+            # this master lost first, the half is checked back on the new one).
+            why = await self.ep.unreplicated()
+            if why is not None:
+                return spb.EndTransactionResponse(
+                    status=status(C.SLAVE_PERSISTENCE_TIMEOUT, why)
+                )
         return spb.EndTransactionResponse(status=status(C.OK))
 
     # -- check-backs (called from the check threads) ----------------------------
