@@ -83,3 +83,58 @@ def test_viewer_sees_no_body_or_actions_on_a_half(page, users, sign_in, stuck) -
     page.goto("/transactions/")
     assert page.locator("input[name=ids]").count() == 0
     assert page.get_by_role("button", name="Roll back").count() == 0
+
+
+def _bulk_rollback(page, reason: str) -> list[str]:
+    page.get_by_label("Reason").fill(reason)
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
+    page.locator(".bulkbar").get_by_role("button", name="Roll back").click()
+    page.wait_for_load_state()
+    return asked
+
+
+def test_operator_bulk_rolls_back_the_selected_rows(
+    page, users, sign_in, stuck
+) -> None:
+    sign_in(page, "operator")
+    page.goto("/transactions/?producer_group=PID_shop")
+    rows = page.locator("[data-testid=half-list] tbody tr")
+    assert rows.count() == 12
+    chosen = [rows.nth(i).locator("td.mono").inner_text() for i in (0, 3)]
+    for tid in chosen:
+        page.get_by_label(f"select {tid}").check()
+    asked = _bulk_rollback(page, "duplicate orders from the 02:00 replay, INC-9")
+    assert asked and "never be delivered" in asked[0]
+    assert "Rolled back 2 half message(s)." in page.locator(".flash").inner_text()
+    listed = page.locator("[data-testid=half-list]").inner_text()
+    assert all(tid not in listed for tid in chosen)
+    assert page.locator("[data-testid=half-list] tbody tr").count() == 10
+    page.goto("/audit/")
+    assert "INC-9" in page.locator("table.grid tbody").inner_text()
+
+
+def test_operator_bulk_rolls_back_every_half_matching(
+    page, users, sign_in, stuck
+) -> None:
+    sign_in(page, "operator")
+    page.goto("/transactions/?producer_group=PID_shop&per_page=25")
+    page.get_by_label("every half matching the filter").check()
+    _bulk_rollback(page, "shop producer retired, INC-10")
+    assert "Rolled back 12 half message(s)." in page.locator(".flash").inner_text()
+    page.goto("/transactions/")
+    rows = page.locator("[data-testid=half-list] tbody tr")
+    assert rows.count() == 1 and stuck in rows.first.inner_text()
+
+
+def test_rows_per_page_selector_pages_and_rolls_back_nothing(
+    page, users, sign_in, stuck
+) -> None:
+    sign_in(page, "operator")
+    page.goto("/transactions/?per_page=50")
+    assert page.locator("[data-testid=half-list] tbody tr").count() == 13
+    page.get_by_label("Rows per page").select_option("25")
+    page.wait_for_url("**per_page=25**")
+    assert page.locator(".flash").count() == 0  # no bulk POST, no error
+    assert page.locator("[data-testid=half-list] tbody tr").count() == 13
+    assert "1–13 of 13" in page.locator("nav.pager").inner_text()
