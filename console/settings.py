@@ -350,34 +350,34 @@ CELERY_BEAT_SCHEDULE = {
     "beat-heartbeat": {
         "task": "core.beat_heartbeat",
         "schedule": timedelta(seconds=BEAT_HEARTBEAT_INTERVAL),
-        "options": {"expires": BEAT_HEARTBEAT_INTERVAL},
+        "options": {"expire_seconds": BEAT_HEARTBEAT_INTERVAL},
     },
     # Delayed delivery: each run delivers for one tick window with sub-second
     # precision; a stale tick is dropped rather than run late.
     "delays-deliver-due": {
         "task": "delays.deliver_due",
         "schedule": timedelta(seconds=DELAY_TICK_INTERVAL),
-        "options": {"expires": DELAY_TICK_INTERVAL},
+        "options": {"expire_seconds": DELAY_TICK_INTERVAL},
     },
     # Transaction check: checks back half messages left pending, discards those
     # checked too often; a run missed by more than one interval is dropped.
     "transactions-run-check": {
         "task": "transactions.run_check",
         "schedule": timedelta(seconds=TRANSACTION_CHECK_INTERVAL),
-        "options": {"expires": TRANSACTION_CHECK_INTERVAL},
+        "options": {"expire_seconds": TRANSACTION_CHECK_INTERVAL},
     },
     # Console tables of topics, depths and consumer offsets, copied from the
     # store so pages and the API can filter and sort them.
     "topics-sync": {
         "task": "topics.sync",
         "schedule": timedelta(seconds=TOPICS_SYNC_INTERVAL),
-        "options": {"expires": TOPICS_SYNC_INTERVAL},
+        "options": {"expire_seconds": TOPICS_SYNC_INTERVAL},
     },
 }
 CELERY_BEAT_SCHEDULE["reports-reap"] = {
     "task": "reports.reap",
     "schedule": timedelta(seconds=REPORTS_REAP_INTERVAL),
-    "options": {"expires": REPORTS_REAP_INTERVAL},
+    "options": {"expire_seconds": REPORTS_REAP_INTERVAL},
 }
 if CLUSTER_NODES:
     # One check and one delay tick per node, on that node's queue: a slow node
@@ -397,7 +397,7 @@ if CLUSTER_NODES:
                 "task": _task,
                 "schedule": timedelta(seconds=_every),
                 "kwargs": {"node": _node},
-                "options": {"expires": _every, "queue": f"node.{_node}"},
+                "options": {"expire_seconds": _every, "queue": f"node.{_node}"},
             }
 if REPORTS_EXPORT_INTERVAL > 0:
     # Reports read an incremental Parquet export of the log; keeping it current
@@ -405,7 +405,7 @@ if REPORTS_EXPORT_INTERVAL > 0:
     CELERY_BEAT_SCHEDULE["reports-export"] = {
         "task": "reports.export",
         "schedule": timedelta(seconds=REPORTS_EXPORT_INTERVAL),
-        "options": {"expires": REPORTS_EXPORT_INTERVAL},
+        "options": {"expire_seconds": REPORTS_EXPORT_INTERVAL},
     }
     if CLUSTER_NODES:
         # Each node exports its own log under REPORTS_EXPORT_URI/<node>/, on its
@@ -417,7 +417,7 @@ if REPORTS_EXPORT_INTERVAL > 0:
                 "schedule": timedelta(seconds=REPORTS_EXPORT_INTERVAL),
                 "kwargs": {"node": _node},
                 "options": {
-                    "expires": REPORTS_EXPORT_INTERVAL,
+                    "expire_seconds": REPORTS_EXPORT_INTERVAL,
                     "queue": f"node.{_node}",
                 },
             }

@@ -12,4 +12,4 @@ def test_beat_runs_the_export_task_with_an_expiry(settings):
     assert entry["task"] == "reports.export"
     assert entry["task"] in app.tasks
     assert entry["schedule"].total_seconds() == settings.REPORTS_EXPORT_INTERVAL
-    assert entry["options"]["expires"] == settings.REPORTS_EXPORT_INTERVAL
+    assert entry["options"]["expire_seconds"] == settings.REPORTS_EXPORT_INTERVAL

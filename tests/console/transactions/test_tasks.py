@@ -41,5 +41,6 @@ def test_one_run_at_a_time_across_workers(svc):
 def test_beat_schedules_the_check_with_an_expiry(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["transactions-run-check"]
     assert entry["task"] == "transactions.run_check"
-    assert entry["options"]["expires"] == settings.TRANSACTION_CHECK_INTERVAL
+    # expire_seconds: what the database scheduler keeps (test_beat_expiry.py)
+    assert entry["options"]["expire_seconds"] == settings.TRANSACTION_CHECK_INTERVAL
     assert entry["schedule"].total_seconds() == settings.TRANSACTION_CHECK_INTERVAL
