@@ -4,7 +4,12 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging, worker_process_shutdown
+from celery.signals import (
+    setup_logging,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -34,3 +39,18 @@ def close_store(**kwargs: Any) -> None:
     from console.brokerlink import close_broker
 
     close_broker()
+
+
+@worker_ready.connect
+def say_alive(sender: Any = None, **kwargs: Any) -> None:
+    """Beat of this worker for /healthz and the banner (``core.liveness``)."""
+    from console.core.liveness import on_worker_ready
+
+    on_worker_ready(sender, **kwargs)
+
+
+@worker_shutdown.connect
+def stop_saying_alive(**kwargs: Any) -> None:
+    from console.core.liveness import on_worker_shutdown
+
+    on_worker_shutdown(**kwargs)

@@ -327,7 +327,9 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's DatabaseScheduler, which also says it is alive
+# (console/core/liveness.py: /healthz tells beat from the worker).
+CELERY_BEAT_SCHEDULER = "console.core.liveness:BeatScheduler"
 # Isolation: Spark reports run on their own queue and worker ("reports" in the
 # Procfile, one at a time); the transaction check, delay delivery and the beat
 # heartbeat have the "timers" queue to themselves, so no report can starve

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 from django.conf import settings
 
-from console.core.health import BEAT_KEY, beat_stale_after, check_grpc
+from console.core.health import beat_stale_after, check_grpc
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +44,13 @@ def _redis() -> redis.Redis:
 
 
 def _background() -> list[Alert]:
+    from console.core.liveness import BEAT_ALIVE_KEY, timers_workers
+
     try:
         r = _redis()
-        raw = r.get(BEAT_KEY)
+        raw = r.get(BEAT_ALIVE_KEY)
         waiting = int(r.llen("timers"))
+        workers = timers_workers()
     except redis.RedisError as exc:
         return [
             Alert(
@@ -60,32 +63,32 @@ def _background() -> list[Alert]:
             )
         ]
     out = []
+    # Each process says it is alive by itself (console/core/liveness.py), so
+    # a stopped worker is never reported as beat, nor as a backlog.
+    if not workers:
+        out.append(
+            Alert(
+                "error",
+                "The timers worker is not running",
+                f"{waiting} background tasks are waiting: check-backs and "
+                "delayed deliveries are not happening.",
+                "Start the Celery worker for the timers queue (Procfile: "
+                "worker). Waiting ticks expire; the next ones catch up.",
+            )
+        )
     age = None if raw is None else time.time() - float(raw)
     if age is None or age > beat_stale_after():
         since = "never" if age is None else f"{age:.0f} s ago"
-        if waiting > 0:
-            out.append(
-                Alert(
-                    "error",
-                    "The timers worker is not running",
-                    f"{waiting} background tasks are waiting (last heartbeat "
-                    f"{since}): check-backs and delayed deliveries are not "
-                    "happening.",
-                    "Start the Celery worker for the timers queue (Procfile: "
-                    "worker). Waiting ticks expire; the next ones catch up.",
-                )
+        out.append(
+            Alert(
+                "error",
+                "Celery beat is not running",
+                f"Nothing schedules the transaction check or delayed "
+                f"deliveries (last tick {since}).",
+                "Start exactly one beat process (Procfile: beat).",
             )
-        else:
-            out.append(
-                Alert(
-                    "error",
-                    "Celery beat is not running",
-                    f"Nothing schedules the transaction check or delayed "
-                    f"deliveries (last heartbeat {since}).",
-                    "Start exactly one beat process (Procfile: beat).",
-                )
-            )
-    elif waiting > TIMERS_BACKLOG:
+        )
+    if workers and waiting > TIMERS_BACKLOG:
         out.append(
             Alert(
                 "warning",

@@ -51,13 +51,31 @@ def check_store() -> dict[str, Any]:
 
 
 def check_beat() -> dict[str, Any]:
-    raw = redis_client().get(BEAT_KEY)
-    if raw is None:
+    """Beat itself: its scheduler writes a key on every tick (``liveness``)."""
+    from console.core.liveness import beat_age
+
+    age = beat_age()
+    if age is None:
         raise RuntimeError("beat has never ticked")
-    age = time.time() - float(raw)
     if age > beat_stale_after():
-        raise RuntimeError(f"last tick {age:.0f}s ago")
+        raise RuntimeError(f"beat last ticked {age:.0f}s ago")
     return {"last_tick_age_s": round(age, 1)}
+
+
+def check_worker() -> dict[str, Any]:
+    """A worker that runs the timer ticks (the ``timers`` queue, or a node's
+    queue in a cluster) is alive; and the last heartbeat task it ran."""
+    from console.core.liveness import timers_workers
+
+    workers = timers_workers()
+    raw = redis_client().get(BEAT_KEY)
+    ran = None if raw is None else round(time.time() - float(raw), 1)
+    if not workers:
+        since = "never" if ran is None else f"{ran:.0f}s ago"
+        raise RuntimeError(
+            f"no worker serves the timers queue (last heartbeat task ran {since})"
+        )
+    return {"workers": workers, "last_heartbeat_task_age_s": ran}
 
 
 def check_grpc(timeout: float = 2.0) -> dict[str, Any]:
@@ -72,6 +90,7 @@ CHECKS: dict[str, Callable[[], dict[str, Any]]] = {
     "redis": check_redis,
     "store": check_store,
     "beat": check_beat,
+    "worker": check_worker,
     "grpc": check_grpc,
 }
 

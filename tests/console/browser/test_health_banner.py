@@ -51,6 +51,13 @@ def test_the_banner_appears_while_the_worker_is_stopped(
         assert WORKER_DOWN in banner
         assert "check-backs and delayed deliveries are not happening" in banner
         assert "Procfile: worker" in banner
+        # Named for what stopped: beat runs on, and this is no backlog.
+        assert "Celery beat is not running" not in banner
+        assert "backlog" not in banner
+        from django.test import Client
+
+        health = Client().get("/healthz").json()
+        assert "worker" in health["down"] and "beat" not in health["down"], health
         screenshot(page, "health-banner")
     finally:
         celery_services.stop()
