@@ -66,3 +66,34 @@ def test_stuck_halves_are_announced(settings, broker) -> None:
     assert "checked 3 times or more" in alert.meaning
     assert "counted by the transaction check at" in alert.meaning
     redis_client().delete(STUCK_KEY)
+
+
+def test_the_banner_names_a_stopped_worker_not_beat_nor_a_backlog(settings) -> None:
+    import time
+
+    from console.core.alerts import reset_cache
+    from console.core.health import redis_client
+    from console.core.liveness import BEAT_ALIVE_KEY, WORKER_KEY_PREFIX
+
+    r = redis_client()
+    worker = WORKER_KEY_PREFIX + "w@test"
+    r.delete("timers", worker)
+    r.set(BEAT_ALIVE_KEY, time.time())
+    r.rpush("timers", *[b"{}"] * 30)  # ticks nobody takes
+    try:
+        reset_cache()
+        titles = _titles()
+        assert "The timers worker is not running" in titles
+        assert "Celery beat is not running" not in titles
+        assert not any("backlog" in t for t in titles)
+        r.set(worker, '{"queues": ["timers", "celery"]}', ex=60)
+        reset_cache()
+        titles = _titles()
+        assert "The timers worker is not running" not in titles
+        assert "The timers queue has a backlog" in titles  # a live, busy worker
+        r.set(BEAT_ALIVE_KEY, time.time() - 3600)
+        reset_cache()
+        assert "Celery beat is not running" in _titles()
+    finally:
+        r.delete("timers", worker, BEAT_ALIVE_KEY)
+        reset_cache()
