@@ -15,7 +15,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 run: setup migrate admin demo-data admin-token
 	@$(BIN)/python manage.py print_urls
-	@exec $(BIN)/honcho start -f Procfile
+	@exec $(BIN)/python -m console.core.supervise
 
 test: setup conformance-runners
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

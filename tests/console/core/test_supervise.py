@@ -1,0 +1,172 @@
+"""``make run``'s supervision, with the real Procfile under supervisord: SIGKILL
+the timers worker, the web process and beat in turn; each comes back by
+itself while the gRPC endpoint keeps serving a client that sends throughout,
+and Ctrl-C (SIGINT) then stops every process and frees every port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+import redis
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
+
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait(cond, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_a_dead_console_process_comes_back_and_the_broker_keeps_serving(
+    tmp_path: Path,
+) -> None:
+    redis_url = "redis://127.0.0.1:6379/11"
+    redis.Redis.from_url(redis_url).flushdb()
+    grpc_port, admin_port, web_port = free_port(), free_port(), free_port()
+    token = tmp_path / "admin_token"
+    token.write_text("supervise-test-token-0123456789")
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "VAR_DIR": str(tmp_path / "var"),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "REDIS_URL": redis_url,
+        "BROKER_STORE_DIR": str(tmp_path / "store"),
+        "GRPC_LISTEN": f"127.0.0.1:{grpc_port}",
+        "ADMIN_LISTEN": f"127.0.0.1:{admin_port}",
+        "WEB_LISTEN": f"127.0.0.1:{web_port}",
+        "CLUSTER_ADMIN_TOKEN_FILE": str(token),
+        "WEB_WORKERS": "1",
+        "WORKER_CONCURRENCY": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=ROOT, env=env, check=True,
+    )  # fmt: skip
+    sv = tmp_path / "sv"
+    conf = sv / "supervisord.conf"
+    out = open(tmp_path / "run.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "console.core.supervise", "--dir", str(sv)],
+        cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    ctl = [str(Path(sys.executable).with_name("supervisorctl")), "-c", str(conf)]
+
+    def pid(name: str) -> int:
+        r = subprocess.run([*ctl, "pid", name], capture_output=True, text=True)
+        try:
+            return int(r.stdout.strip() or 0)
+        except ValueError:
+            return 0
+
+    def running(name: str) -> bool:
+        r = subprocess.run([*ctl, "status", name], capture_output=True, text=True)
+        return " RUNNING " in r.stdout
+
+    failures: list[str] = []
+    sent = [0]
+    stop = threading.Event()
+
+    def client() -> None:
+        stub = sgrpc.MessagingServiceStub(
+            grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+        )
+        md = (("x-mq-client-id", "supervise-test"),)
+        while not stop.is_set():
+            m = pb.Message(
+                topic=pb.Resource(name="Live"),
+                system_properties=pb.SystemProperties(
+                    message_id=os.urandom(8).hex(), body_encoding=pb.IDENTITY
+                ),
+                body=b"x",
+            )
+            try:
+                r = stub.SendMessage(
+                    spb.SendMessageRequest(messages=[m]), metadata=md, timeout=5
+                )
+                if r.entries[0].status.code != pb.Code.OK:
+                    failures.append(str(r))
+                else:
+                    sent[0] += 1
+            except grpc.RpcError as exc:
+                failures.append(str(exc))
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=client)
+    children: list[int] = []
+    try:
+        names = ("web", "worker", "reports", "beat", "grpc")
+        wait(lambda: all(running(n) for n in names), 120, "every process RUNNING")
+        wait(lambda: listening(grpc_port) and listening(web_port), 60, "the ports")
+        grpc_pid = pid("grpc")
+        thread.start()
+        wait(lambda: sent[0] > 5, 30, "the client's first sends")
+        for name in ("worker", "web", "beat"):
+            before = pid(name)
+            assert before > 0, name
+            os.kill(before, signal.SIGKILL)
+            t0 = time.monotonic()
+            wait(lambda n=name, b=before: pid(n) not in (0, b) and running(n),
+                 60, f"{name} to come back")  # fmt: skip
+            print(f"{name} back in {time.monotonic() - t0:.1f} s")
+            assert pid("grpc") == grpc_pid  # never stopped because another died
+            if name == "web":
+                wait(lambda: listening(web_port), 30, "the web port again")
+        sent_before = sent[0]
+        children = [pid(n) for n in names]
+        wait(lambda: sent[0] > sent_before + 5, 30, "more sends")
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join(10)
+        log_text = (tmp_path / "run.log").read_text()
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in make run's terminal
+        try:
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        out.close()
+        redis.Redis.from_url(redis_url).flushdb()
+    assert not failures, failures[:3]
+    assert proc.returncode == 0, log_text[-3000:]
+    # Nothing is left behind: no process of any program's group, no port.
+    for child in children:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(child, 0)
+    assert not any(listening(p) for p in (grpc_port, admin_port, web_port))
