@@ -170,10 +170,14 @@ def _signed(value: Any) -> Any:
 
 def figures(summary: dict[str, Any], depth: int = 0) -> list[dict[str, Any]]:
     """A summary as labelled figures: [{label, value, depth}] (nested dicts
-    indented under their label; lists of rows kept as short text)."""
+    indented under their label; lists of rows kept as short text).
+
+    Only the top level's keys are the job's field names, shown as words;
+    nested keys are shown as they are: they are often data (topic and group
+    names such as ``TxOrders`` or ``%DLQ%grp``, whose case matters)."""
     out: list[dict[str, Any]] = []
     for key, value in (summary or {}).items():
-        label = str(key).replace("_", " ").capitalize()
+        label = str(key).replace("_", " ").capitalize() if depth == 0 else str(key)
         if key == "changes" and isinstance(value, dict):  # signed: +2, -1.5
             out.append({"label": label, "value": None, "depth": depth})
             out += [

@@ -151,6 +151,13 @@ def get_session(
         .config("spark.driver.memory", driver_memory or "3g")
         .config("spark.sql.parquet.compression.codec", "zstd")
     )
+    if local:
+        # In local mode nothing outside this host talks to the driver: its
+        # ports (block manager, RPC) listen on loopback, not on the machine's
+        # external address. SPARK_CONF_spark__driver__bindAddress overrides.
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
+            "spark.driver.host", "127.0.0.1"
+        )
     for key, value in conf_from_env().items():
         builder = builder.config(key, value)
     # py4j logs its connection teardown at INFO from __del__, after stdout

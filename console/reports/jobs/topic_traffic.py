@@ -11,8 +11,15 @@ NAME = "topic_traffic"
 TOP_N = 10
 
 
+#: Copies of messages already counted on their own topic: a retry or a
+#: resend (``%RETRY%<group>``) and a dead letter (``%DLQ%<group>``).
+COPY_PREFIXES = ("%RETRY%", "%DLQ%")
+
+
 def _user(records: DataFrame) -> DataFrame:
-    return records.where(~is_system(F.col("topic")))
+    topic = F.col("topic")
+    copy = topic.startswith(COPY_PREFIXES[0]) | topic.startswith(COPY_PREFIXES[1])
+    return records.where(~is_system(topic) & ~copy)
 
 
 def _bucket_order(size: Column) -> Column:

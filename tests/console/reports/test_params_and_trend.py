@@ -322,3 +322,11 @@ def test_the_list_shows_each_reports_headline_with_its_change(client_as) -> None
     assert "pending <strong>4</strong>" in cell and "(-1)" in cell
     assert "stuck <strong>2</strong>" in cell and "(+1)" in cell
     assert services.headline(None) == []
+
+
+def test_nested_names_keep_their_case() -> None:
+    from console.reports.views import figures
+
+    shown = figures({"busiest_topics": {"TxOrders": 3, "%DLQ%dlq-grp": 1, "LagT": 2}})
+    labels = [f["label"] for f in shown]
+    assert labels == ["Busiest topics", "TxOrders", "%DLQ%dlq-grp", "LagT"]

@@ -38,3 +38,20 @@ def test_shuffle_partitions_follow_the_input() -> None:
     assert shuffle_partitions(10 << 20) == 8  # small logs: a few
     assert shuffle_partitions(2576 << 20) == 21  # the 2.57 GiB, 1M-message log
     assert shuffle_partitions(1 << 40) == 200  # capped
+
+
+@pytest.mark.spark
+def test_a_local_session_listens_on_loopback_only(spark) -> None:
+    """Every TCP port the local Spark JVM listens on is on 127.0.0.1 (it
+    listened on the machine's external address on random ports)."""
+    import subprocess
+
+    pid = spark.sparkContext._gateway.proc.pid
+    out = subprocess.run(
+        ["ss", "-Hltnp"], capture_output=True, text=True, check=True
+    ).stdout
+    mine = [line.split()[3] for line in out.splitlines() if f"pid={pid}," in line]
+    assert mine, out
+    assert all(
+        addr.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")) for addr in mine
+    ), mine

@@ -30,6 +30,9 @@ def log(records):
                 rec("b", store_ts=20, body_size=100, tags="z", keys="k9"),
                 rec("RMQ_SYS_TRANS_HALF_TOPIC", store_ts=0, body_size=7, tags="x"),
                 rec("SCHEDULE_TOPIC_XXXX", store_ts=0, body_size=7, tags="x"),
+                # Copies of messages counted on their own topic: not traffic.
+                rec("%DLQ%grp", store_ts=0, body_size=10, tags="x"),
+                rec("%RETRY%grp", store_ts=0, body_size=10, tags="x"),
                 rec("b", store_ts=30, body_size=70, tags="z", keys="k9"),
             ]
         )
