@@ -94,7 +94,8 @@
     }
     charts[id] = new window.Chart(canvas, {type: "line",
       data: {labels: labels, datasets: sets.map(function (s) {
-        return {label: s.label, data: s.data, pointRadius: 0, borderWidth: 1.5};
+        // One point draws no line: show it as a dot, or nothing is seen.
+        return {label: s.label, data: s.data, pointRadius: labels.length === 1 ? 4 : 0, borderWidth: 1.5};
       })},
       options: {animation: false, maintainAspectRatio: false,
         plugins: {legend: {display: legend === undefined ? sets.length > 1 : legend}},
@@ -128,7 +129,8 @@
         if (!canvas) return;
         new window.Chart(canvas, {type: c.type,
           data: {labels: c.labels, datasets: c.datasets.map(function (d) {
-            return {label: d.label, data: d.data, borderWidth: 1.5, pointRadius: 1};
+            return {label: d.label, data: d.data, borderWidth: 1.5,
+              pointRadius: c.type === "line" && c.labels.length === 1 ? 4 : 1};
           })},
           options: {animation: false, maintainAspectRatio: false, spanGaps: false,
             scales: {y: {beginAtZero: true}}}});
