@@ -43,6 +43,9 @@ from broker_core.transaction import (
 
 log = logging.getLogger("broker_core.endpoint.relay")
 DEFAULT_CHANNEL = "broker_core:grpc:check"
+#: The listener's wait before subscribing again, doubling up to the maximum.
+RECONNECT_MIN_S = 0.25
+RECONNECT_MAX_S = 4.0
 
 
 def default_url() -> str:
@@ -167,7 +170,9 @@ class RelayListener:
         import redis
 
         self.endpoint = endpoint
-        self.redis = redis.Redis.from_url(redis_url or default_url())
+        self.redis = redis.Redis.from_url(
+            redis_url or default_url(), health_check_interval=5
+        )
         self.channel = channel
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True, name="grpc-relay")
@@ -176,18 +181,35 @@ class RelayListener:
         self.thread.start()
 
     def _run(self) -> None:
+        # Subscribed again within a second of Redis coming back: while no
+        # endpoint listens, a check reaches nobody (not counted, but the half
+        # waits a whole check interval more). A frozen Redis is noticed by the
+        # connection's health check.
+        backoff = RECONNECT_MIN_S
         while not self.stop.is_set():
+            ps = None
             try:
                 ps = self.redis.pubsub(ignore_subscribe_messages=True)
                 ps.subscribe(self.channel)
+                if backoff > RECONNECT_MIN_S:
+                    log.info("relay listener subscribed again to %s", self.channel)
+                backoff = RECONNECT_MIN_S
                 while not self.stop.is_set():
                     m = ps.get_message(timeout=0.5)
                     if m is None:
                         continue
                     self._handle(m["data"])
             except Exception as exc:  # noqa: BLE001 - reconnect
-                log.warning("relay listener: %s; retrying in 5 s", exc)
-                self.stop.wait(5.0)
+                if backoff == RECONNECT_MIN_S:
+                    log.warning("relay listener: %s; subscribing again", exc)
+                self.stop.wait(backoff)
+                backoff = min(RECONNECT_MAX_S, backoff * 2)
+            finally:
+                if ps is not None:
+                    try:
+                        ps.close()
+                    except Exception:  # noqa: BLE001 - the connection is gone
+                        pass
 
     def _handle(self, data: bytes) -> None:
         try:

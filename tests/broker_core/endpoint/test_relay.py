@@ -143,3 +143,79 @@ def test_no_live_producer_then_the_groups_own_checker_answers(tmp_path):
             assert tx.metrics().checks_no_producer == 1
     finally:
         assert stop_server(proc) == 0
+
+
+def test_the_endpoint_listens_again_after_redis_restarts(tmp_path):
+    """A private Redis is shut down and started again on the same port: the
+    endpoint subscribes again by itself, and the next relayed check reaches it
+    (it answers; before, checks reached nobody for a while after the return)."""
+    import shutil
+
+    redis = pytest.importorskip("redis")
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("no redis-server")
+    from broker_core.endpoint.relay import RedisRelayTransport
+    from broker_core.transaction import CheckRequest, NoProducerOnlineError
+
+    rport = free_port()
+    url = f"redis://127.0.0.1:{rport}/0"
+
+    def start_redis() -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [server, "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        end = time.time() + 20
+        while True:
+            try:
+                redis.Redis.from_url(url).ping()
+                return proc
+            except redis.RedisError:
+                assert time.time() < end, "redis-server did not start"
+                time.sleep(0.1)
+
+    def subscribers(channel: str) -> int:
+        return int(redis.Redis.from_url(url).pubsub_numsub(channel)[0][1])
+
+    def wait_subscribed(channel: str) -> float:
+        t0 = time.time()
+        while subscribers(channel) < 1:
+            assert time.time() - t0 < 30, "the endpoint never subscribed again"
+            time.sleep(0.05)
+        return time.time() - t0
+
+    request = CheckRequest(
+        transaction_id="T1", msg_id="M1", producer_group="G", topic="Nobody",
+        queue_id=0, tags=None, keys=None, properties={}, body=b"",
+        born_timestamp=0, check_no=1, half_offset=0, queue_offset=0,
+    )  # fmt: skip
+    channel = "broker_core:grpc:check"
+    rds = start_redis()
+    port = free_port()
+    proc = subprocess.Popen(
+        [PY, "-m", "broker_core", "serve", "--store", str(tmp_path / "store"),
+         "--listen", f"127.0.0.1:{port}", "--redis-url", url],
+        cwd=ROOT, stdout=open(tmp_path / "server.log", "w"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_subscribed(channel)
+        for _ in range(2):
+            redis.Redis.from_url(url).shutdown(nosave=True)
+            rds.wait(10)
+            time.sleep(2)  # Redis stays away a while
+            rds = start_redis()
+            took = wait_subscribed(channel)
+            print(f"subscribed again {took:.2f} s after Redis returned")
+            # The endpoint answers the relayed check (it has no producer of
+            # the topic): "none" from it, not "no gRPC endpoint subscribed".
+            with pytest.raises(NoProducerOnlineError) as got:
+                RedisRelayTransport(url, channel).check(request)
+            assert "no gRPC endpoint subscribed" not in str(got.value)
+            assert "gRPC endpoint:" in str(got.value)
+    finally:
+        assert stop_server(proc) == 0
+        rds.terminate()
+        rds.wait(10)
