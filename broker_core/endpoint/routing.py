@@ -134,9 +134,19 @@ class Routing:
             perm = {6: pb.READ_WRITE, 4: pb.READ, 2: pb.WRITE}[e.perm]
             if readable_only and not e.perm & 4:
                 continue
-            if e.node.name == node.cfg.name and e.node.broker_id == node.current_id():
+            mine = (
+                e.node.name == node.cfg.name
+                and e.node.broker_id == node.current_id()
+            )
+            if mine and (asked is None or len(asked.addresses) <= 1):
+                # The one address the client reached this node by.
                 endpoints = self.endpoints(asked)
             else:
+                # Another node's, or this node's when the client's access point
+                # lists several nodes: its own advertised address, so that a
+                # send for this node's queue is stored here and the receipt
+                # names the node that stored it (the whole list sent broker-a's
+                # sends to whichever node the client's channel picked).
                 endpoints = _endpoints(e.node.endpoints)
             out.append(
                 _queue(

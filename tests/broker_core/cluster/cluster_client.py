@@ -52,6 +52,7 @@ def send(access: str, topic: str, count: str, prefix: str, delay_ms: str = "0"):
     p.startup()
     brokers: Counter = Counter()
     sent, failed = [], []
+    where: dict[str, str] = {}
     try:
         for i in range(int(count)):
             body = f"{prefix}-{i}"
@@ -62,9 +63,10 @@ def send(access: str, topic: str, count: str, prefix: str, delay_ms: str = "0"):
                 continue
             sent.append(body)
             brokers[_broker(receipt)] += 1
+            where[body] = _broker(receipt)
     finally:
         p.shutdown()
-    return {"sent": sent, "failed": failed, "brokers": dict(brokers)}
+    return {"sent": sent, "failed": failed, "brokers": dict(brokers), "where": where}
 
 
 def consume(
@@ -128,6 +130,30 @@ def checker(access: str, topic: str, seconds: str, want: str = ""):
     finally:
         p.shutdown()
     return {"checked": c.checked}
+
+
+def route(node: str, topic: str, asked: str):
+    """QueryRoute at ``node`` as a client whose access point is ``asked``
+    (``host:port;host:port``): each queue's broker and addresses."""
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as spb
+    from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
+
+    endpoints = pb.Endpoints(scheme=pb.IPv4)
+    for a in asked.split(";"):
+        host, _, port = a.rpartition(":")
+        endpoints.addresses.append(pb.Address(host=host, port=int(port)))
+    with grpc.insecure_channel(node) as ch:
+        r = sgrpc.MessagingServiceStub(ch).QueryRoute(
+            spb.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=endpoints),
+            metadata=(("x-mq-client-id", "route-probe"),), timeout=10,
+        )  # fmt: skip
+    return [
+        {"broker": q.broker.name,
+         "addresses": [f"{a.host}:{a.port}" for a in q.broker.endpoints.addresses]}
+        for q in r.message_queues
+    ]  # fmt: skip
 
 
 if __name__ == "__main__":

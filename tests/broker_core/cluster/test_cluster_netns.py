@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,19 @@ def node_client(*args: str) -> dict:
     return json.loads(lines[-1][len("RESULT ") :])
 
 
+def stored_keys(store: Path) -> set[str]:
+    """The KEYS values in a running node's log (read, never opened)."""
+    from broker_core.shared import read_commit_pos
+
+    end = read_commit_pos(store)
+    data = b""
+    for seg in sorted((store / "commitlog").iterdir()):
+        with open(seg, "rb") as f:
+            data += f.read(max(0, end - len(data)))
+    text = data.decode("latin-1")
+    return set(re.findall("KEYS\x01([^\x02]*)\x02", text))
+
+
 def test_cluster_routes_replication_failover_and_promotion(network, tmp_path):
     c = Cluster(network, tmp_path, TOPIC, EXPIRY)
     c.serve(c.a, c.store("a"), "broker-a", "--role", "SYNC_MASTER",
@@ -77,6 +91,25 @@ def test_cluster_routes_replication_failover_and_promotion(network, tmp_path):
     first = client("send", c.access(c.a), TOPIC, "120", "m")
     assert not first["failed"], first["failed"][:3]
     assert set(first["brokers"]) == {"broker-a", "broker-b"}, first["brokers"]
+    # An access point listing every node: each receipt names the node that
+    # stored the message (this node's queues carried the whole list, and the
+    # client's channel sent broker-a's messages to broker-b).
+    both = f"{c.access(c.a)};{c.access(c.b)}"
+    multi = client("send", both, TOPIC, "60", "mp")
+    assert not multi["failed"], multi["failed"][:3]
+    assert set(multi["brokers"]) == {"broker-a", "broker-b"}, multi["brokers"]
+    stored = {n: stored_keys(tmp_path / f"store-{n}") for n in ("a", "b")}
+    for body, broker in multi["where"].items():
+        home = "a" if broker == "broker-a" else "b"
+        assert body in stored[home], (body, broker)
+        assert body not in stored["b" if home == "a" else "a"], (body, broker)
+    # A route asked at broker-b by a client whose access point lists both
+    # nodes (as when broker-a was briefly unreachable): broker-b's queues
+    # carry broker-b's address alone, never the list, whose first address
+    # would take broker-b's sends to broker-a.
+    for q in client("route", c.access(c.b), TOPIC, both):
+        home = c.access(c.a if q["broker"] == "broker-a" else c.b)
+        assert q["addresses"] == [home], q
     # Delayed messages on both nodes, due after broker-a's death below.
     delayed = client("send", c.access(c.b), TOPIC, "20", "late", "12000")
     assert set(delayed["brokers"]) == {"broker-a", "broker-b"}, delayed["brokers"]
@@ -143,7 +176,11 @@ def test_cluster_routes_replication_failover_and_promotion(network, tmp_path):
     g3 = client("consume", c.access(c.s), "g3", TOPIC, "400", str(max(wait, 5) + 10))
     bodies = Counter(g3["bodies"])
     late = Counter(b for b in bodies.elements() if b.startswith("late-"))
-    assert late == Counter(delayed["sent"]), "delayed messages lost or repeated"
+    assert late == Counter(delayed["sent"]), (
+        "delayed messages lost or repeated",
+        sorted(set(delayed["sent"]) - set(late)),
+        sorted(b for b, n in late.items() if n > 1),
+    )
     assert bodies[pending] == 1, "the checked half is delivered once"
     assert all(n == 1 for n in bodies.values()), [b for b, n in bodies.items() if n > 1]
     print(f"route update after the master's death: {route_update_s:.1f} s")
