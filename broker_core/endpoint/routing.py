@@ -134,10 +134,9 @@ class Routing:
             perm = {6: pb.READ_WRITE, 4: pb.READ, 2: pb.WRITE}[e.perm]
             if readable_only and not e.perm & 4:
                 continue
-            mine = (
-                e.node.name == node.cfg.name
-                and e.node.broker_id == node.current_id()
-            )
+            # By address, not by name and id: a fenced old master has the
+            # promoted one's name and id, and must route clients to it.
+            mine = node.cfg.advertise in e.node.endpoints
             if mine and (asked is None or len(asked.addresses) <= 1):
                 # The one address the client reached this node by.
                 endpoints = self.endpoints(asked)

@@ -210,6 +210,16 @@ def test_the_old_master_never_serves_beside_the_promoted_one(pair, tmp_path):
     assert master.send("orders", b"split").status.code != pb.OK
     at_slave = [f"127.0.0.1:{slave.grpc}"]
     _wait(lambda: registry.find("broker-a", 0).endpoints == at_slave, 20, "routes")
+    # Clients that still ask the fenced node are routed to the new master
+    # (it answered broker-a:0's queues with its own address, by name and id).
+    stub = sgrpc.MessagingServiceStub(grpc.insecure_channel(f"127.0.0.1:{master.grpc}"))
+    route = stub.QueryRoute(
+        spb.QueryRouteRequest(topic=pb.Resource(name="orders")), timeout=10
+    )
+    brokers_a = [q for q in route.message_queues if q.broker.name == "broker-a"]
+    assert brokers_a, route
+    for q in brokers_a:
+        assert [f"{a.host}:{a.port}" for a in q.broker.endpoints.addresses] == at_slave
     ha = slave.call("/v1/node")
     master.kill()
 
