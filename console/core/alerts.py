@@ -103,6 +103,8 @@ def _background() -> list[Alert]:
 
 
 def _endpoint() -> list[Alert]:
+    if not settings.GRPC_LISTEN:
+        return []  # a console-only host: the nodes' endpoints are elsewhere
     try:
         check_grpc(PROBE_TIMEOUT_S)
         return []

@@ -95,10 +95,18 @@ CHECKS: dict[str, Callable[[], dict[str, Any]]] = {
 }
 
 
+def checks() -> dict[str, Callable[[], dict[str, Any]]]:
+    """The checks of this host: without ``GRPC_LISTEN`` (a console-only host
+    of a cluster, whose nodes run elsewhere) there is no endpoint to check."""
+    if not settings.GRPC_LISTEN:
+        return {k: v for k, v in CHECKS.items() if k != "grpc"}
+    return CHECKS
+
+
 def run_checks() -> tuple[bool, dict[str, Any]]:
     """Run every check; return (all up, per-component state)."""
     components: dict[str, Any] = {}
-    for name, check in CHECKS.items():
+    for name, check in checks().items():
         try:
             components[name] = {"status": "up", **check()}
         except Exception as exc:  # noqa: BLE001 - any failure means "down"

@@ -94,3 +94,12 @@ def test_a_stopped_worker_is_named_not_beat(beat_ticked, settings):
 
 def test_healthz_needs_no_sign_in_but_overview_does(db):
     assert Client().get("/").status_code == 302
+
+
+@pytest.mark.django_db
+def test_a_console_only_host_has_no_endpoint_to_check(beat_ticked, settings):
+    settings.GRPC_LISTEN = ""  # the nodes' endpoints run on other hosts
+    response = Client().get("/healthz")
+    body = response.json()
+    assert "grpc" not in body["components"], body
+    assert response.status_code == 200, body
