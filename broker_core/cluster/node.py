@@ -295,9 +295,27 @@ class ClusterNode:
                 self.cfg.cluster, self.cfg.name, tls=self._tls_server,
             ).start()  # fmt: skip
 
+    def _write_ha_status(self) -> None:
+        """The follower's status in ``STORE/ha/status.json``, as ``replicate``
+        writes it (read by ``ha-status``; ``promote`` waits on it)."""
+        from broker_core.ha.cli import STATUS_FILE
+        from broker_core.metadata import atomic_write_json
+
+        follower = self.follower
+        if follower is None:
+            return
+        try:
+            atomic_write_json(self.store.root / STATUS_FILE, follower.status())
+        except Exception as exc:  # noqa: BLE001 - a full disk: logged once a poll
+            log.warning("ha/status.json not written: %s", exc)
+
     def _watch_role(self) -> None:
+        polls = 0
         while not self._stop.wait(ROLE_POLL_S):
             self.refresh_role()
+            polls += 1
+            if polls % 2 == 0:
+                self._write_ha_status()
             if self.follower is not None and self.is_master:
                 self._promoted()
             elif self.follower is not None and self.cfg.auto_promote_after_s > 0:
@@ -370,6 +388,13 @@ class ClusterNode:
         if follower is None:
             return
         follower.stop()
+        try:  # the last status: following no more (``promote`` waits on it)
+            from broker_core.ha.cli import STATUS_FILE
+            from broker_core.metadata import atomic_write_json
+
+            atomic_write_json(self.store.root / STATUS_FILE, follower.status())
+        except Exception as exc:  # noqa: BLE001
+            log.warning("ha/status.json not written: %s", exc)
         log.warning("node %s promoted to %s", self.cfg.name, self.role)
         self.cfg.master_ha = ""
         self._become_master_services()

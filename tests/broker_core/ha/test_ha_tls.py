@@ -5,6 +5,7 @@ reason in the slave's status rather than left hanging."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import socket
@@ -357,6 +358,17 @@ def test_serve_nodes_replicate_over_tls_with_a_server_name(tmp_path: Path) -> No
     ]
     try:
         wait_for(lambda: read_commit_pos(sdir) == end, 60, "the slave node")
+
+        def ha_status() -> dict | None:
+            done = subprocess.run(
+                [sys.executable, "-m", "broker_core", "ha-status", str(sdir)],
+                cwd=ROOT, capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            return json.loads(done.stdout)["status"]
+
+        # A serve slave's status, as ``replicate`` writes it (was null).
+        status = wait_for(ha_status, 10, "the slave's ha/status.json")
+        assert status["following"] and status["master"] == ha, status
     finally:
         for p in procs:
             _stop(p)
