@@ -1,6 +1,7 @@
 """Print where the running system answers."""
 
 import os
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -16,3 +17,12 @@ class Command(BaseCommand):
         self.stdout.write(f"health    http://{web}/healthz")
         self.stdout.write(f"gRPC      {settings.GRPC_LISTEN}")
         self.stdout.write(f"store     {settings.BROKER_STORE_DIR}")
+        first = Path(settings.VAR_DIR) / "admin_password"
+        if first.exists():
+            self.stdout.write(
+                f"sign in   {first.read_text().strip()}   (the generated first "
+                f"admin; delete {first} once read)"
+            )
+        self.stdout.write(
+            "password  forgotten: .venv/bin/python manage.py changepassword USER"
+        )
