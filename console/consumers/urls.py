@@ -9,4 +9,10 @@ urlpatterns = [
     path("<str:group>/reset/preview/", views.reset_preview, name="reset-preview"),
     path("<str:group>/reset/", views.reset_offsets, name="reset"),
     path("<str:group>/settings/", views.update_settings, name="settings"),
+    path("<str:group>/dead-letters/", views.dead_letters, name="dead-letters"),
+    path(
+        "<str:group>/dead-letters/resend/",
+        views.resend_dead_letters,
+        name="dead-letters-resend",
+    ),
 ]

@@ -185,3 +185,102 @@ def update_settings(request: HttpRequest, group: str) -> HttpResponse:
             f"{attempts} delivery attempts before the dead-letter queue.",
         )
     return redirect("consumers:detail", group=group)
+
+
+#: Dead letters a page lists (the newest) and a batch resends at most.
+DLQ_PAGE = 200
+
+
+def _dead_letter_page(group: str) -> list[dict]:
+    """The newest dead letters of ``group``, newest first, with where each came
+    from and how often it was tried."""
+    from console.messages.services import browse_queue
+
+    try:
+        page = browse_queue(f"%DLQ%{group}", 0, count=DLQ_PAGE)
+    except BrokerError:
+        return []
+    rows = []
+    for m in reversed(page.messages):
+        props = m.properties
+        rows.append(
+            {
+                "msg_id": props.get("UNIQ_KEY") or m.offset_msg_id,
+                "offset_msg_id": m.offset_msg_id,
+                "queue_offset": m.queue_offset,
+                "topic": props.get("RETRY_TOPIC", ""),
+                "origin": f"{props.get('DLQ_ORIGIN_QUEUE', '?')}:"
+                f"{props.get('DLQ_ORIGIN_OFFSET', '?')}",
+                "attempts": m.reconsume_times,
+                "keys": props.get("KEYS", ""),
+                "tags": props.get("TAGS", ""),
+                "stored_ms": m.store_timestamp,
+                "body_size": len(m.body),
+            }
+        )
+    return rows
+
+
+@viewer_required
+def dead_letters(request: HttpRequest, group: str) -> HttpResponse:
+    """The group's dead-letter queue: what, from where, after how many
+    attempts; CSV export; resend a selection to the group (operator)."""
+    rows = _dead_letter_page(group)
+    if request.GET.get("format") == "csv":
+        import csv
+
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = (
+            f'attachment; filename="dead-letters-{group}.csv"'
+        )
+        out = csv.writer(response)
+        fields = ["msg_id", "offset_msg_id", "topic", "origin", "attempts",
+                  "keys", "tags", "stored_ms", "body_size"]  # fmt: skip
+        out.writerow(fields)
+        for r in rows:
+            out.writerow([r[f] for f in fields])
+        return response
+    return render(
+        request,
+        "consumers/dead_letters.html",
+        {
+            "group": group,
+            "rows": rows,
+            "total": services.group_dead_letters(group),
+            "dlq_topic": f"%DLQ%{group}",
+            "page_max": DLQ_PAGE,
+        },
+    )
+
+
+@require_POST
+@operator_required
+def resend_dead_letters(request: HttpRequest, group: str) -> HttpResponse:
+    """Resend the selected dead letters to the group (each audited as
+    ``message.resend``): its consumers receive them again, once."""
+    from console.messages.services import resend_message
+
+    back = redirect("consumers:dead-letters", group=group)
+    reason = request.POST.get("reason", "").strip()
+    ids = request.POST.getlist("ids")[:DLQ_PAGE]
+    if len(reason) < 3:
+        messages.error(request, "Nothing resent: a reason is required.")
+        return back
+    if not ids:
+        messages.error(request, "Nothing resent: no dead letter selected.")
+        return back
+    done, failed = 0, []
+    for msg_id in ids:
+        try:
+            resend_message(
+                actor=request.user, msg_id=msg_id, group=group, reason=reason,
+                request=request,
+            )  # fmt: skip
+            done += 1
+        except BrokerError as exc:
+            failed.append(f"{msg_id}: {exc}")
+    if done:
+        messages.success(request, f"Resent {done} dead letter(s) to {group}.")
+    if failed:
+        messages.error(request, "Not resent: " + "; ".join(failed[:5]))
+    return back
