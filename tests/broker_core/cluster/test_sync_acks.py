@@ -21,7 +21,13 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
 from broker_core.shared import read_commit_pos
-from tests.broker_core.ha._hahelpers import ROOT, free_port, secret_file, wait_for
+from tests.broker_core.ha._hahelpers import (
+    ROOT,
+    free_port,
+    redis_up,
+    secret_file,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.protocol]
 
@@ -30,15 +36,7 @@ MD = (("x-mq-client-id", "sync-acks-test"),)
 REGISTRY = "redis://127.0.0.1:6379/13"
 
 
-def _redis_up() -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
-if not _redis_up():
+if not redis_up():
     pytestmark.append(pytest.mark.skip(reason="no Redis on 127.0.0.1:6379"))
 
 

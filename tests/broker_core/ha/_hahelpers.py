@@ -34,6 +34,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def redis_up() -> bool:
+    """Whether a Redis answers on 127.0.0.1:6379 (the registry of the tests
+    that run ``serve`` nodes; ``make test`` starts one when none does)."""
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
     """Poll ``cond`` until it returns a true value; fail after ``timeout`` s."""
     deadline = time.monotonic() + timeout

@@ -23,6 +23,7 @@ from _hahelpers import (
     assert_same_store,
     free_port,
     make_cert,
+    redis_up,
     secret_file,
     slave_status,
     start_master,
@@ -273,16 +274,8 @@ def test_a_tls_slave_is_told_the_master_is_plain(
 REGISTRY = "redis://127.0.0.1:6379/14"
 
 
-def _redis_up() -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not _redis_up(), reason="no Redis on 127.0.0.1:6379")
+@pytest.mark.skipif(not redis_up(), reason="no Redis on 127.0.0.1:6379")
 def test_serve_nodes_replicate_over_tls_with_a_server_name(tmp_path: Path) -> None:
     """``serve --ha-listen --ha-tls-cert/--ha-tls-key`` and ``serve --master-ha
     --ha-tls-ca --ha-tls-server-name``: the flags reach the link."""
