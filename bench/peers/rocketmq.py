@@ -145,7 +145,11 @@ def ensure_jars(version: str = DEFAULT_VERSION, *, quiet: bool = True) -> Path:
         "-DincludeScope=runtime",
     ]
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except BaseException:  # Ctrl-C, SIGTERM: no half-filled scratch left
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     if proc.returncode != 0 or not any(scratch.glob("rocketmq-proxy-*.jar")):
         shutil.rmtree(scratch, ignore_errors=True)
         try:
@@ -733,8 +737,11 @@ class ApacheRocketMQ:
                 "`python bench/peers/rocketmq.py status`; or choose other ports)"
             )
         if self.workdir_arg is not None:
-            self.workdir = Path(self.workdir_arg)
-            self.workdir.mkdir(parents=True, exist_ok=True)
+            # The caller's directory: the peer works in a fresh directory
+            # inside it and removes only that, never the caller's files.
+            parent = Path(self.workdir_arg)
+            parent.mkdir(parents=True, exist_ok=True)
+            self.workdir = Path(tempfile.mkdtemp(prefix="apache-rocketmq-", dir=parent))
         else:
             self.workdir = Path(tempfile.mkdtemp(prefix="apache-rocketmq-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -1161,7 +1168,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kill", action="store_true", help="stop: SIGKILL at once")
     a = ap.parse_args(argv)
 
+    def on_signal(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
     if a.command == "fetch":
+        # SIGTERM unwinds like Ctrl-C: an interrupted fetch removes its scratch.
+        signal.signal(signal.SIGTERM, on_signal)
         t0 = time.monotonic()
         was = (lib_dir(a.version) / ".complete").exists()
         d = ensure_jars(a.version, quiet=False)
@@ -1209,9 +1221,6 @@ def main(argv: list[str] | None = None) -> int:
         verbose=True,
     )
 
-    def on_signal(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
     # Explicitly: a background job of a non-interactive shell starts with
     # SIGINT ignored, and SIGTERM/SIGHUP must stop the JVMs too.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -1226,10 +1235,12 @@ def main(argv: list[str] | None = None) -> int:
             attempts = next((int(o) for o in opts if o.isdigit()), None)
             rmq.create_group(name, fifo="fifo" in opts, max_delivery_attempts=attempts)
     except PeerError as e:
+        _ignore_signals()  # the clean-up must finish (more Ctrl-C included)
         print(f"error: {e}", file=sys.stderr)
         rmq.stop()
         return 1
     except KeyboardInterrupt:
+        _ignore_signals()
         rmq.stop()
         return 130
     rss = ", ".join(f"{n} {b // 2**20} MiB" for n, b in rmq.rss().items())
@@ -1250,11 +1261,15 @@ def main(argv: list[str] | None = None) -> int:
         print("a JVM exited; stopping", file=sys.stderr)
     except KeyboardInterrupt:
         pass
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)  # let the stop finish
+    _ignore_signals()  # let the stop finish
     how = rmq.stop()
     print("stopped: " + ", ".join(f"{k} {v}" for k, v in how.items()))
     return 0
+
+
+def _ignore_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _cli() -> int:

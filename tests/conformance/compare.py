@@ -47,14 +47,61 @@ def in_range(v: Any, lo: float, hi: float) -> bool:
     return isinstance(v, (int, float)) and lo <= v <= hi
 
 
-def explanation(sid: str, field: str, lang: str) -> str | None:
+_ANY = object()
+
+
+def pinned(d: dict, value: Any) -> bool:
+    """Whether our side's ``value`` is what the difference ``d`` says ours is:
+    ``ours`` (that value), ``ours_in`` (one of those) or ``ours_range`` ([lo,
+    hi]). An explanation that does not say what ours is explains nothing: the
+    difference it covers could hide any regression of ours."""
+    if "ours" in d:
+        return bool(value == d["ours"])
+    if "ours_in" in d:
+        return value in d["ours_in"]
+    if "ours_range" in d:
+        lo, hi = d["ours_range"]
+        return in_range(value, lo, hi)
+    return False
+
+
+def explanation(sid: str, field: str, lang: str, ours: Any = _ANY) -> str | None:
+    """The id of the difference that explains ``field`` of ``sid`` on ``lang``
+    with our value ``ours`` (for ``*``: what ``whole_scenario`` checks)."""
     for d in DIFFERENCES["differences"]:
         if (
             d["scenario"] == sid
             and d["field"] in (field, "*")
             and (d.get("languages", "*") == "*" or lang in d["languages"])
+            and (ours is _ANY or pinned(d, ours))
         ):
             return str(d["id"])
+    return None
+
+
+def whole_scenario(sid: str, lang: str, o: dict | None) -> str | None:
+    """A scenario that Apache could not run, explained as a whole (``*``):
+    ours must have run it (``ours_status``) and meet the scenario's ranges and
+    the difference's ``ours_fields`` on its own."""
+    for d in DIFFERENCES["differences"]:
+        if not (
+            d["scenario"] == sid
+            and d["field"] == "*"
+            and (d.get("languages", "*") == "*" or lang in d["languages"])
+        ):
+            continue
+        if (o or {}).get("status") != d.get("ours_status"):
+            return None
+        observed = normalize((o or {}).get("observed") or {})
+        for field, rule in SCENARIOS[sid]["compare"].items():
+            if isinstance(rule, dict) and not in_range(
+                observed.get(field), *rule["range"]
+            ):
+                return None
+        for field, value in d.get("ours_fields", {}).items():
+            if observed.get(field) != value:
+                return None
+        return str(d["id"])
     return None
 
 
@@ -82,10 +129,10 @@ def compare_one(sid: str, lang: str, a: dict | None, o: dict | None) -> dict:
         if sa == so == "unsupported":
             out["verdict"] = "n/a"
         elif sa == "unsupported" or so == "unsupported":
-            key = explanation(sid, "*", lang)
+            key = whole_scenario(sid, lang, o)
             out["verdict"] = f"explained ({key})" if key else "DIFFERENT"
         else:
-            key = explanation(sid, "status", lang)
+            key = whole_scenario(sid, lang, o) if so == "ok" else None
             out["verdict"] = f"explained ({key})" if key else "FAILED"
         return out
     rules = SCENARIOS[sid]["compare"]
@@ -110,7 +157,7 @@ def compare_one(sid: str, lang: str, a: dict | None, o: dict | None) -> dict:
             same = in_range(va, lo, hi) and in_range(vo, lo, hi)
         if same:
             continue
-        key = explanation(sid, field, lang)
+        key = explanation(sid, field, lang, vo)
         out["fields"].append(
             {"field": field, "apache": va, "ours": vo, "explained": key}
         )

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -38,7 +39,7 @@ SCENARIOS = json.loads((HERE / "scenarios.json").read_text())
 LANGS = ("python", "node", "java", "go")
 RUNNERS = HERE / "runners"
 #: a runner that has not finished by then is killed (its scenarios: error)
-RUNNER_TIMEOUT_S = 900
+RUNNER_TIMEOUT_S = 900  # below the conformance test's own limit
 
 
 def free_port() -> int:
@@ -246,18 +247,25 @@ def run_lang(target: Any, lang: str, only: set[str] | None) -> dict[str, Any]:
         )
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         t0 = time.time()
+        # In a session of its own: on a time-out, or when this script is
+        # stopped, the whole runner goes (the JVM or Go binary under run.sh).
+        proc = subprocess.Popen(
+            ["bash", str(RUNNERS / lang / "run.sh"), str(inp), str(outp)],
+            cwd=tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        _RUNNERS.add(proc.pid)
         try:
-            r = subprocess.run(
-                ["bash", str(RUNNERS / lang / "run.sh"), str(inp), str(outp)],
-                cwd=tmp,
-                capture_output=True,
-                text=True,
-                timeout=RUNNER_TIMEOUT_S,
-                env=env,
-            )
-            tail = (r.stdout + r.stderr)[-1500:]
+            stdout, _ = proc.communicate(timeout=RUNNER_TIMEOUT_S)
+            tail = (stdout or "")[-1500:]
         except subprocess.TimeoutExpired:
             tail = f"killed after {RUNNER_TIMEOUT_S} s"
+        finally:
+            _kill_group(proc)
         elapsed = time.time() - t0
         if not outp.exists():
             return {"error": f"the runner wrote no output: {tail}"}
@@ -267,7 +275,34 @@ def run_lang(target: Any, lang: str, only: set[str] | None) -> dict[str, Any]:
     return out
 
 
+#: The process groups of the runners running now (each leads one).
+_RUNNERS: set[int] = set()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Stop ``proc``'s whole process group (it leads one), if anything is left."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    _RUNNERS.discard(proc.pid)
+
+
+def _terminated(*_: Any) -> None:
+    """SIGTERM (a test's time-out, a stopped make): the runners' groups are
+    killed at once, then the run unwinds like Ctrl-C (the broker stopped, the
+    temporary directories removed)."""
+    for pgid in list(_RUNNERS):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    sys.exit(143)
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _terminated)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", choices=["ours", "apache"], required=True)
     ap.add_argument("--langs", default=",".join(LANGS))
