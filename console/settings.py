@@ -462,11 +462,13 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"json": {"()": "console.core.logging.JsonFormatter"}},
+    "filters": {"quiet_ticks": {"()": "broker_core.logfmt.QuietTicks"}},
     "handlers": {
         "stdout": {
             "class": "logging.StreamHandler",
             "stream": "ext://sys.stdout",
             "formatter": "json",
+            "filters": ["quiet_ticks"],
         }
     },
     "root": {"handlers": ["stdout"], "level": LOG_LEVEL},

@@ -39,6 +39,7 @@ class CeleryServices:
             "DATABASE_URL": f"sqlite:///{self.tmp / 'db.sqlite3'}",
             "REDIS_URL": redis_url,
             "PYTHONUNBUFFERED": "1",
+            "LOG_TICKS": "1",  # the tests read the tick tasks' log lines
             **env,
         }
         py = sys.executable

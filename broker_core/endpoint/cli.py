@@ -230,10 +230,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Serve; with ``--workers`` N > 1, supervise N workers started with
     ``argv`` (the ``serve`` arguments as given)."""
     from broker_core.endpoint.server import EndpointConfig, serve
+    from broker_core.logfmt import configure
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    configure()  # JSON lines on stdout, as every process of the system writes
     host, _, port = args.listen.rpartition(":")
     if args.workers > 1:
         from broker_core.endpoint.workers import Supervisor

@@ -669,7 +669,7 @@ async def serve(
         if tls_port == 0:
             raise SystemExit(f"cannot listen (TLS) on {listen}")
         endpoint.ports.add(tls_port)
-        print(f"broker_core gRPC endpoint TLS on {listen}", flush=True)
+        log.info("gRPC endpoint TLS on %s", listen)
     await server.start()
     admin = None
     if cfg.admin is not None:
@@ -694,11 +694,7 @@ async def serve(
             {"port": bound, "worker_port": cfg.worker_port},
         )
     who = "" if cfg.worker is None else f" (worker {cfg.worker}, pid {os.getpid()})"
-    log.info("listening on %s:%d%s", cfg.host, cfg.port, who)
-    print(
-        f"broker_core gRPC endpoint listening on {cfg.host}:{cfg.port}{who}",
-        flush=True,
-    )
+    log.info("gRPC endpoint listening on %s:%d%s", cfg.host, cfg.port, who)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

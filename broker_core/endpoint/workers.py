@@ -114,7 +114,7 @@ class Supervisor:
                     up.get(i, {}).get("pid") == p.pid for i, p in self.procs.items()
                 ):
                     ready = True
-                    print(f"broker_core gRPC endpoint: {self.n} workers", flush=True)
+                    log.info("gRPC endpoint: %d workers", self.n)
             for i, p in list(self.procs.items()):
                 if i in due:
                     if time.monotonic() >= due[i] and not self.stopping:

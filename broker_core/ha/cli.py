@@ -122,11 +122,10 @@ def _replicate(args: argparse.Namespace) -> int:
     from broker_core.ha.protocol import read_secret
     from broker_core.ha.slave import SlaveFollower
     from broker_core.ha.tls import client_context
+    from broker_core.logfmt import configure
     from broker_core.metadata import atomic_write_json
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure()
     root = Path(args.store_dir)
     secret = read_secret(args.secret_file)
     if args.ha_tls_server_name and not args.ha_tls_ca:

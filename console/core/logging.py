@@ -1,30 +1,6 @@
-"""One JSON object per log line, on stdout, from every process."""
+"""The console's log format: the broker's JSON lines (``broker_core.logfmt``),
+named here by Django's LOGGING and gunicorn's configuration."""
 
-from __future__ import annotations
+from broker_core.logfmt import JsonFormatter
 
-import json
-import logging
-from datetime import UTC, datetime
-
-_RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
-
-
-class JsonFormatter(logging.Formatter):
-    """Format a record as one JSON line; ``extra=`` fields become keys."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        event = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(
-                timespec="milliseconds"
-            ),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-            "pid": record.process,
-        }
-        for key, value in vars(record).items():
-            if key not in _RESERVED and not key.startswith("_"):
-                event[key] = value
-        if record.exc_info:
-            event["exc"] = self.formatException(record.exc_info)
-        return json.dumps(event, default=str)
+__all__ = ["JsonFormatter"]

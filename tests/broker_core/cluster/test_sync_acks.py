@@ -6,6 +6,7 @@ them answers SLAVE_PERSISTENCE_TIMEOUT, never OK on one copy."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -71,7 +72,14 @@ class Node:
             os.kill(self.proc.pid, signal.SIGCONT)
             self.proc.terminate()
             self.proc.wait(30)
-        assert "Traceback" not in self.log.read_text()
+        text = self.log.read_text()
+        assert "Traceback" not in text
+        # The broker's own lines are JSON, as every process of the system logs.
+        ours = [line for line in text.splitlines() if "broker_core" in line]
+        assert any("gRPC endpoint listening on" in line for line in ours), text
+        assert all(
+            json.loads(line)["logger"].startswith("broker_core") for line in ours
+        )
 
 
 def message(topic: str, msg_id: str, **props: object) -> pb.Message:

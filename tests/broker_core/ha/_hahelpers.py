@@ -88,7 +88,8 @@ def start_replicate(
          "--master", master, "--secret-file", str(secret),
          "--store-config", json.dumps(SETTINGS), *extra],
         cwd=ROOT,
-        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,  # its JSON log lines (and anything on stderr)
+        stderr=subprocess.STDOUT,
     )  # fmt: skip
 
 

@@ -264,8 +264,8 @@ def test_failover_with_processes_and_the_promote_command(tmp_path: Path) -> None
         st = slave_status(adir)
         assert st["truncations"] == 1 and st["truncated_bytes"] == a_end - shared
         _stop(rep_a)
-        assert rep_a.stderr is not None
-        err = rep_a.stderr.read().decode()
+        assert rep_a.stdout is not None
+        err = rep_a.stdout.read().decode()
         assert f"cut {a_end - shared} bytes of log" in err
         _stop(mb)
         assert read_commit_pos(adir) == b_end
