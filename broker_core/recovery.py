@@ -11,6 +11,7 @@ marker (clean shutdown) only the tail of the last segment is re-verified.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from dataclasses import dataclass, field
 
@@ -26,7 +27,13 @@ from broker_core.dispatch import decode_dispatch
 from broker_core.errors import StoreError
 from broker_core.parts import StoreParts
 from broker_core.quarantine import QuarantinedRange
-from broker_core.record import BLANK, BLANK_MAGIC, SKIP_MAGIC, RecordCheck, check_record
+from broker_core.record import (
+    BLANK,
+    BLANK_MAGIC,
+    SKIP_MAGIC,
+    intact,
+    starts_record,
+)
 from broker_core.segment import Segment
 
 log = logging.getLogger(__name__)
@@ -309,20 +316,40 @@ def check_queues(
     """Compare every consume queue with the log; rebuild the ones that disagree.
 
     Checked: every file of the queue has its full size, and the last unit (with
-    ``thorough``, every 64th too) points at a whole record of that topic and
-    queue with that queue offset. Rebuilding reads the log once for all of them.
+    ``thorough``, every unit: ``verify --repair``) points at a whole record of
+    that topic and queue with that queue offset and that tag hash. Rebuilding
+    reads the log once for all of them.
     """
     bad: list[tuple[str, int]] = list(short or [])
-    for topic, qid in store.cqs.on_disk():
+    # Thorough: the log's own count of each queue, so that a queue cut short
+    # (zeroed or lost units at its end) or missing altogether is found too.
+    ends = _queue_ends(store, log_end) if thorough else {}
+    for topic, qid in sorted(set(store.cqs.on_disk()) | set(ends)):
         cq = store.cqs.get(topic, qid)
         if (topic, qid) in bad:
             continue
-        if not cq.files_whole() or not _units_agree(store, cq, log_end, thorough):
+        if (
+            not cq.files_whole()
+            or cq.max_offset() < ends.get((topic, qid), 0)
+            or not _units_agree(store, cq, log_end, thorough)
+        ):
             bad.append((topic, qid))
     if bad:
         log.error("consume queues disagree with the log, rebuilding: %s", bad)
         rebuild_queues(store, set(bad), log_end)
     return bad
+
+
+def _queue_ends(store: StoreParts, log_end: int) -> dict[tuple[str, int], int]:
+    """Each queue's end by the log: its last record's queue offset + 1."""
+    ends: dict[tuple[str, int], int] = {}
+    first = store.commitlog.first_offset()
+    for seg, pos, _size in store.commitlog.scan(first, log_end, True, []):
+        req = decode_dispatch(seg.view, pos, store.config.delay_ms)
+        if req.sysflag & 0xC in (0, 8):
+            key = (req.topic, req.queue_id)
+            ends[key] = max(ends.get(key, 0), req.consume_queue_offset + 1)
+    return ends
 
 
 def _units_agree(
@@ -331,33 +358,56 @@ def _units_agree(
     lo, hi = cq.min_offset(), cq.max_offset()
     if hi <= lo:
         return True
-    picks = [hi - 1]
-    if thorough:
-        picks += list(range(lo, hi - 1, 64))
-    for q in picks:
-        u = cq.read_units(q, 1)
-        if not u:
+    start = lo if thorough else hi - 1
+    q = start
+    while q < hi:
+        units = cq.read_units(q, 4096)
+        if not units:
             return False
-        phys, size, _code = u[0]
-        if size == 1:
-            continue  # a placeholder for a damaged record
-        if phys + size > log_end:
-            return False
-        seg = store.commitlog.segments.segment(phys)
-        if seg is None:
-            return False
-        pos = phys - seg.base
-        chk = check_record(seg.view, pos, min(seg.size, pos + size), True)
-        if chk.status is not RecordCheck.OK:
-            continue  # damaged record: the read check steps over it
-        req = decode_dispatch(seg.view, pos, store.config.delay_ms)
-        if (req.topic, req.queue_id, req.consume_queue_offset) != (
-            cq.topic,
-            cq.queue_id,
-            q,
-        ):
-            return False
+        for i, (phys, size, code) in enumerate(units):
+            if not _unit_agrees(store, cq, q + i, phys, size, code, log_end):
+                return False
+        q += len(units)
     return True
+
+
+def _unit_agrees(
+    store: StoreParts,
+    cq: ConsumeQueue,
+    q: int,
+    phys: int,
+    size: int,
+    code: int,
+    log_end: int,
+) -> bool:
+    """Whether the unit at queue offset ``q`` names the record of that topic,
+    queue and queue offset, with its size and tag hash (a damaged record's
+    placeholder, or a unit naming a damaged record, agrees: the read check
+    steps over it)."""
+    if size == 1:
+        return True  # a placeholder for a damaged record
+    if phys < 0 or size <= 0 or phys + size > log_end:
+        return False
+    seg = store.commitlog.segments.segment(phys)
+    if seg is None:
+        return False
+    pos = phys - seg.base
+    if not starts_record(seg.view, pos, size, phys):
+        # No record of that size and offset starts there: the unit is damaged
+        # (or the record's header is, which a rebuild turns into a placeholder).
+        return False
+    if not intact(seg.view, pos, size, phys):
+        return True  # a damaged record (CRCs): the read check steps over it
+    try:
+        req = decode_dispatch(seg.view, pos, store.config.delay_ms)
+    except (ValueError, struct.error):  # UnicodeDecodeError is a ValueError
+        return True
+    return (req.topic, req.queue_id, req.consume_queue_offset, req.msg_size) == (
+        cq.topic,
+        cq.queue_id,
+        q,
+        size,
+    ) and (req.tags_code == code or req.sysflag & 0xC not in (0, 8))
 
 
 def rebuild_queues(
