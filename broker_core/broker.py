@@ -302,33 +302,17 @@ class Broker:
         pos = offset
         if flt.match_all and sql is None:
             units = cq.read_units(offset, max_messages)
-            if units:
-                seg = store.commitlog.segments.segment(units[0][0])
-                if (
-                    seg is not None
-                    and 0 <= units[0][0]
-                    and units[-1][0] < (seg.base + seg.size)
-                ):
-                    # One segment holds them all: copy each record straight
-                    # out, checked first (a damaged one is stepped over).
-                    view, base = seg.view, seg.base
-                    trusted = store.state.trusted_from
-                    msgs = [
-                        MessageExt(bytes(view[p - base : p - base + n]))
-                        for p, n, _code in units
-                        if (
-                            starts_record(view, p - base, n, p)
-                            if p >= trusted
-                            else intact(view, p - base, n, p)
-                        )
-                    ]
-                else:
-                    msgs = [m for m in map(self._checked, units) if m is not None]
+            msgs = self._fast_read(units)
+            if len(msgs) < len(units) or len(units) < min(max_messages, hi - offset):
+                # A unit was stepped over or read as the end: a damaged record,
+                # or damaged units (rebuilt from the log here, read again).
+                units = store.get_queue_units(topic, queue_id, offset, max_messages)
+                msgs = self._fast_read(units)
             pos += len(units)
         else:
             budget = max(max_messages * 16, 512)
             while len(msgs) < max_messages and pos < hi and budget > 0:
-                units = cq.read_units(pos, min(budget, 256))
+                units = store.get_queue_units(topic, queue_id, pos, min(budget, 256))
                 if not units:
                     break
                 for phys, _size, code in units:
@@ -347,6 +331,30 @@ class Broker:
                                 break
         status = PullStatus.FOUND if msgs else PullStatus.NO_MATCHED_MSG
         return PullResult(msgs, pos, status, lo, hi)
+
+    def _fast_read(self, units: list[tuple[int, int, int]]) -> list[MessageExt]:
+        """The records of ``units``, each checked (a damaged one is stepped
+        over): copied straight out of the segment when one holds them all."""
+        if not units:
+            return []
+        store = self.store
+        seg = store.commitlog.segments.segment(units[0][0])
+        if seg is None or units[0][0] < 0 or units[-1][0] >= seg.base + seg.size:
+            return [m for m in map(self._checked, units) if m is not None]
+        # One segment holds them all: copy each record straight out, checked
+        # first (a damaged one is stepped over).
+        view, base = seg.view, seg.base
+        trusted = store.state.trusted_from
+        msgs = [
+            MessageExt(bytes(view[p - base : p - base + n]))
+            for p, n, _code in units
+            if (
+                starts_record(view, p - base, n, p)
+                if p >= trusted
+                else intact(view, p - base, n, p)
+            )
+        ]
+        return msgs
 
     def _checked(self, unit: tuple[int, int, int]) -> MessageExt | None:
         """Decode a unit's record, or None if it is damaged (see ``quarantine/``)."""

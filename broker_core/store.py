@@ -30,7 +30,7 @@ from broker_core.config import (
 )
 from broker_core.consumequeue import UNIT, ConsumeQueueTable
 from broker_core.diskio import DiskGuard
-from broker_core.dispatch import Dispatcher, DispatchRequest
+from broker_core.dispatch import Dispatcher, DispatchRequest, decode_dispatch
 from broker_core.dispatcher import DispatchService
 from broker_core.errors import (
     AppendBusyError,
@@ -74,6 +74,7 @@ from broker_core.record import (
     PROPS_LEN,
     offset_msg_id,
     parse_host,
+    starts_record,
 )
 from broker_core.scrub import Scrubber
 from broker_core.shared import (
@@ -680,12 +681,91 @@ class MessageStore:
     def get_queue_units(
         self, topic: str, queue_id: int, start: int, count: int
     ) -> list[tuple[int, int, int]]:
-        """Return consume-queue units ``(log offset, size, tag code)`` from ``start``.
+        """Return consume-queue units ``(log offset, size, tag code)`` from ``start``,
+        each checked to name a record of its size (``repair_units`` rebuilds a
+        run that does not, from the log, and they are read again).
 
         For ``SCHEDULE_TOPIC_XXXX`` the tag code is the delivery timestamp (ms).
         """
         self._check_open()
-        return self.cqs.get(topic, queue_id).read_units(start, count)
+        cq = self.cqs.get(topic, queue_id)
+        units = cq.read_units(start, count)
+        for _ in range(4):  # each round rebuilds one damaged run
+            bad = [
+                i for i, (p, n, _c) in enumerate(units) if not self._names_record(p, n)
+            ]
+            if bad:
+                at = start + bad[0]
+            elif len(units) < min(count, cq.max_offset() - start):
+                # A zeroed unit reads as the queue's end although units follow.
+                at = start + len(units)
+            else:
+                break
+            if not self.repair_units(topic, queue_id, at):
+                break
+            units = cq.read_units(start, count)
+        return units
+
+    def _names_record(self, phys: int, size: int) -> bool:
+        """Whether a unit names a record that starts at ``phys`` with ``size``
+        (a placeholder of a damaged record, size 1, counts as naming it)."""
+        if size == 1 or 0 <= phys < self.commitlog.first_offset():
+            return True  # a placeholder, or a record gone with its segment
+        seg = self.commitlog.segments.segment(phys) if phys >= 0 else None
+        return seg is not None and starts_record(seg.view, phys - seg.base, size, phys)
+
+    #: How far ``repair_units`` walks from a damaged unit to a good neighbour.
+    REPAIR_WALK = 1 << 16
+
+    def repair_units(self, topic: str, queue_id: int, q: int) -> int:
+        """Rebuild from the log the run of damaged units around queue offset
+        ``q`` of a queue (units that name no record of their size: a flipped
+        or zeroed consume-queue file), while the store is open; return how
+        many units were rewritten.
+
+        The run's records lie in the log between its good neighbours (a
+        queue's records are in log order), so only that stretch is read, CRC
+        checked; a unit whose record is not there (damaged) becomes a
+        placeholder that readers step over. Every process would write the
+        same units, so none needs a lock beyond the queue's own files.
+        """
+        cq = self.cqs.get(topic, queue_id)
+        lo_q, hi_q = cq.min_offset(), cq.max_offset()
+        first = q
+        low = self.commitlog.first_offset()
+        while first > lo_q and q - first < self.REPAIR_WALK:
+            ((p, n, _c),) = cq.read_units(first - 1, 1) or [(-1, 0, 0)]
+            if n != 1 and self._names_record(p, n):
+                low = p + n
+                break
+            first -= 1
+        last = q + 1
+        high = self.state.dispatched_pos
+        while last < hi_q and last - q < self.REPAIR_WALK:
+            ((p, n, _c),) = cq.read_units(last, 1) or [(-1, 0, 0)]
+            if n != 1 and self._names_record(p, n):
+                high = p
+                break
+            last += 1
+        found: dict[int, tuple[int, int, int]] = {}
+        damage: list[Any] = []
+        for seg, pos, _size in self.commitlog.scan(low, high, True, damage):
+            req = decode_dispatch(seg.view, pos, self.config.delay_ms)
+            if (req.topic, req.queue_id) == (topic, queue_id) and (
+                first <= req.consume_queue_offset < last
+            ):
+                found[req.consume_queue_offset] = (
+                    req.commit_log_offset, req.msg_size, req.tags_code
+                )  # fmt: skip
+        holes = [d.start for d in damage] or [low]
+        for off in range(first, last):
+            cq.put_units(off, [found.get(off, (holes[0], 1, 0))])
+        log.warning(
+            "consume queue %s/%d: units %d..%d named no record; rebuilt from the "
+            "log [%d, %d): %d found, %d damaged (placeholders)", topic, queue_id,
+            first, last - 1, low, high, len(found), last - first - len(found),
+        )  # fmt: skip
+        return last - first
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         return self.cqs.get(topic, queue_id).min_offset()
