@@ -825,6 +825,26 @@ def table_csv(run: ReportRun, table: str) -> Iterator[str]:
     yield buf.getvalue()
 
 
+def table_json(run: ReportRun, table: str) -> Iterator[str]:
+    """Yield a result table as JSON lines (one object per row; times as ISO
+    8601 with their zone), a batch of rows at a time."""
+    data = _read(run, table)
+    for batch in data.to_batches(max_chunksize=5000):
+        yield "".join(
+            json.dumps({k: _cell(v) for k, v in row.items()}, default=str) + "\n"
+            for row in batch.to_pylist()
+        )
+
+
+def table_parquet(run: ReportRun, table: str) -> bytes:
+    """A result table as one Parquet file (zstd), its types kept."""
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(_read(run, table), buf, compression="zstd")
+    return buf.getvalue()
+
+
 # --- schedules (django-celery-beat) ------------------------------------------------
 
 

@@ -13,4 +13,14 @@ urlpatterns = [
         views.download_csv,
         name="csv",
     ),
+    path(
+        "<str:name>/runs/<int:run_id>/<str:table>.jsonl",
+        views.download_json,
+        name="json",
+    ),
+    path(
+        "<str:name>/runs/<int:run_id>/<str:table>.parquet",
+        views.download_parquet,
+        name="parquet",
+    ),
 ]

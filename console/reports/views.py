@@ -333,13 +333,41 @@ def schedule(request: HttpRequest, name: str) -> HttpResponse:
 
 @viewer_required
 def download_csv(request: HttpRequest, name: str, run_id: int, table: str):
+    return _download(name, run_id, table, "csv")
+
+
+@viewer_required
+def download_json(request: HttpRequest, name: str, run_id: int, table: str):
+    return _download(name, run_id, table, "json")
+
+
+@viewer_required
+def download_parquet(request: HttpRequest, name: str, run_id: int, table: str):
+    return _download(name, run_id, table, "parquet")
+
+
+def _download(
+    name: str, run_id: int, table: str, fmt: str
+) -> HttpResponse | StreamingHttpResponse:
+    """A whole result table: CSV or JSON lines (streamed), or Parquet."""
     _info(name)
     run = get_object_or_404(ReportRun, pk=run_id, report=name)
     if table not in (run.rows or {}) or not run.result_dir:
         raise Http404("no such table in this run")
-    response = StreamingHttpResponse(
-        services.table_csv(run, table), content_type="text/csv"
-    )
-    filename = f"{name}-{run.pk}-{table}.csv"
+    response: HttpResponse | StreamingHttpResponse
+    if fmt == "parquet":
+        response = HttpResponse(
+            services.table_parquet(run, table),
+            content_type="application/vnd.apache.parquet",
+        )
+    elif fmt == "json":
+        response = StreamingHttpResponse(
+            services.table_json(run, table), content_type="application/x-ndjson"
+        )
+    else:
+        response = StreamingHttpResponse(
+            services.table_csv(run, table), content_type="text/csv"
+        )
+    filename = f"{name}-{run.pk}-{table}.{fmt if fmt != 'json' else 'jsonl'}"
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response

@@ -73,6 +73,19 @@ def test_run_now_then_page_csv_and_api(spark, store, client_as, api_as, eager):
     assert (
         viewer.get(f"/reports/topic_traffic/runs/{run.pk}/nope.csv").status_code == 404
     )
+    # The same table as JSON lines and as Parquet, with the same figures.
+    resp = viewer.get(f"/reports/topic_traffic/runs/{run.pk}/top_tags.jsonl")
+    lines = b"".join(resp.streaming_content).decode().splitlines()
+    objs = [json.loads(x) for x in lines]
+    assert set(objs[0]) == {"topic", "rank", "tag", "messages"}
+    assert sum(o["messages"] for o in objs) == 50
+    resp = viewer.get(f"/reports/topic_traffic/runs/{run.pk}/top_tags.parquet")
+    assert resp["Content-Disposition"].endswith('top_tags.parquet"')
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(io.BytesIO(resp.content))
+    assert table.column_names == ["topic", "rank", "tag", "messages"]
+    assert sum(table.column("messages").to_pylist()) == 50
 
     api = api_as("viewer")
     latest = {r["name"]: r["latest"] for r in api.get("/api/reports/").json()}
