@@ -64,6 +64,10 @@ SendHook = Callable[[MessageInner], MessageInner]
 _BORN_HOST = "127.0.0.1:0"
 
 
+#: Topics that hold copies of messages stored first (or finally) elsewhere.
+_COPY_TOPICS = ("RMQ_SYS_", "rmq_sys_", "SCHEDULE_TOPIC_XXXX", "%RETRY%", "%DLQ%")
+
+
 class Broker:
     """An open broker store. Use ``Broker.open``; close it or use ``with``."""
 
@@ -386,7 +390,14 @@ class Broker:
             if msg is not None and msg.offset_msg_id == msg_id.upper():
                 return msg
         self.store.build_index()
-        topics = [topic] if topic else [t.topic_name for t in self.store.list_topics()]
+        if topic:
+            topics = [topic]
+        else:
+            # A message's own topic before the system ones that hold copies
+            # under the same id (a transaction's half, a delayed message's
+            # schedule copy, retries and dead letters): the delivered message.
+            names = [t.topic_name for t in self.store.list_topics()]
+            topics = sorted(names, key=lambda n: n.startswith(_COPY_TOPICS))
         for t in topics:
             for off in self.store.index.query(f"{t}#{msg_id}", 0, 1 << 62, 64):
                 try:

@@ -68,6 +68,8 @@ def test_commit_publishes_once_and_repeats_return_the_first_outcome(svc, broker)
         assert gone not in m.properties
     assert m.properties["PGROUP"] == "pg"
     assert broker.get_message(r.msg_id, topic="Orders").body == b"order-1"
+    # By id alone: the delivered message, not the half that shares its id.
+    assert broker.get_message(r.msg_id).topic == "Orders"
 
 
 def test_rollback_publishes_nothing_and_refuses_a_later_commit(svc, broker):
@@ -330,3 +332,13 @@ def test_a_batch_of_halves_with_one_bad_message_writes_nothing(svc, broker):
         svc.send_halves("bad group!", [order(2)])
     assert broker.store.max_physical_offset() == end
     assert svc.send_halves("pg", []) == []
+
+
+def test_a_committed_message_is_found_by_id_not_its_half(svc, broker):
+    """A topic named after the half topic in sort order ("TxOrders" >
+    "RMQ_SYS_TRANS_HALF_TOPIC"): the id still opens the delivered message
+    (the console's /messages/<id>/ opened the half record)."""
+    r = svc.send_half("pg", Message("TxOrders", b"tx-1", keys="k-1"))
+    svc.end_transaction(r.transaction_id, "pg", "COMMIT_MESSAGE")
+    found = broker.get_message(r.msg_id)
+    assert found.topic == "TxOrders" and found.body == b"tx-1"
