@@ -73,11 +73,13 @@ def audited(
     before: Any = None,
     after: Callable[[T], Any] | None = None,
     request: Any = None,
+    note: Callable[[T], str] | None = None,
 ) -> T:
     """Run ``fn`` (a broker call) and audit its outcome, success or failure.
 
     A failure is recorded with its message and the exception re-raised, so the
-    record exists whatever the caller does next.
+    record exists whatever the caller does next. ``note`` words a success that
+    deserves one (a second commit that changed nothing).
     """
     try:
         result = fn()
@@ -102,6 +104,7 @@ def audited(
         reason=reason,
         before=before,
         after=after(result) if after else None,
+        message=note(result) if note else "",
         request=request,
     )
     return result

@@ -194,7 +194,17 @@ def perform(
         reason=reason,
         before=_before(transaction_id),
         after=v.after,
+        note=_no_change,
     )
+
+
+def _no_change(result: Any) -> str:
+    """The audit note of an end that changed nothing (already resolved)."""
+    status = getattr(result, "status", None)
+    if getattr(status, "value", None) != "ALREADY_RESOLVED":
+        return ""
+    by = result.operator or (result.source.value if result.source else "?")
+    return f"no change: already {result.state.value.lower()} (by {by})"
 
 
 @dataclass(slots=True)

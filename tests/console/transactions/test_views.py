@@ -105,6 +105,12 @@ def test_commit_admin_only_with_typed_confirmation(client_as, halves) -> None:
     assert (
         AuditRecord.objects.get(action="transaction.commit").actor_username == "admin"
     )
+    # A second commit changes nothing, and its audit record says so.
+    client_as("admin").post(url, data | {"reason": "double click"}, follow=True)
+    second = AuditRecord.objects.filter(action="transaction.commit").order_by("id")
+    assert second.count() == 2
+    assert second.first().message == ""
+    assert second.last().message == "no change: already committed (by admin)"
 
 
 def test_two_operators_on_one_half(client_as, users, halves) -> None:
