@@ -62,6 +62,8 @@ TICK_TASKS = (
     "beat-heartbeat",
     "topics.sync",
     "topics-sync",
+    "transactions.sample",
+    "transactions-sample",
 )
 
 

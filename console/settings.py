@@ -342,6 +342,7 @@ CELERY_TASK_ROUTES = {
     "reports.reap": {"queue": "timers"},
     "reports.*": {"queue": "reports"},
     "transactions.run_check": {"queue": "timers"},
+    "transactions.sample": {"queue": "timers"},
     "delays.deliver_due": {"queue": "timers"},
     "core.beat_heartbeat": {"queue": "timers"},
 }
@@ -367,6 +368,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "transactions.run_check",
         "schedule": timedelta(seconds=TRANSACTION_CHECK_INTERVAL),
         "options": {"expire_seconds": TRANSACTION_CHECK_INTERVAL},
+    },
+    # Transaction counters for the overview's per-minute charts (every 10 s;
+    # a sample is stored when the last is 10 s old).
+    "transactions-sample": {
+        "task": "transactions.sample",
+        "schedule": timedelta(seconds=10),
+        "options": {"expire_seconds": 10},
     },
     # Console tables of topics, depths and consumer offsets, copied from the
     # store so pages and the API can filter and sort them.

@@ -15,8 +15,11 @@ from console.ui.permissions import viewer_required
 
 
 def _traffic_series(hours: int = 24) -> dict[str, list[Any]]:
-    """Messages per minute across all non-internal topics, from depth samples."""
+    """Messages stored per clock minute across all non-internal topics, from
+    the depth samples ``topics.sync`` takes every few seconds
+    (``console.ui.buckets``)."""
     from console.topics.models import Topic, TopicSample
+    from console.ui.buckets import per_minute
 
     names = list(Topic.objects.filter(system=False).values_list("name", flat=True))
     since = timezone.now() - timedelta(hours=hours)
@@ -27,14 +30,8 @@ def _traffic_series(hours: int = 24) -> dict[str, list[Any]]:
         .order_by("at")
         .values_list("at", "total")
     )
-    labels, rates = [], []
-    for (t0, n0), (t1, n1) in zip(points, points[1:], strict=False):
-        seconds = (t1 - t0).total_seconds()
-        if seconds <= 0:
-            continue
-        labels.append(t1.isoformat())
-        rates.append(round(max(0, n1 - n0) * 60 / seconds, 1))
-    return {"t": labels, "rate": rates}
+    counts = per_minute([(t, {"n": int(n or 0)}) for t, n in points], ["n"])
+    return {"t": counts["t"], "rate": counts["n"]}
 
 
 def chart_window(labels: list[str], hours: int = 24) -> str:

@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -345,45 +346,41 @@ def sample_metrics() -> Any:
 
 
 def metric_series(hours: int = 24) -> dict[str, list[Any]]:
-    """Per-minute rates from samples (measured, never extrapolated)."""
+    """Counts per clock minute from the samples (``console.ui.buckets``):
+    commits, rollbacks, discards, check-backs sent and failed, and the
+    pending halves at the end of each minute."""
     from datetime import timedelta
 
     from django.utils import timezone
 
     from console.transactions.models import TransactionSample
+    from console.ui.buckets import per_minute
 
     rows = list(
         TransactionSample.objects.filter(
             at__gte=timezone.now() - timedelta(hours=hours)
         ).order_by("at")
     )
-    out: dict[str, list[Any]] = {
-        "t": [],
-        "pending": [],
-        "commits_min": [],
-        "rollbacks_min": [],
-        "discards_min": [],
-        "checks_min": [],
-        "failed_min": [],
+    fields = ("commits", "rollbacks", "discards", "checks_sent", "checks_failed")
+    counts = per_minute(
+        [(r.at, {f: getattr(r, f) for f in fields}) for r in rows], fields
+    )
+    pending = []
+    i = 0
+    for label in counts["t"]:
+        edge = datetime.fromisoformat(label) + timedelta(minutes=1)
+        while i + 1 < len(rows) and rows[i + 1].at <= edge:
+            i += 1
+        pending.append(rows[i].pending)
+    return {
+        "t": counts["t"],
+        "pending": pending,
+        "commits_min": counts["commits"],
+        "rollbacks_min": counts["rollbacks"],
+        "discards_min": counts["discards"],
+        "checks_min": counts["checks_sent"],
+        "failed_min": counts["checks_failed"],
     }
-    for a, b in zip(rows, rows[1:], strict=False):
-        s = (b.at - a.at).total_seconds()
-        if s <= 0:
-            continue
-        out["t"].append(b.at.isoformat())
-        out["pending"].append(b.pending)
-        out["commits_min"].append(round(max(0, b.commits - a.commits) * 60 / s, 1))
-        out["rollbacks_min"].append(
-            round(max(0, b.rollbacks - a.rollbacks) * 60 / s, 1)
-        )
-        out["discards_min"].append(round(max(0, b.discards - a.discards) * 60 / s, 1))
-        out["checks_min"].append(
-            round(max(0, b.checks_sent - a.checks_sent) * 60 / s, 1)
-        )
-        out["failed_min"].append(
-            round(max(0, b.checks_failed - a.checks_failed) * 60 / s, 1)
-        )
-    return out
 
 
 #: Redis key of the stuck counts the periodic check publishes for the banner.

@@ -58,3 +58,12 @@ def run_check(node: str | None = None) -> dict[str, Any]:
         except LockError:  # expired meanwhile: nothing left to release
             pass
     return result.as_dict()
+
+
+@shared_task(name="transactions.sample", ignore_result=True)
+def sample() -> None:
+    """Sample the transaction counters for the overview's per-minute charts,
+    by the clock rather than whenever someone opens the page."""
+    from console.transactions.services import sample_metrics
+
+    sample_metrics()
