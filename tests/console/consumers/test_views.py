@@ -44,7 +44,10 @@ def test_group_page_shows_its_dead_letters(client_as, lagging, broker) -> None:
     assert ">15<" in detail  # the lag is unchanged
     assert '<div class="v lag-high">3</div>' in detail
     assert "dead letters in %DLQ%analytics" in detail
-    assert 'href="/topics/%25DLQ%25analytics/"' in detail
+    assert 'href="/consumer-groups/analytics/dead-letters/"' in detail
+    page = client_as("viewer").get("/consumer-groups/analytics/dead-letters/")
+    assert page.status_code == 200
+    assert page.content.decode().count('<td class="mono"><a href="/messages/') == 3
 
 
 def test_filter_by_lag(client_as, lagging) -> None:

@@ -55,6 +55,7 @@ def test_each_node_worker_runs_its_own_timers(tmp_path):
         "TRANSACTION_CHECK_INTERVAL": "5",
         "REPORTS_EXPORT_INTERVAL": "0",
         "PYTHONUNBUFFERED": "1",
+        "LOG_TICKS": "1",  # the worker's per-task lines are read below
     }
     py = sys.executable
     subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT,
