@@ -696,7 +696,7 @@ class MessageStore:
             ]
             if bad:
                 at = start + bad[0]
-            elif len(units) < min(count, cq.max_offset() - start):
+            elif len(units) < count and len(units) < cq.max_offset() - start:
                 # A zeroed unit reads as the queue's end although units follow.
                 at = start + len(units)
             else:

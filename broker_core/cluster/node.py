@@ -295,13 +295,14 @@ class ClusterNode:
                 self.cfg.cluster, self.cfg.name, tls=self._tls_server,
             ).start()  # fmt: skip
 
-    def _write_ha_status(self) -> None:
-        """The follower's status in ``STORE/ha/status.json``, as ``replicate``
-        writes it (read by ``ha-status``; ``promote`` waits on it)."""
+    def _write_ha_status(self, follower: Any = None) -> None:
+        """The follower's status (this node's, by default) in
+        ``STORE/ha/status.json``, as ``replicate`` writes it (read by
+        ``ha-status``; ``promote`` waits on it)."""
         from broker_core.ha.cli import STATUS_FILE
         from broker_core.metadata import atomic_write_json
 
-        follower = self.follower
+        follower = follower or self.follower
         if follower is None:
             return
         try:
@@ -388,13 +389,7 @@ class ClusterNode:
         if follower is None:
             return
         follower.stop()
-        try:  # the last status: following no more (``promote`` waits on it)
-            from broker_core.ha.cli import STATUS_FILE
-            from broker_core.metadata import atomic_write_json
-
-            atomic_write_json(self.store.root / STATUS_FILE, follower.status())
-        except Exception as exc:  # noqa: BLE001
-            log.warning("ha/status.json not written: %s", exc)
+        self._write_ha_status(follower)  # following no more: ``promote`` waits
         log.warning("node %s promoted to %s", self.cfg.name, self.role)
         self.cfg.master_ha = ""
         self._become_master_services()

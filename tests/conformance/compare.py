@@ -47,9 +47,6 @@ def in_range(v: Any, lo: float, hi: float) -> bool:
     return isinstance(v, (int, float)) and lo <= v <= hi
 
 
-_ANY = object()
-
-
 def pinned(d: dict, value: Any) -> bool:
     """Whether our side's ``value`` is what the difference ``d`` says ours is:
     ``ours`` (that value), ``ours_in`` (one of those) or ``ours_range`` ([lo,
@@ -65,15 +62,15 @@ def pinned(d: dict, value: Any) -> bool:
     return False
 
 
-def explanation(sid: str, field: str, lang: str, ours: Any = _ANY) -> str | None:
+def explanation(sid: str, field: str, lang: str, ours: Any) -> str | None:
     """The id of the difference that explains ``field`` of ``sid`` on ``lang``
-    with our value ``ours`` (for ``*``: what ``whole_scenario`` checks)."""
+    with our value ``ours`` (a whole scenario: ``whole_scenario``)."""
     for d in DIFFERENCES["differences"]:
         if (
             d["scenario"] == sid
             and d["field"] in (field, "*")
             and (d.get("languages", "*") == "*" or lang in d["languages"])
-            and (ours is _ANY or pinned(d, ours))
+            and pinned(d, ours)
         ):
             return str(d["id"])
     return None
