@@ -11,14 +11,15 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: conformance conformance-runners run test test-postgres test-fast setup system-packages venv redis node-client migrate admin admin-token seed demo-data lint typecheck clean
+.PHONY: conformance conformance-runners run test test-postgres test-fast setup setup-run system-packages test-packages venv redis node-client migrate admin admin-token seed demo-data lint typecheck clean
 
-run: setup migrate admin demo-data admin-token
+run: setup-run migrate admin demo-data admin-token
 	@$(BIN)/python manage.py print_urls
 	@exec $(BIN)/python -m console.core.supervise
 
 test: setup conformance-runners
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory lint typecheck
+	BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-postgres
 
 # The console suite once more on PostgreSQL, the production database: the server
@@ -29,20 +30,35 @@ test: setup conformance-runners
 # as a console deployed apart from its node does (BROKER_ADMIN_URL).
 test-postgres: venv
 	@url=$$($(BIN)/python -m console.core.ensure_postgres) && echo "console suite on $$url" && \
-	DATABASE_URL=$$url CONSOLE_VIA_ADMIN=1 $(BIN)/python -m pytest tests/console -q \
+	DATABASE_URL=$$url CONSOLE_VIA_ADMIN=1 BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest tests/console -q \
 	  -m "not spark and not services and not slow" $(PYTEST_ARGS)
 
 # Everything but the crash, browser, Spark, protocol and service groups.
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow and not crash and not browser and not spark and not protocol and not services" $(PYTEST_ARGS)
 
-setup: system-packages venv redis node-client
+# What running needs (make run); setup adds what the tests need (make test).
+setup-run: system-packages venv redis
+setup: setup-run test-packages node-client
 
-# apt-get only what is missing: redis-server, a Java 17+ runtime, chromium.
+# apt-get only what is missing. Running needs redis-server, a Java 17+ runtime
+# (Spark) and Python; the tests also need Chromium, Node.js, a JDK with Maven,
+# Go and PostgreSQL (make run installs none of those).
+APT_INSTALL = if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
 system-packages:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	{ command -v java >/dev/null && java -version 2>&1 | grep -Eq 'version "(1[7-9]|2[0-9])'; } || missing="$$missing openjdk-17-jre-headless"; \
+	command -v $(PY) >/dev/null || command -v python3 >/dev/null || missing="$$missing python3 python3-venv"; \
+	$(APT_INSTALL)
+
+test-packages:
+	@missing=""; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
@@ -50,12 +66,8 @@ system-packages:
 	command -v mvn >/dev/null || missing="$$missing maven"; \
 	command -v go >/dev/null || missing="$$missing golang-go"; \
 	{ command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; } || missing="$$missing postgresql"; \
-	command -v $(PY) >/dev/null || command -v python3 >/dev/null || missing="$$missing python3 python3-venv"; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing system packages:$$missing"; \
-	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
-	fi
+	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	$(APT_INSTALL)
 
 venv: $(STAMP)
 

@@ -75,10 +75,17 @@ def start(
     memory: str = "1g",
     hide: list[Path] | None = None,
     timeout: float = 90.0,
+    port: int = 0,
+    webui_port: int = 0,
+    worker_webui_port: int = 0,
 ) -> Cluster:
-    """Start a Master and ``workers`` Workers; return when all are registered."""
+    """Start a Master and ``workers`` Workers; return when all are registered.
+
+    Ports: the master's ``port`` and ``webui_port``, worker ``i``'s web UI on
+    ``worker_webui_port + i``; 0 (the default) takes a free one each (a
+    firewall or a second cluster on the host wants them fixed)."""
     directory.mkdir(parents=True, exist_ok=True)
-    port, ui = _free_port(), _free_port()
+    port, ui = port or _free_port(), webui_port or _free_port()
     url = f"spark://127.0.0.1:{port}"
     env = {
         **os.environ,
@@ -113,7 +120,9 @@ def start(
             command = [
                 str(SPARK_CLASS), WORKER, url, "--host", "127.0.0.1",
                 "--cores", str(cores), "--memory", memory,
-                "--work-dir", str(work), "--webui-port", str(_free_port()),
+                "--work-dir", str(work),
+                "--webui-port",
+                str(worker_webui_port + i if worker_webui_port else _free_port()),
             ]  # fmt: skip
             if hide:
                 mounts = " && ".join(
@@ -165,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cores", type=int, default=1)
     ap.add_argument("--memory", default="1g")
     ap.add_argument("--hide", type=Path, action="append", default=[])
+    ap.add_argument("--port", type=int, default=0, help="the master's (0: a free one)")
+    ap.add_argument("--webui-port", type=int, default=0, help="the master's web UI")
+    ap.add_argument(
+        "--worker-webui-port", type=int, default=0,
+        help="worker i's web UI on this + i (0: free ones)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     if args.action == "stop":
         pids = (
@@ -176,7 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         (args.dir / "pids").unlink(missing_ok=True)
         print(f"stopped {len(pids)} process(es)")
         return 0
-    cluster = start(args.dir, args.workers, args.cores, args.memory, args.hide)
+    cluster = start(
+        args.dir, args.workers, args.cores, args.memory, args.hide,
+        port=args.port, webui_port=args.webui_port,
+        worker_webui_port=args.worker_webui_port,
+    )  # fmt: skip
     print(cluster.url)
     print(f"pids: {' '.join(str(p.pid) for p in cluster.procs)} (in {args.dir}/pids)")
     return 0

@@ -265,6 +265,7 @@ class Broker:
         max_messages: int = 32,
         expression: str | None = "*",
         expression_type: str | None = None,
+        deadline: float | None = None,
     ) -> PullResult:
         """Read up to ``max_messages`` from a queue starting at logical ``offset``.
 
@@ -276,6 +277,13 @@ class Broker:
         ``next_offset`` skips them), OFFSET_ILLEGAL (outside [min, max];
         ``next_offset`` is the nearest valid offset). Raises ``InvalidGroupError``,
         ``TopicNotFoundError``, ``InvalidQueueError``, ``ValidationError``.
+
+        A filtered read scans at most ``max(16 x max_messages, 512)`` units;
+        with ``deadline`` (a ``time.monotonic()`` value) it also stops after
+        the first SQL92 evaluation (or tag-filtered batch of 256 units) that
+        ends past it, so an expensive filter over many non-matching messages
+        holds the reading thread a bounded time (``next_offset`` says where
+        to go on).
         """
         validate_group(group)
         store = self.store
@@ -319,6 +327,7 @@ class Broker:
                 units = store.get_queue_units(topic, queue_id, pos, min(budget, 256))
                 if not units:
                     break
+                late = False
                 for phys, _size, code in units:
                     pos += 1
                     budget -= 1
@@ -333,6 +342,17 @@ class Broker:
                             msgs.append(m)
                             if len(msgs) >= max_messages:
                                 break
+                        if (
+                            sql is not None
+                            and deadline is not None
+                            and time.monotonic() > deadline
+                        ):
+                            # One evaluation may be costly (CONTAINS over long
+                            # values): checked after each one, not each batch.
+                            late = True
+                            break
+                if late or (deadline is not None and time.monotonic() > deadline):
+                    break
         status = PullStatus.FOUND if msgs else PullStatus.NO_MATCHED_MSG
         return PullResult(msgs, pos, status, lo, hi)
 
@@ -389,7 +409,6 @@ class Broker:
                 msg = None
             if msg is not None and msg.offset_msg_id == msg_id.upper():
                 return msg
-        self.store.build_index()
         if topic:
             topics = [topic]
         else:
@@ -399,7 +418,7 @@ class Broker:
             names = [t.topic_name for t in self.store.list_topics()]
             topics = sorted(names, key=lambda n: n.startswith(_COPY_TOPICS))
         for t in topics:
-            for off in self.store.index.query(f"{t}#{msg_id}", 0, 1 << 62, 64):
+            for off in self.store.index_query(f"{t}#{msg_id}", 0, 1 << 62, 64):
                 try:
                     msg = self.store.read_message(off)
                 except MessageNotFoundError:
@@ -419,10 +438,9 @@ class Broker:
         """Return messages of ``topic`` whose KEYS (or UNIQ_KEY) include ``key``,
         stored within ``[begin_ms, end_ms]``, oldest first, at most ``max_messages``."""
         end = (1 << 62) if end_ms is None else end_ms
-        self.store.build_index()
         seen: set[int] = set()
         out: list[MessageExt] = []
-        for off in self.store.index.query(
+        for off in self.store.index_query(
             f"{topic}#{key}", begin_ms, end, max_messages * 4
         ):
             if off in seen:

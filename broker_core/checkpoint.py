@@ -39,11 +39,6 @@ class Checkpoint:
     logics_offset: int = 0
     index_offset: int = 0
 
-    @property
-    def min_timestamp(self) -> int:
-        """RocketMQ's ``getMinTimestamp``: the older of log and queues, minus 3 s."""
-        return max(0, min(self.physic_timestamp, self.logics_timestamp) - 3000)
-
 
 def read_checkpoint(path: Path) -> Checkpoint:
     """Return the checkpoint at ``path``.

@@ -72,10 +72,6 @@ class CommitLog:
         """Return the end offset of the segment holding ``pos``."""
         return pos - pos % self.segment_size + self.segment_size
 
-    def fits(self, pos: int, total: int) -> bool:
-        """Whether a ``total``-byte record fits at ``pos``, 8 bytes to spare (§3.1)."""
-        return pos + total + 8 <= pos - pos % self.segment_size + self.segment_size
-
     def blank(self, pos: int) -> bytes:
         """Return the end-of-segment marker for a segment filled up to ``pos``."""
         return BLANK.pack(self.segment_end(pos) - pos, BLANK_MAGIC)
@@ -203,6 +199,19 @@ class CommitLog:
             if seg is None:
                 return
             pos = offset - seg.base
+            if pos >= seg.size:
+                # A segment file shorter than the log's segments (truncated;
+                # mapped read-only as it is): the rest of it is missing.
+                following = seg.base + self.segment_size
+                later = [b for b in self.segments.list_bases() if b >= following]
+                if not later or (end is not None and later[0] >= end):
+                    if damage is not None and (tail_hint or 0) > offset:
+                        damage.append(Damage(offset, -1, "missing"))
+                    return
+                if damage is not None:
+                    damage.append(Damage(offset, later[0], "missing"))
+                offset = self.last_end = later[0]
+                continue
             if end is None:
                 # Up to the written data only: past it a read could SIGBUS.
                 limit = seg.data_end(pos)
@@ -269,7 +278,8 @@ class CommitLog:
         """Return the offset where valid records go on after the non-record at
         ``pos``: the next valid record in the segment, else the next segment
         (if there is one within the scan); None if the data ends here."""
-        has_next = self.segments.segment(seg.base + seg.size) is not None
+        following = seg.base + self.segment_size
+        has_next = self.segments.segment(following) is not None
         search_end = limit
         if end is None and tail_hint is not None:
             # Only records that end by the committed position were committed.
@@ -279,8 +289,8 @@ class CommitLog:
         found = find_record(seg.view, seg.mm, pos + 1, search_end, seg.base, verify_crc)
         if found >= 0:
             return seg.base + found
-        if has_next and (end is None or seg.base + seg.size < end):
-            return seg.base + seg.size
+        if has_next and (end is None or following < end):
+            return following
         return None
 
     def first_offset(self) -> int:

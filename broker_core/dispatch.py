@@ -9,8 +9,9 @@ process catches up), and for the replay of a log range given at registration.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from broker_core.message import (
     PROPERTY_DELAY,
@@ -130,6 +131,18 @@ def index_keys(view: memoryview, pos: int) -> tuple[int, int, int, str, list[str
     if value is not None:
         keys.extend(k for k in value.split(" ") if k)
     return head[6], head[11], sysflag, topic, keys
+
+
+def iter_index_keys(
+    commitlog: Any, start: int, end: int, verify_crc: bool = False
+) -> Iterator[tuple[int, int, int, str, list[str]]]:
+    """``(phys, size, store_ts, topic, keys)`` of every record of ``commitlog``
+    in ``[start, end)``, ``keys`` being what the index takes from it: none
+    for a rolled-back half. The index builder's, the full-disk lookup's and
+    ``verify``'s one way through the log."""
+    for seg, pos, size in commitlog.scan(start, end, verify_crc=verify_crc):
+        phys, ts, sysflag, topic, keys = index_keys(seg.view, pos)
+        yield phys, size, ts, topic, ([] if sysflag & 0xC == 0xC else keys)
 
 
 _UNIQ_AT = f"\x02{PROPERTY_UNIQ_KEY}\x01".encode()

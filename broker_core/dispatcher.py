@@ -19,7 +19,7 @@ from broker_core.dispatch import (
     Dispatcher,
     DispatchRequest,
     decode_dispatch,
-    index_keys,
+    iter_index_keys,
 )
 from broker_core.index import IndexService
 from broker_core.shared import SharedState
@@ -184,13 +184,13 @@ class DispatchService:
             )
             items: list[tuple[int, int, str, list[str]]] = []
             pos = start
-            for seg, rpos, size in self.commitlog.scan(
+            for phys, size, ts, topic, keys in iter_index_keys(
+                self.commitlog,
                 max(start, self.commitlog.first_offset()),
                 min(end, state.dispatched_pos),
                 verify_crc=True,
             ):
-                phys, ts, sysflag, topic, keys = index_keys(seg.view, rpos)
-                if keys and sysflag & 0xC != 0xC:
+                if keys:
                     items.append((phys, ts, topic, keys))
                 pos = phys + size
                 if len(items) >= 2048:

@@ -2,11 +2,40 @@
 
 Expected outcomes (no new message, offset out of range, a flush timeout) are
 returned as enum statuses in result dataclasses; these exceptions are faults
-the caller must handle. The console maps them to HTTP answers in one place, and
-the gRPC endpoint to RocketMQ status codes.
+the caller must handle. Each class carries its own answers: ``code`` (the
+console's JSON errors and logs), ``http_status`` (the console's API and the
+node's admin API) and ``grpc_code`` (the RocketMQ 5 status code the gRPC
+endpoint answers, ``RmqCode``); a subclass inherits what it does not change.
 """
 
 from __future__ import annotations
+
+from enum import IntEnum
+
+
+class RmqCode(IntEnum):
+    """RocketMQ 5's status codes (``apache.rocketmq.v2.Code``) the broker's
+    errors map to."""
+
+    BAD_REQUEST = 40000
+    ILLEGAL_TOPIC = 40002
+    ILLEGAL_CONSUMER_GROUP = 40003
+    ILLEGAL_MESSAGE_TAG = 40004
+    ILLEGAL_MESSAGE_KEY = 40005
+    ILLEGAL_MESSAGE_GROUP = 40006
+    ILLEGAL_MESSAGE_PROPERTY_KEY = 40007
+    INVALID_TRANSACTION_ID = 40008
+    ILLEGAL_MESSAGE_ID = 40009
+    ILLEGAL_FILTER_EXPRESSION = 40010
+    ILLEGAL_DELIVERY_TIME = 40012
+    MESSAGE_PROPERTY_CONFLICT_WITH_TYPE = 40014
+    MESSAGE_CORRUPTED = 40016
+    TOPIC_NOT_FOUND = 40402
+    MESSAGE_BODY_TOO_LARGE = 41301
+    MESSAGE_BODY_EMPTY = 41302
+    MESSAGE_PROPERTIES_TOO_LARGE = 43101
+    INTERNAL_ERROR = 50000
+    INTERNAL_SERVER_ERROR = 50001
 
 
 class BrokerError(Exception):
@@ -14,46 +43,70 @@ class BrokerError(Exception):
 
     #: Short stable code, used by the console's JSON errors and by logs.
     code = "broker_error"
+    #: The HTTP status that answers it (console API, node admin API).
+    http_status = 500
+    #: The RocketMQ 5 status code that answers it on the gRPC endpoint.
+    grpc_code = RmqCode.INTERNAL_ERROR
 
 
 class ValidationError(BrokerError):
     """Bad input from a caller: nothing was written."""
 
     code = "invalid"
+    http_status = 400
+    grpc_code = RmqCode.BAD_REQUEST
 
 
 class InvalidTopicError(ValidationError):
     code = "invalid_topic"
+    grpc_code = RmqCode.ILLEGAL_TOPIC
 
 
 class InvalidGroupError(ValidationError):
     code = "invalid_group"
+    grpc_code = RmqCode.ILLEGAL_CONSUMER_GROUP
 
 
 class TopicNotAllowedError(ValidationError):
     """A system topic that clients may not send to."""
 
     code = "topic_forbidden"
+    grpc_code = RmqCode.ILLEGAL_TOPIC
 
 
 class MessageTooLargeError(ValidationError):
     code = "message_too_large"
+    grpc_code = RmqCode.MESSAGE_BODY_TOO_LARGE
+
+
+class PropertiesTooLargeError(MessageTooLargeError):
+    """Tags, keys and properties together over the property limit."""
+
+    code = "properties_too_large"
+    grpc_code = RmqCode.MESSAGE_PROPERTIES_TOO_LARGE
 
 
 class InvalidMessageError(ValidationError):
     code = "invalid_message"
 
 
+class EmptyBodyError(InvalidMessageError):
+    code = "empty_body"
+    grpc_code = RmqCode.MESSAGE_BODY_EMPTY
+
+
 class MessageCorruptedError(InvalidMessageError):
     """A body that does not decode as its declared encoding (bad gzip)."""
 
     code = "message_corrupted"
+    grpc_code = RmqCode.MESSAGE_CORRUPTED
 
 
 class IllegalPropertyError(InvalidMessageError):
     """A property name or value with a separator byte, or an empty name."""
 
     code = "illegal_property"
+    grpc_code = RmqCode.ILLEGAL_MESSAGE_PROPERTY_KEY
 
 
 class ReservedPropertyError(IllegalPropertyError):
@@ -64,18 +117,22 @@ class ReservedPropertyError(IllegalPropertyError):
 
 class IllegalTagError(InvalidMessageError):
     code = "illegal_tag"
+    grpc_code = RmqCode.ILLEGAL_MESSAGE_TAG
 
 
 class IllegalKeyError(InvalidMessageError):
     code = "illegal_key"
+    grpc_code = RmqCode.ILLEGAL_MESSAGE_KEY
 
 
 class IllegalMessageIdError(InvalidMessageError):
     code = "illegal_message_id"
+    grpc_code = RmqCode.ILLEGAL_MESSAGE_ID
 
 
 class IllegalMessageGroupError(InvalidMessageError):
     code = "illegal_message_group"
+    grpc_code = RmqCode.ILLEGAL_MESSAGE_GROUP
 
 
 class InvalidQueueError(ValidationError):
@@ -93,24 +150,30 @@ class MessageTypeMismatchError(ValidationError):
     transactional message to a NORMAL topic, a plain one to a FIFO topic)."""
 
     code = "message_type_mismatch"
+    grpc_code = RmqCode.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
 
 
 class TopicNotFoundError(BrokerError):
     code = "topic_not_found"
+    http_status = 404
+    grpc_code = RmqCode.TOPIC_NOT_FOUND
 
 
 class TopicExistsError(BrokerError):
     code = "topic_exists"
+    http_status = 409
 
 
 class MessageNotFoundError(BrokerError):
     code = "message_not_found"
+    http_status = 404
 
 
 class StoreError(BrokerError):
     """The store on disk is unusable (corrupt beyond repair, locked, closed)."""
 
     code = "store_error"
+    http_status = 503
 
 
 class StoreClosedError(StoreError):
@@ -121,6 +184,7 @@ class CorruptRecordError(MessageNotFoundError, StoreError):
     """A record whose bytes fail their checks: it is not served."""
 
     code = "corrupt_record"
+    http_status = 404  # as MessageNotFoundError: it is not served
 
 
 class StorageFullError(StoreError):
@@ -130,12 +194,14 @@ class StorageFullError(StoreError):
     """
 
     code = "storage_full"
+    grpc_code = RmqCode.INTERNAL_SERVER_ERROR  # the client may retry later
 
 
 class StorageIOError(StoreError):
     """The operating system failed a read or write (EIO and the like)."""
 
     code = "storage_io"
+    grpc_code = RmqCode.INTERNAL_SERVER_ERROR
 
 
 class AppendBusyError(StoreError):
@@ -155,20 +221,26 @@ class ConfigFileError(StoreError):
 
 class TransactionError(BrokerError):
     code = "transaction_error"
+    http_status = 400
 
 
 class UnknownTransactionError(TransactionError):
     code = "unknown_transaction"
+    http_status = 404
+    grpc_code = RmqCode.INVALID_TRANSACTION_ID
 
 
 class TransactionConflictError(TransactionError):
     """A resolution that contradicts the half's recorded outcome."""
 
     code = "transaction_conflict"
+    http_status = 409
+    grpc_code = RmqCode.BAD_REQUEST
 
 
 class WrongProducerGroupError(TransactionError):
     code = "wrong_producer_group"
+    grpc_code = RmqCode.BAD_REQUEST
 
 
 class IllegalTransactionOperationError(TransactionError):
@@ -179,24 +251,29 @@ class IllegalTransactionOperationError(TransactionError):
 
 class DelayError(BrokerError):
     code = "delay_error"
+    http_status = 400
 
 
 class InvalidDelayError(DelayError, ValidationError):
     code = "invalid_delay"
+    grpc_code = RmqCode.ILLEGAL_DELIVERY_TIME
 
 
 class RecallError(DelayError):
     code = "recall_failed"
+    http_status = 409  # delivered or recalled already
 
 
 class UnknownScheduledMessageError(RecallError):
     """No scheduled message has the id (the others: delivered or recalled)."""
 
     code = "unknown_scheduled_message"
+    http_status = 404
 
 
 class FilterError(ValidationError):
     code = "filter_error"
+    grpc_code = RmqCode.ILLEGAL_FILTER_EXPRESSION
 
 
 class FilterSyntaxError(FilterError):

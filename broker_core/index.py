@@ -28,6 +28,8 @@ SLOT = struct.Struct(">i")
 # keyHash i | phyOffset q | timeDiff i (seconds since beginTimestamp) | prevIndex i
 ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = ENTRY.size  # 20
+#: the unit in which slots get disk blocks
+PAGE = 4096
 
 
 def key_hash(key: str) -> int:
@@ -81,11 +83,27 @@ class KeyHasher:
 class IndexFile:
     """One mapped index file."""
 
-    def __init__(self, path: Path, slots: int, entries: int) -> None:
+    def __init__(
+        self, path: Path, slots: int, entries: int, readonly: bool = False
+    ) -> None:
         self.path = path
         self.slots = slots
         self.entries = entries
         self.size = size = HEADER_SIZE + slots * SLOT.size + entries * ENTRY_SIZE
+        self.readonly = readonly
+        if readonly:
+            # ``verify``: mapped as it is, never extended or changed; a file
+            # shorter than its geometry is read as far as it goes.
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                have = os.fstat(fd).st_size
+                self._fd = os.dup(fd)
+                self.mm = mmap.mmap(fd, have, access=mmap.ACCESS_READ) if have else b""
+                self.short = have < size
+            finally:
+                os.close(fd)
+            return
+        self.short = False
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size < size:
@@ -94,22 +112,45 @@ class IndexFile:
             self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED)
         finally:
             os.close(fd)
-        #: Bytes with disk blocks: the header and slots at once, entries as
-        #: they are added, so a full disk raises instead of SIGBUS.
-        self._reserved = 0
+        #: Disk blocks are taken as the file is used, so that a full disk
+        #: raises instead of SIGBUS and a small store takes little room: the
+        #: header page at once, a page of slots when a key first hashes into
+        #: it (``_slot_pages``), entries as they are added (``_entries_end``).
+        #: (It took the 20 MB of 5M slots up front: on a disk with less room
+        #: nothing was indexed, and a restart refused sends meanwhile.)
+        self._entries_at = HEADER_SIZE + slots * SLOT.size
+        self._entries_end = self._entries_at
+        self._slot_pages = bytearray((self._entries_at + PAGE - 1) // PAGE)
+        self._can_reserve = True
         try:
-            self._reserve(HEADER_SIZE + slots * SLOT.size)
+            self._reserve_slot_page(0)
         except StorageFullError:
             self.close()
             raise
 
-    def _reserve(self, end: int) -> None:
-        if end > self._reserved:
+    def _reserve_slot_page(self, page: int) -> None:
+        if self._slot_pages[page] or not self._can_reserve:
+            return
+        what = f"reserving index file {self.path.name}"
+        if not reserve(self._fd, page * PAGE, PAGE, what):
+            self._can_reserve = False  # cannot reserve: writes go into holes
+        self._slot_pages[page] = 1
+
+    def _reserve_entries(self, end: int) -> None:
+        if end > self._entries_end and self._can_reserve:
             end = min(self.size, end + (1 << 20))
             what = f"reserving index file {self.path.name}"
-            if not reserve(self._fd, self._reserved, end - self._reserved, what):
-                end = self.size
-            self._reserved = end
+            start = self._entries_end
+            if not reserve(self._fd, start, end - start, what):
+                self._can_reserve = False
+            self._entries_end = end
+
+    def _slot(self, slot_at: int) -> int:
+        """A slot read with ``pread``, not through the mapping: a page of
+        slots never written is a hole, and a mapped read of a hole on a full
+        tmpfs is a SIGBUS (``diskio.hole_reads_can_fault``)."""
+        raw = os.pread(self._fd, 4, slot_at)
+        return SLOT.unpack(raw)[0] if len(raw) == 4 else 0
 
     def header(self) -> tuple[int, int, int, int, int, int]:
         return HEADER.unpack_from(self.mm, 0)  # type: ignore[return-value]
@@ -142,10 +183,11 @@ class IndexFile:
             count = 1
         slots = self.slots
         entries_at = HEADER_SIZE + slots * 4
-        self._reserve(
+        self._reserve_entries(
             entries_at + min(self.entries, count + len(items) - start) * ENTRY_SIZE
         )
         slot_unpack, entry_pack = SLOT.unpack_from, ENTRY.pack_into
+        pages = self._slot_pages
         pending: dict[int, int] = {}
         i = start
         n = len(items)
@@ -154,6 +196,9 @@ class IndexFile:
             slot_at = HEADER_SIZE + (h % slots) * 4
             prev = pending.get(slot_at)
             if prev is None:
+                page = slot_at // PAGE
+                if not pages[page]:
+                    self._reserve_slot_page(page)
                 prev = slot_unpack(mm, slot_at)[0]
                 if prev <= 0 or prev > count:
                     prev = 0
@@ -184,11 +229,18 @@ class IndexFile:
 
     def query(self, key: str, begin: int, end: int, limit: int) -> list[int]:
         """Return physical offsets of entries for ``key`` within ``[begin, end]`` ms."""
+        if len(self.mm) < HEADER_SIZE + self.slots * SLOT.size:
+            return []  # a read-only mapping of a file cut short
         begin_ts, end_ts, _, _, _, count = HEADER.unpack_from(self.mm, 0)
+        count = min(
+            count,
+            self.entries,
+            (len(self.mm) - HEADER_SIZE - self.slots * 4) // ENTRY_SIZE,
+        )
         if count <= 1 or end_ts + 1000 < begin or begin_ts > end:
             return []
         h = key_hash(key)
-        idx = SLOT.unpack_from(self.mm, HEADER_SIZE + (h % self.slots) * 4)[0]
+        idx = self._slot(HEADER_SIZE + (h % self.slots) * 4)
         out: list[int] = []
         seen = 0
         base = HEADER_SIZE + self.slots * 4
@@ -214,7 +266,8 @@ class IndexFile:
 
     def close(self) -> None:
         try:
-            self.mm.close()
+            if isinstance(self.mm, mmap.mmap):
+                self.mm.close()
         except BufferError:  # pragma: no cover - defensive
             pass
         os.close(self._fd)

@@ -45,11 +45,6 @@ TRANSACTION_ROLLBACK_TYPE = 0xC
 TRANSACTION_MASK = 0xC
 
 
-def transaction_value(sysflag: int) -> int:
-    """Return the transaction bits of ``sysflag`` (NOT, PREPARED, COMMIT, ROLLBACK)."""
-    return sysflag & TRANSACTION_MASK
-
-
 def reset_transaction_value(sysflag: int, value: int) -> int:
     """Return ``sysflag`` with its transaction bits replaced by ``value``."""
     return (sysflag & ~TRANSACTION_MASK) | value
@@ -234,10 +229,6 @@ class MessageExt:
     @property
     def store_size(self) -> int:
         return len(self._raw)
-
-    @property
-    def body_crc(self) -> int:
-        return int(self._hdr()[2])
 
     @property
     def queue_id(self) -> int:

@@ -96,11 +96,6 @@ def format_host(packed: bytes, port: int) -> str:
     return f"[{socket.inet_ntop(socket.AF_INET6, packed)}]:{port}"
 
 
-def body_crc(body: bytes) -> int:
-    """Return the body CRC as stored: ``CRC32(body) & 0x7FFFFFFF``."""
-    return zlib.crc32(body) & 0x7FFFFFFF
-
-
 def encode_record(
     *,
     topic: bytes,

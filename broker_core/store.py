@@ -30,14 +30,21 @@ from broker_core.config import (
 )
 from broker_core.consumequeue import UNIT, ConsumeQueueTable
 from broker_core.diskio import DiskGuard
-from broker_core.dispatch import Dispatcher, DispatchRequest, decode_dispatch
+from broker_core.dispatch import (
+    Dispatcher,
+    DispatchRequest,
+    decode_dispatch,
+    iter_index_keys,
+)
 from broker_core.dispatcher import DispatchService
 from broker_core.errors import (
     AppendBusyError,
     InvalidOffsetError,
     InvalidQueueError,
     MessageTooLargeError,
+    PropertiesTooLargeError,
     ReplicaReadOnlyError,
+    StorageFullError,
     StoreClosedError,
     StoreError,
 )
@@ -90,6 +97,9 @@ from broker_core.topics import TopicRegistry
 from broker_core.validation import SCHEDULE_TOPIC, validate_group
 
 log = logging.getLogger(__name__)
+#: after the disk refused the index its blocks, lookups read the records not
+#: yet indexed from the log for this long before trying to index them again
+INDEX_FULL_RETRY_S = 5.0
 
 #: One append, as the hot path carries it: topic, queue id, body, encoded
 #: properties, tag code, delay level, flag, sysflag, born timestamp (0 = now),
@@ -131,6 +141,10 @@ class MessageStore:
         adopt_geometry(self.root, config)
         self.config = config
         self.closed = False
+        #: ``index_query``: no index build before this (monotonic; full disk)
+        self._index_full_until = 0.0
+        #: ``_unindexed``: (start, end, keys) of the log past the index
+        self._tail: tuple[int, int, dict[str, list[tuple[int, int]]]] = (0, 0, {})
         self.state = SharedState(self.root)
         self.commitlog = CommitLog(self.root, config.segment_size)
         #: Refuses appends above ``disk_space_warning_ratio`` (RocketMQ's 90%).
@@ -318,10 +332,6 @@ class MessageStore:
     def unregister_dispatcher(self, name: str) -> None:
         self.dispatch.unregister(name)
 
-    def run_dispatchers(self) -> None:
-        """Feed every dispatcher the records it has not seen (any process's)."""
-        self.dispatch.run()
-
     def iter_dispatch(
         self, start: int, end: int | None = None
     ) -> Iterator[DispatchRequest]:
@@ -331,6 +341,58 @@ class MessageStore:
     def build_index(self, time_budget_s: float | None = None) -> None:
         """Index records up to the dispatched position (all, or within a budget)."""
         self.dispatch.build_index(time_budget_s)
+
+    def index_query(self, key: str, begin: int, end: int, limit: int) -> list[int]:
+        """Offsets of the records of ``key`` (``topic#key``) within ``[begin,
+        end]`` ms: the index brought up to date first; where it cannot be (a
+        full disk refuses its blocks), the records not yet indexed are read
+        from the log, so a lookup is never short for want of disk room."""
+        if time.monotonic() >= self._index_full_until:
+            try:
+                self.build_index()
+            except StorageFullError as exc:
+                # Not tried again for a while: each try re-reads the records
+                # it could not index (a lookup took ~90 ms on a full tmpfs).
+                self._index_full_until = time.monotonic() + INDEX_FULL_RETRY_S
+                log.warning("index lookup on a full disk: %s; reading the rest", exc)
+        out = self.index.query(key, begin, end, limit)
+        state = self.state
+        if state.indexed_pos < state.dispatched_pos and len(out) < limit:
+            for phys, ts in self._unindexed(
+                state.indexed_pos, state.dispatched_pos
+            ).get(key, ()):
+                if begin <= ts <= end:
+                    out.append(phys)
+        return out
+
+    def _unindexed(self, start: int, end: int) -> dict[str, list[tuple[int, int]]]:
+        """``topic#key`` -> (offset, store time) of the records in ``[start,
+        end)`` of the log, the part the index does not cover: read once and
+        extended as the log grows (each lookup read all of it: ~175 ms a
+        lookup with a few MB unindexed on a full disk)."""
+        first = max(start, self.commitlog.first_offset())
+        cached_start, cached_end, keys = self._tail
+        if cached_start != first or cached_end > end:
+            cached_start, cached_end, keys = first, first, {}
+        for phys, _size, ts, topic, names in iter_index_keys(
+            self.commitlog, cached_end, end, verify_crc=True
+        ):
+            for k in names:
+                keys.setdefault(f"{topic}#{k}", []).append((phys, ts))
+        self._tail = (cached_start, end, keys)
+        return keys
+
+    def rebuild_index(self) -> None:
+        """Drop the index files and index the whole log again (``verify
+        --repair`` when the index disagrees with the log: it is derived)."""
+        state = self.state
+        with state.index_lock:
+            self.index.close()
+            for path in self.index.directory.glob("*"):
+                if path.name.isdigit():
+                    path.unlink()
+            state.indexed_pos = self.commitlog.first_offset()
+        self.build_index()
 
     # -- appending -----------------------------------------------------------
     def _check_open(self) -> None:
@@ -371,7 +433,7 @@ class MessageStore:
             props = m.properties
             pb = encode_properties(props).encode()
             if len(pb) > 0xFFFF:
-                raise MessageTooLargeError("properties exceed 65535 bytes")
+                raise PropertiesTooLargeError("properties exceed 65535 bytes")
             delay = 0
             if m.topic == SCHEDULE_TOPIC and props.get(PROPERTY_DELAY):
                 try:

@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from broker_core.errors import (
+    EmptyBodyError,
     IllegalKeyError,
     IllegalMessageGroupError,
     IllegalMessageIdError,
@@ -15,6 +16,7 @@ from broker_core.errors import (
     InvalidMessageError,
     InvalidTopicError,
     MessageTooLargeError,
+    PropertiesTooLargeError,
     ReservedPropertyError,
     TopicNotAllowedError,
 )
@@ -91,6 +93,18 @@ def validate_send_topic(topic: str) -> None:
         raise TopicNotAllowedError(f"Sending message to topic[{topic}] is forbidden.")
 
 
+def validate_read_topic(topic: str) -> None:
+    """Validate a topic a client routes to or receives from: legal, and not
+    one of the broker's own (uncommitted halves, delayed messages before
+    their time, transaction op records, a group's retry topic); a group's
+    dead-letter topic may be read, as Apache RocketMQ allows."""
+    validate_topic(topic)
+    if is_system_topic(topic) or topic.startswith(("RMQ_SYS_", "%RETRY%")):
+        raise TopicNotAllowedError(
+            f"the topic {topic[:200]!r} is the broker's own: clients may not read it"
+        )
+
+
 def validate_group(group: str) -> None:
     """Raise ``InvalidGroupError`` unless ``group`` is a legal consumer group name."""
     if not isinstance(group, str) or not group.strip():
@@ -112,7 +126,7 @@ def validate_body(body: object, max_size: int) -> None:
         raise InvalidMessageError("the message body must be bytes")
     n = len(body)
     if n == 0:
-        raise InvalidMessageError("the message body is empty")
+        raise EmptyBodyError("the message body is empty")
     if n > max_size:
         raise MessageTooLargeError(
             f"the message body size {n} exceeds the maximum {max_size}"
@@ -120,9 +134,9 @@ def validate_body(body: object, max_size: int) -> None:
 
 
 def validate_properties_size(encoded: bytes, max_size: int) -> None:
-    """Raise ``MessageTooLargeError`` for encoded properties over the limit."""
+    """Raise ``PropertiesTooLargeError`` for encoded properties over the limit."""
     if len(encoded) > max_size or len(encoded) > 0xFFFF:
-        raise MessageTooLargeError(
+        raise PropertiesTooLargeError(
             f"the properties size {len(encoded)} exceeds the maximum {max_size}"
         )
 

@@ -12,20 +12,29 @@ again.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker_core import sqlite_wal
 from broker_core.checkpoint import abort_exists, read_checkpoint
 from broker_core.commitlog import CommitLog, Damage
 from broker_core.config import StoreConfig, saved_geometry
 from broker_core.consumequeue import UNIT_SIZE, ConsumeQueue
-from broker_core.dispatch import SCHEDULE_TOPIC, decode_dispatch
+from broker_core.dispatch import (
+    SCHEDULE_TOPIC,
+    decode_dispatch,
+    index_keys,
+    iter_index_keys,
+)
 from broker_core.errors import ConfigFileError
 from broker_core.metadata import OffsetTable, TopicTable, backup_path
 from broker_core.quarantine import Quarantine
 from broker_core.record import intact
 from broker_core.shared import read_commit_pos
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -78,6 +87,7 @@ def verify_store(root: Path, segment_size: int | None = None) -> VerifyReport:
         cp = read_checkpoint(root / "checkpoint")
         first = log.first_offset()
         committed = max(read_commit_pos(root), cp.flushed_offset)
+        keyed: list[tuple[str, int, int]] = []  # (topic#key, offset, time)
         for seg, pos, _size in log.scan(first, None, True, damage, committed):
             report.records += 1
             req = decode_dispatch(seg.view, pos, delay_ms)
@@ -85,6 +95,9 @@ def verify_store(root: Path, segment_size: int | None = None) -> VerifyReport:
                 expected.setdefault((req.topic, req.queue_id), {})[
                     req.consume_queue_offset
                 ] = (req.commit_log_offset, req.msg_size, req.tags_code)
+            if req.commit_log_offset < cp.index_offset and req.sysflag & 0xC != 0xC:
+                phys, ts, _flag, topic, keys = index_keys(seg.view, pos)
+                keyed += [(f"{topic}#{k}", phys, ts) for k in keys]
         report.log_end = log.last_end
         for d in damage:
             if not quarantine.known(d.start):
@@ -99,6 +112,9 @@ def verify_store(root: Path, segment_size: int | None = None) -> VerifyReport:
             )
         _check_queues(root, log, expected, report)
         _check_index(root, cp.index_offset, first, report)
+        _check_index_entries(root, keyed, report)
+        _check_sqlite(root, report)
+        _check_state_table(root, report)
     finally:
         log.close()
     return report
@@ -181,7 +197,7 @@ def _check_units(
             f"consume queue {name} ends at {hi} but the log has records up to "
             f"queue offset {top - 1}: {top - hi} messages unreachable"
         )
-    bad = 0
+    bad = missing = 0
     off = lo
     while off < hi:
         units = cq.read_units(off, 4096)
@@ -202,7 +218,10 @@ def _check_units(
                 bad += 1
                 continue
             seg = log.segments.segment(phys)
-            if seg is None or not intact(seg.view, phys - seg.base, size, phys):
+            if seg is None:
+                # No retention deletes segments: the one it names is gone.
+                missing += 1
+            elif not intact(seg.view, phys - seg.base, size, phys):
                 # A damaged record is reported with the log; its unit is fine.
                 if target is not None:
                     bad += 1
@@ -210,6 +229,11 @@ def _check_units(
     if bad:
         report.problems.append(
             f"consume queue {name}: {bad} units do not point at their records"
+        )
+    if missing:
+        report.problems.append(
+            f"consume queue {name}: {missing} units point into log segments "
+            "that do not exist (deleted or lost): their messages are gone"
         )
 
 
@@ -221,6 +245,124 @@ def _check_index(root: Path, indexed: int, first: int, report: VerifyReport) -> 
             f"the checkpoint says the index covers the log up to {indexed} "
             "but index/ has no files (reopening the store rebuilds it)"
         )
+
+
+def _index_files(root: Path, readonly: bool = True) -> list[Any]:
+    """The store's index files, newest first, mapped as its geometry says."""
+    from broker_core.index import IndexFile
+
+    defaults = StoreConfig()
+    geometry = {
+        "index_slots": defaults.index_slots,
+        "index_entries": defaults.index_entries,
+        **saved_geometry(root),
+    }
+    idx = root / "index"
+    names = (
+        sorted(p.name for p in idx.iterdir() if p.name.isdigit())
+        if idx.is_dir()
+        else []
+    )
+    return [
+        IndexFile(idx / n, geometry["index_slots"], geometry["index_entries"], readonly)
+        for n in reversed(names)
+    ]
+
+
+def index_disagreements(root: Path, keyed: list[tuple[str, int, int]]) -> list[str]:
+    """The records whose keys the index does not find (``keyed``: ``(topic#key,
+    log offset, store time)`` of every indexed record), in words, at most 5,
+    with the count; [] if the index finds every one. Read-only."""
+    files = _index_files(root)
+    try:
+        short = [f.path.name for f in files if f.short]
+        missing = 0
+        examples: list[str] = []
+        for key, phys, ts in keyed:
+            if not any(phys in f.query(key, ts, ts, 1 << 20) for f in files):
+                missing += 1
+                if len(examples) < 5:
+                    examples.append(f"{key} at {phys}")
+        out = [f"index file {n} is shorter than its size" for n in short]
+        if missing:
+            out.append(
+                f"the index does not find {missing} of {len(keyed)} keys "
+                f"(e.g. {', '.join(examples)}): `verify --repair` rebuilds it "
+                "from the log"
+            )
+        return out
+    finally:
+        for f in files:
+            f.close()
+
+
+def _check_index_entries(
+    root: Path, keyed: list[tuple[str, int, int]], report: VerifyReport
+) -> None:
+    report.problems += index_disagreements(root, keyed)
+
+
+def state_table_damage(root: Path) -> str | None:
+    """What is wrong with the transaction state table (read-only): another
+    version, or entries written that fail their CRC or are gone."""
+    import struct
+
+    from broker_core.transaction import statetable as S
+
+    sdir = root / "transaction" / "state"
+    head = struct.Struct("@qqqq")
+    try:
+        header = (sdir / "header").read_bytes()[: head.size]
+    except FileNotFoundError:
+        return None
+    if len(header) < head.size:
+        return "its header is cut short"
+    magic, _applied, version, high = head.unpack(header)
+    if magic != S._MAGIC or version != S._VERSION:
+        return f"its header says version {version} (magic {magic:#x})"
+    bad = 0
+    for base in range(0, high, S.ENTRIES_PER_FILE):
+        n = min(S.ENTRIES_PER_FILE, high - base)
+        try:
+            data = (sdir / f"{base:020d}").read_bytes()[: n * S.ENTRY_SIZE]
+        except FileNotFoundError:
+            bad += n
+            continue
+        have = len(data) // S.ENTRY_SIZE
+        bad += n - have + S.count_damaged(data[: have * S.ENTRY_SIZE])
+    return f"{bad} entries fail their CRC or are gone" if bad else None
+
+
+def _check_state_table(root: Path, report: VerifyReport) -> None:
+    why = state_table_damage(root)
+    if why is not None:
+        report.problems.append(
+            f"the transaction state table: {why}: derived from the log, it is "
+            "folded again when the transaction service next opens"
+        )
+
+
+def _check_sqlite(root: Path, report: VerifyReport) -> None:
+    for rel, cost in sqlite_wal.SET_ASIDE_COST.items():
+        why = sqlite_wal.damage(root / rel)
+        if why is not None:
+            report.problems.append(
+                f"{rel} is damaged ({why}): {cost}; "
+                "`verify --repair` sets it aside and it is rebuilt"
+            )
+
+
+def _indexed_keys(store: Any) -> list[tuple[str, int, int]]:
+    """``(topic#key, offset, time)`` of every record the open ``store`` has
+    indexed (its log up to ``indexed_pos``; rolled-back halves are not)."""
+    clog = store.commitlog
+    return [
+        (f"{topic}#{k}", phys, ts)
+        for phys, _size, ts, topic, keys in iter_index_keys(
+            clog, clog.first_offset(), store.state.indexed_pos
+        )
+        for k in keys
+    ]
 
 
 def repair_store(root: Path) -> dict[str, Any]:
@@ -244,12 +386,39 @@ def repair_store(root: Path) -> dict[str, Any]:
             )
         with store.state.append_lock:
             rebuilt = check_queues(store.parts, store.state.commit_pos, thorough=True)
+        store.build_index()
+        index_rebuilt = info.index_rebuilt
+        if index_disagreements(root, _indexed_keys(store)):
+            log.warning("the index disagrees with the log: rebuilding it")
+            store.rebuild_index()
+            index_rebuilt = True
+        state_reset = False
+        why = state_table_damage(root)
+        if why is not None:
+            from broker_core.transaction.statetable import StateTable
+
+            log.warning("the transaction state table: %s: resetting it", why)
+            table = StateTable(root)
+            try:
+                table.reset()  # folded again from the log at the next open
+            finally:
+                table.close()
+            state_reset = True
+        set_aside_sqlite = []
+        for rel, cost in sqlite_wal.SET_ASIDE_COST.items():
+            why = sqlite_wal.damage(root / rel)
+            if why is not None:
+                log.warning("%s is damaged (%s): set aside (%s)", rel, why, cost)
+                sqlite_wal.set_aside(root / rel)
+                set_aside_sqlite.append(str(rel))
         store.topics.persist()
         store.offsets.persist()
         return {
             "quarantined": [asdict(r) for r in info.quarantined],
             "rebuilt_queues": [f"{t}/{q}" for t, q in info.rebuilt_queues + rebuilt],
-            "index_rebuilt": info.index_rebuilt,
+            "index_rebuilt": index_rebuilt,
+            "sqlite_set_aside": set_aside_sqlite,
+            "state_table_reset": state_reset,
             "log_end": info.log_end,
             "missing_bytes": info.missing_bytes,
         }

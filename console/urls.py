@@ -23,6 +23,7 @@ api_patterns = [
 urlpatterns = [
     path("", overview, name="overview"),
     path("healthz", login_not_required(core_views.healthz), name="healthz"),
+    path("node/", core_views.node, name="node"),
     path(
         "login/",
         auth_views.LoginView.as_view(redirect_authenticated_user=True),

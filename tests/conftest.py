@@ -11,6 +11,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+#: ``make test`` sets it: a skip for something missing (Redis, Chromium, Node.js,
+#: openssl, mount, a network namespace...) is a failure there, so that a broken
+#: set-up cannot pass green; only ``tests.support.skip_by_design`` skips.
+STRICT = os.environ.get("BROKER_TESTS_STRICT") == "1"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator:
+    outcome = yield
+    report = outcome.get_result()
+    if not (STRICT and report.skipped) or hasattr(report, "wasxfail"):
+        return
+    from tests.support import BY_DESIGN
+
+    reason = (
+        str(report.longrepr[2])
+        if isinstance(report.longrepr, tuple)
+        else str(report.longrepr)
+    )
+    if BY_DESIGN not in reason:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{reason}\n(skipped for want of something make test's set-up must "
+            "provide: BROKER_TESTS_STRICT=1 makes that a failure)"
+        )
 
 
 class CeleryServices:

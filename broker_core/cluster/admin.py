@@ -2,12 +2,15 @@
 
 ``serve --admin-listen HOST:PORT --admin-token-file F`` starts it in the
 endpoint's process (``AdminServer``), so a console on another host manages
-the node without touching its files. Every request carries ``Authorization:
-Bearer <token>`` (compared in constant time); with ``--admin-tls-cert`` and
-``--admin-tls-key`` it is served over TLS. JSON in, JSON out; errors are
-``{"error": ...}`` with 400 (bad input), 401 (no or wrong token), 404 (no such
-thing), 409 (a conflicting decision: commit of a rolled-back half) or 503 (a
-slave asked to decide).
+the node without touching its files; with ``--admin-only`` that command
+serves the admin API alone, in a process of its own beside the endpoint's
+(``StoreNode``: what ``make run`` does, so the console still sees the store
+while the endpoint is down; not for cluster members). Every request carries
+``Authorization: Bearer <token>`` (compared in constant time); with
+``--admin-tls-cert`` and ``--admin-tls-key`` it is served over TLS. JSON in,
+JSON out; errors are ``{"error": ...}`` with 400 (bad input), 401 (no or
+wrong token), 404 (no such thing), 409 (a conflicting decision: commit of a
+rolled-back half) or 503 (a slave asked to decide).
 
 First slice, what the cluster console needs:
 
@@ -93,8 +96,62 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+class StoreNode:
+    """What the admin API needs of a node, for ``serve --admin-only``: the
+    store and its transaction and delay services opened in a process of their
+    own beside the endpoint's (a store takes several processes), so the
+    console keeps its sight of the store while the gRPC endpoint is down.
+    The clients and the endpoint's counters are read from the
+    ``clients.json`` the endpoint writes; no timer or check runs here."""
+
+    #: not a cluster member: a member's admin API lives in its endpoint
+    node = None
+
+    def __init__(self, broker: Any, cfg: Any) -> None:
+        from broker_core.schedule import DelayService
+        from broker_core.transaction import TransactionService
+
+        self.broker = broker
+        self.store = broker.store
+        self.cfg = cfg
+        settings: dict[str, Any] = {}
+        if cfg.transaction_timeout_ms is not None:
+            settings["transaction_timeout_ms"] = cfg.transaction_timeout_ms
+        if cfg.check_interval_ms is not None:
+            settings["check_interval_ms"] = cfg.check_interval_ms
+        self.tx = TransactionService(broker, **settings)
+        self.delays = DelayService(broker)
+
+    def _clients_file(self) -> dict[str, Any]:
+        try:
+            data = json.loads((self.store.root / "clients.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def counters(self) -> dict[str, int]:
+        counters = self._clients_file().get("counters")
+        return dict(counters) if isinstance(counters, dict) else {}
+
+    def client_rows(self) -> list[dict[str, Any]]:
+        clients = self._clients_file().get("clients")
+        return list(clients) if isinstance(clients, list) else []
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        for step in (self.delays.close, self.tx.close):
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - close the rest
+                log.exception("admin node close")
+
+
 class AdminServer:
-    """Serve the admin API of the endpoint ``ep`` (module doc)."""
+    """Serve the admin API of the endpoint ``ep`` (module doc), or of a
+    ``StoreNode`` (``serve --admin-only``)."""
 
     def __init__(
         self,
@@ -116,9 +173,11 @@ class AdminServer:
         def live_clients(group: str | None = None) -> list[dict[str, Any]]:
             return client_rows(ep.client_rows(), group)
 
-        # One of ``serve --workers N``: the workers' merged list instead.
+        # One of ``serve --workers N``, or the admin API alone: the list the
+        # endpoint (its workers merged) writes instead.
         worker = getattr(getattr(ep, "cfg", None), "worker", None) is not None
-        clients = NodeOps.clients_file(ep.store.root) if worker else live_clients
+        from_file = worker or isinstance(ep, StoreNode)
+        clients = NodeOps.clients_file(ep.store.root) if from_file else live_clients
         attempts = getattr(getattr(ep, "cfg", None), "max_attempts", None)
         self.node_ops = node_ops or NodeOps(
             lambda: ep.broker,
@@ -157,17 +216,20 @@ class AdminServer:
     # -- the API ---------------------------------------------------------------
     def node(self) -> dict[str, Any]:
         ep = self.ep
-        out: dict[str, Any] = {
-            "log_end": ep.store.max_physical_offset(),
-            # As the endpoint's clients.json: its counters and its group
-            # commits (SendMessage calls and acks per job on its threads).
-            "counters": dict(ep.counters)
-            | {
+        counters = dict(ep.counters)
+        if not isinstance(ep, StoreNode):
+            # Its group commits (SendMessage calls and acks per job on its
+            # threads); the admin API alone has the endpoint's file only.
+            counters |= {
                 "send_jobs": ep.sending.group.jobs,
                 "send_calls": ep.sending.group.items,
                 "ack_jobs": ep.consuming.acks.jobs,
                 "ack_calls": ep.consuming.acks.items,
-            },
+            }
+        out: dict[str, Any] = {
+            "log_end": ep.store.max_physical_offset(),
+            # As the endpoint's clients.json: its counters.
+            "counters": counters,
         }
         if ep.node is not None:
             out.update(ep.node.status())

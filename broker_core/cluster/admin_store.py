@@ -25,7 +25,6 @@ from broker_core.errors import (
     InvalidQueueError,
     RecallError,
     TopicNotFoundError,
-    UnknownScheduledMessageError,
     ValidationError,
 )
 from broker_core.lag import subscribed_queues
@@ -268,10 +267,8 @@ class StoreOperations:
         operator = operator_of(body)
         try:
             result = self.ep.delays.recall(msg_id)
-        except UnknownScheduledMessageError as exc:
-            raise AdminError(404, str(exc)) from exc
-        except RecallError as exc:  # delivered or recalled already
-            raise AdminError(409, str(exc)) from exc
+        except RecallError as exc:  # unknown (404), delivered or recalled (409)
+            raise AdminError(exc.http_status, str(exc)) from exc
         log.info(
             "admin: %s cancelled delayed message %s (%s)",
             operator,

@@ -170,10 +170,6 @@ class ClusterNode:
     def is_master(self) -> bool:
         return self.role in MASTER_ROLES
 
-    def current_id(self) -> int:
-        """The broker id this node registers: 0 as a master, 1+ as a slave."""
-        return 0 if self.is_master else max(1, self.cfg.broker_id)
-
     @property
     def sync(self) -> bool:
         # A SYNC_MASTER without an HA server has no slave: its writes fail

@@ -55,6 +55,8 @@ READS = frozenset(
         "offset_for_time",
         "browse_queue",
         "get_message",
+        "message_consumers",
+        "node_runtime",
         "search_messages",
         "topics_with_depths",
         "get_topic",
@@ -303,6 +305,58 @@ class NodeOps:
             )
         return out
 
+    def message_consumers(
+        self, topic: str, queue_id: int, queue_offset: int, msg_id: str
+    ) -> list[dict[str, Any]]:
+        """Each group consuming the queue that holds a message, and where the
+        message stands for it: ``dead_lettered`` (a copy in ``%DLQ%<group>``),
+        ``consumed`` (the group's committed offset is past it: acknowledged,
+        or skipped by the group's filter) or ``pending`` (not yet delivered,
+        or delivered and not yet acknowledged; ``ahead``: messages of the
+        queue before it not committed either, None when the group has
+        committed nothing on the queue); and ``retried`` when a copy went
+        through ``%RETRY%<group>``."""
+        from broker_core.errors import MessageNotFoundError
+
+        broker = self._broker()
+        rows = []
+        for g, t, qid, committed in subscribed_queues(
+            broker.store, self._clients(None)
+        ):
+            if t != topic or qid != queue_id:
+                continue
+            copies = {}
+            for kind in ("%DLQ%", "%RETRY%"):
+                name = f"{kind}{g}"
+                if broker.store.topic_config(name) is None:
+                    continue
+                try:
+                    copies[kind] = broker.get_message(msg_id, name).offset_msg_id
+                except MessageNotFoundError:
+                    pass
+            if "%DLQ%" in copies:
+                state = "dead_lettered"
+            elif committed > queue_offset:
+                state = "consumed"
+            else:
+                # Not acknowledged up to it: not yet delivered, or delivered
+                # and not acknowledged yet (a pop consumer's in-flight
+                # message; its group may have committed nothing at all yet).
+                state = "pending"
+            rows.append(
+                {
+                    "group": g,
+                    "state": state,
+                    "committed_offset": committed,
+                    "ahead": max(0, queue_offset - committed)
+                    if committed >= 0
+                    else None,
+                    "dead_letter_id": copies.get("%DLQ%"),
+                    "retried": "%RETRY%" in copies,
+                }
+            )
+        return rows
+
     def groups(self) -> dict[str, Any]:
         """Every consumer group's settings (``groups``: ``GroupConfig`` by
         name) and the delivery attempts a group gets without a setting of its
@@ -375,6 +429,37 @@ class NodeOps:
             "path": str(store.root),
             "disk_used": used if total else None,
             "disk_limit": float(guard.ratio),
+        }
+
+    def node_runtime(self) -> dict[str, Any]:
+        """What a single node's page shows: the store's disk (the
+        filesystem's size, free bytes and fill, the fill at which appends are
+        refused, the log's bytes), its configuration, its counts of topics,
+        groups and online clients, and the endpoint's counters."""
+        from dataclasses import asdict
+
+        broker = self._broker()
+        store = broker.store
+        guard = store.disk_guard
+        try:
+            used, free, total = guard.usage()
+        except OSError:
+            used, free, total = 0.0, 0, 0
+        config = asdict(store.config)
+        config.pop("delay_levels_ms", None)  # message_delay_level says it
+        clients = self._clients(None)
+        return {
+            "path": str(store.root),
+            "disk_total_bytes": total,
+            "disk_free_bytes": free,
+            "disk_used": used if total else None,
+            "disk_limit": float(guard.ratio),
+            "log_start": store.commitlog.first_offset(),
+            "log_end": store.max_physical_offset(),
+            "topics": sum(1 for _ in store.list_topics()),
+            "groups": len({g for g, _t, _q, _c in subscribed_queues(store, clients)}),
+            "clients_online": sum(1 for c in clients if c.get("online")),
+            "config": config,
         }
 
     # -- the admin API's side ---------------------------------------------------
@@ -494,29 +579,7 @@ def run_remote(
     except opscodec.CodecError as exc:
         return 400, {"error": str(exc)}
     except BrokerError as exc:
-        return _status(exc), {
+        return exc.http_status, {
             "error": str(exc),
             "broker_error": opscodec.encode_error(exc),
         }
-
-
-def _status(exc: BrokerError) -> int:
-    from broker_core import errors as E
-
-    if isinstance(exc, E.ReplicaReadOnlyError):
-        return 503
-    if isinstance(
-        exc,
-        (
-            E.TopicNotFoundError,
-            E.MessageNotFoundError,
-            E.UnknownTransactionError,
-            E.UnknownScheduledMessageError,
-        ),
-    ):
-        return 404
-    if isinstance(exc, (E.TransactionConflictError, E.TopicExistsError, E.RecallError)):
-        return 409
-    if isinstance(exc, E.ValidationError):
-        return 400
-    return 500

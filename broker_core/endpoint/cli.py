@@ -204,6 +204,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a = p.add_argument_group("admin API", "the console's way in (docs/cluster.md)")
     a.add_argument("--admin-listen", default="", help="serve the admin API here")
     a.add_argument(
+        "--admin-only",
+        action="store_true",
+        help="serve only the admin API (no gRPC port, timers or checks), in a "
+        "process of its own beside the endpoint's: the console keeps its sight "
+        "of the store while the endpoint is down (not with --cluster)",
+    )
+    a.add_argument(
         "--admin-token-file",
         default=os.environ.get("ADMIN_TOKEN_FILE", ""),
         help="file holding the bearer token the admin API requires",
@@ -359,5 +366,17 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         # Message and transaction ids carry the store's host: distinct per
         # node, so that two nodes never hand out the same id.
         store_options["store_host"] = cfg.node.advertise
+    if args.admin_only:
+        if cfg.admin is None:
+            raise SystemExit("--admin-only needs --admin-listen and --admin-token-file")
+        if cfg.node is not None or args.workers > 1:
+            raise SystemExit(
+                "--admin-only is for a single node: a cluster member's admin "
+                "API runs in its endpoint (--admin-listen)"
+            )
+        from broker_core.endpoint.server import serve_admin_only
+
+        serve_admin_only(args.store, cfg, store_options=store_options)
+        return 0
     asyncio.run(serve(args.store, cfg, store_options=store_options))
     return 0

@@ -13,8 +13,11 @@ starts at once.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import queue
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from typing import Any
 
 
@@ -65,3 +68,74 @@ class Coalescer:
                 self._start(loop)
 
         job.add_done_callback(done)
+
+
+class Lanes(Executor):
+    """One worker thread with two lanes: work submitted to ``first`` runs
+    before anything waiting in the ordinary lane.
+
+    The pop state lives on one thread. Pops are the bulk of its work (a long
+    poll woken by a send may bring dozens of them at once), while an ack or a
+    ChangeInvisibleDuration is one short write whose caller has a deadline of
+    a few seconds, and whose lateness has a cost: an invisibility extended too
+    late is a message delivered twice. Queued behind every pended pop, a
+    change could miss both on a busy machine; in the first lane it waits for
+    at most the one job already running."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
+        self._seq = itertools.count()
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+        self.first = _Lane(self, 0)
+
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Future[Any]:
+        return self._put(1, fn, args, kwargs)
+
+    def _put(
+        self, lane: int, fn: Callable[..., Any], args: Any, kwargs: Any
+    ) -> Future[Any]:
+        if self._closed:
+            raise RuntimeError("cannot schedule new work after shutdown")
+        fut: Future[Any] = Future()
+        self._queue.put((lane, next(self._seq), (fut, fn, args, kwargs)))
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            _lane, _seq, job = self._queue.get()
+            if job is None:
+                return
+            fut, fn, args, kwargs = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if not self._closed:
+            self._closed = True
+            # Last in the last lane: what was submitted before still runs.
+            self._queue.put((2, next(self._seq), None))
+        if wait and self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+class _Lane(Executor):
+    """The first lane of a ``Lanes``, usable wherever an executor is."""
+
+    def __init__(self, lanes: Lanes, lane: int) -> None:
+        self._lanes = lanes
+        self._lane = lane
+
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Future[Any]:
+        return self._lanes._put(self._lane, fn, args, kwargs)

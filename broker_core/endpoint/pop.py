@@ -54,7 +54,12 @@ from broker_core.errors import StorageIOError, StoreError
 from broker_core.filter import TAG, build_matcher
 from broker_core.message import MessageExt, MessageInner, PullStatus
 from broker_core.metadata import atomic_write_json
-from broker_core.sqlite_wal import connect_wal
+from broker_core.sqlite_wal import (
+    SET_ASIDE_COST,
+    connect_wal,
+    is_damage,
+    set_aside_if_damaged,
+)
 from broker_core.tags import parse_subscription
 
 SHARDING_KEY = "__SHARDINGKEY"
@@ -62,6 +67,8 @@ RESETS_DIR = Path("grpc") / "resets"
 DB_NAME = Path("grpc") / "pop.db"
 #: The single-process state file of earlier versions, imported once.
 LEGACY_JSON = Path("grpc") / "pop.json"
+#: How long one pop's filtered reads go on scanning (seconds; see ``pop``).
+POP_SCAN_S = 0.05
 #: Message bodies kept per process (read once from the log, handed out later).
 CACHE_ENTRIES = 16_384
 
@@ -177,12 +184,18 @@ class PopManager:
         self.store = broker.store
         self.max_attempts = max_attempts
         self.refill = refill
+        #: whether the last ``pop`` stopped scanning at its deadline
+        #: (``POP_SCAN_S``) with more maybe left to read
+        self.cut_short = False
         #: read-ahead bound per queue (in flight + waiting for redelivery)
         self.max_pending = max_pending
         self.path = self.store.root / DB_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
         #: (db, db_nowait, checkpointer) once ``pop.db`` is open: see ``_ensure``
         self._conns: tuple[sqlite3.Connection, ...] | None = None
+        #: the open file's inode (``replaced``); whether it was checked
+        self._ino = -1
+        self._checked = False
         self.dlq_count = 0
         self._rr = 0
         #: (topic, queue, offset) -> message, read from the log by this process
@@ -207,6 +220,24 @@ class PopManager:
         conns = self._conns
         if conns is not None:
             return conns
+        if not self._checked:
+            # Once per process, before the first connection: a damaged file
+            # (a torn page, zeros) failed every receive of every group.
+            self._set_aside_if_damaged("found damaged at open")
+            self._checked = True
+        try:
+            conns = self._open()
+        except sqlite3.DatabaseError as exc:
+            if not is_damage(exc):
+                raise
+            self._set_aside_if_damaged(str(exc))
+            conns = self._open()
+        self._conns = conns
+        self._import_legacy()
+        self.apply_resets()
+        return conns
+
+    def _open(self) -> tuple[sqlite3.Connection, ...]:
         opened: list[sqlite3.Connection] = []
         try:
             opened.append(self._connect(timeout=30))
@@ -221,14 +252,53 @@ class PopManager:
             raise StorageIOError(
                 f"pop state {self.path} cannot be opened: {exc}"
             ) from exc
-        self._conns = conns = tuple(opened)
-        self._import_legacy()
-        self.apply_resets()
-        return conns
+        except BaseException:
+            for db in opened:
+                db.close()
+            raise
+        self._ino = os.stat(self.path).st_ino
+        return tuple(opened)
+
+    def _set_aside_if_damaged(self, found: str) -> None:
+        set_aside_if_damaged(self.path, found, SET_ASIDE_COST[DB_NAME])
+
+    def recover(self, exc: BaseException) -> bool:
+        """After ``exc`` from the pop state: if it says the file is damaged,
+        set the file aside (unless another process did already) and start a
+        fresh one; True if so and the call is worth retrying. The connections
+        are dropped, not closed: the checkpoint thread may be using one."""
+        if not is_damage(exc):
+            return False
+        self._drop()
+        self._set_aside_if_damaged(str(exc))
+        return True
+
+    def _drop(self) -> None:
+        self._conns = None
+        self._known.clear()
+        self.renew.clear()
+
+    def replaced(self) -> bool:
+        """Whether ``pop.db`` is another file than the one open here (set
+        aside by another process): then this one reopens it, instead of
+        popping from the old file while the others use the new one."""
+        if self._conns is None:
+            return False
+        try:
+            ino = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            ino = -1
+        if ino == self._ino:
+            return False
+        log.warning("pop state %s replaced by another process: reopening", self.path)
+        self._drop()
+        return True
 
     def available(self) -> bool:
-        """Whether ``pop.db`` is open (trying to open it if not); the
-        background work (resets, offsets, checkpoints, stats) waits for it."""
+        """Whether ``pop.db`` is open (trying to open it if not, or again if
+        another process replaced it); the background work (resets, offsets,
+        checkpoints, stats) waits for it."""
+        self.replaced()
         try:
             self._ensure()
         except StoreError:
@@ -242,10 +312,6 @@ class PopManager:
     @property
     def db_nowait(self) -> sqlite3.Connection:
         return self._ensure()[1]
-
-    @property
-    def _checkpointer(self) -> sqlite3.Connection:
-        return self._ensure()[2]
 
     def _connect(self, timeout: float) -> sqlite3.Connection:
         # Autocommit (explicit transactions); used by one thread at a time.
@@ -287,8 +353,9 @@ class PopManager:
         """Copy the WAL into the database file (a passive checkpoint: never
         waits for, nor blocks, the other connections). On its own connection,
         so that it runs on any one thread beside the pops."""
-        if self._conns is not None:
-            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        conns = self._conns  # never opens nor reopens it (the pop thread does)
+        if conns is not None:
+            conns[2].execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     # -- persistence ---------------------------------------------------------
     def _import_legacy(self) -> None:
@@ -521,14 +588,30 @@ class PopManager:
                 plans.append((key, order, fills))
         if not plans:
             return []  # nothing to read nor to hand out: no write lock taken
-        pulled = [
-            [
-                (qid, cursor, self._pull(group, key, qid, cursor, expression,
-                                         expression_type))
-                for qid, cursor in fills
-            ]
-            for key, _order, fills in plans
-        ]  # fmt: skip
+        # A filter is evaluated on the one pop thread: one pop's reads stop
+        # scanning soon after this (each queue still reads one batch), so a
+        # costly SQL92 filter over non-matching messages cannot hold up other
+        # consumers; its next pop goes on from where this one stopped.
+        deadline = time.monotonic() + POP_SCAN_S
+        pulled = []
+        read_any = False
+        self.cut_short = False
+        for key, _order, fills in plans:
+            reads: list[tuple[int, int, tuple[int, list[MessageExt]]]] = []
+            for qid, cursor in fills:
+                if read_any and time.monotonic() > deadline:
+                    # Out of time: this queue is read by a later pop.
+                    self.cut_short = True
+                    reads.append((qid, cursor, (cursor, [])))
+                    continue
+                got = self._pull(
+                    group, key, qid, cursor, expression, expression_type, deadline
+                )
+                read_any = True
+                reads.append((qid, cursor, got))
+            pulled.append(reads)
+        if time.monotonic() > deadline:
+            self.cut_short = True  # a read stopped at the deadline, or might have
         now = now_ms()
         out: list[tuple[int, Entry]] = []
         with self._write() as db:
@@ -595,6 +678,7 @@ class PopManager:
         cursor: int,
         expression: str,
         expression_type: str,
+        deadline: float | None = None,
     ) -> tuple[int, list[MessageExt]]:
         """Read from ``cursor`` (outside the write lock): the next cursor and
         the messages that match. For a retry key, the retry topic's messages
@@ -609,6 +693,7 @@ class PopManager:
                 max_messages=self.refill,
                 expression=expression,
                 expression_type=expression_type,
+                deadline=deadline,
             )
         else:
             r = self.broker.pull(
@@ -827,11 +912,6 @@ class PopManager:
             self.renew.pop((group, topic, qid, off), None)
         return out
 
-    def ack(self, group: str, topic: str, handle: str) -> None:
-        (err,) = self.ack_all([(group, topic, [handle])])[0]
-        if err is not None:
-            raise InvalidHandle(err)
-
     def auto_renew(
         self,
         group: str,
@@ -877,13 +957,31 @@ class PopManager:
         return n
 
     def change_invisible(
-        self, group: str, topic: str, handle: str, invisible_ms: int
+        self,
+        group: str,
+        topic: str,
+        handle: str,
+        invisible_ms: int,
+        backoff_ms: list[int] | None = None,
     ) -> str:
+        """A new handle for the entry of ``handle``, invisible ``invisible_ms``
+        from now; with ``backoff_ms`` (a push consumer's retry), at least the
+        backoff for the entry's attempt (its first for attempt 1, the last
+        for every attempt past the list)."""
         qid, off, nonce, _deadline = decode_handle(handle)
         topic = RT.key_for(group, topic, nonce)
         new = _nonce() | (nonce & RT.RETRY_NONCE)
-        visible_at = now_ms() + invisible_ms
         with self._write() as db:
+            if backoff_ms:
+                row = db.execute(
+                    "SELECT attempts FROM pending WHERE grp=? AND topic=? AND qid=? "
+                    "AND off=? AND nonce=?",
+                    (group, topic, qid, off, nonce),
+                ).fetchone()
+                if row is not None:
+                    step = backoff_ms[min(max(row[0], 1), len(backoff_ms)) - 1]
+                    invisible_ms = max(invisible_ms, step)
+            visible_at = now_ms() + invisible_ms
             if not db.execute(
                 "UPDATE pending SET nonce=?, visible_at=? WHERE grp=? AND topic=? "
                 "AND qid=? AND off=? AND nonce=?",

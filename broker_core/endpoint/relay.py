@@ -3,8 +3,8 @@ through Redis.
 
 Worker side: importing this module registers the transport kind ``grpc``
 (``checkers.configure(group, "grpc", redis_url=..., channel=...)`` or list this
-module in ``TRANSACTION_TRANSPORT_MODULES`` and set it as the default with
-``install_default()``). ``check()`` publishes the ``CheckRequest`` as JSON on
+module in ``TRANSACTION_TRANSPORT_MODULES``, whose ``install()`` puts it
+before every group's own checker). ``check()`` publishes the ``CheckRequest`` as JSON on
 the channel and waits (``timeout_s``) on a one-off reply list for the endpoint's
 answer: ``sent <client id>`` -> ``SENT`` (the producer's answer comes back as
 EndTransaction source CHECK). Every endpoint on the channel answers, ``none:
@@ -36,6 +36,7 @@ from broker_core.transaction import (
     CheckAnswer,
     CheckBackError,
     CheckRequest,
+    CheckTimeoutError,
     CheckTransport,
     NoProducerOnlineError,
     register_transport_kind,
@@ -116,7 +117,7 @@ class RedisRelayTransport(CheckTransport):
         if errors:
             raise CheckBackError(f"gRPC endpoint: {errors[0]}")
         if len(refusals) < endpoints:
-            raise CheckBackError(
+            raise CheckTimeoutError(
                 f"gRPC endpoint: {endpoints - len(refusals)} of {endpoints} "
                 f"timed out ({self.timeout_s:g} s)"
             )
@@ -132,11 +133,6 @@ def _factory(cfg: dict[str, Any]) -> CheckTransport:
 
 
 register_transport_kind("grpc", _factory)
-
-
-def install_default(service: Any, redis_url: str | None = None) -> None:
-    """Make the relay the default checker of ``service`` (groups without one)."""
-    service.checkers.set_default(RedisRelayTransport(redis_url))
 
 
 def install(

@@ -17,7 +17,12 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from broker_core.sqlite_wal import connect_wal
+from broker_core.sqlite_wal import (
+    SET_ASIDE_COST,
+    connect_wal,
+    is_damage,
+    set_aside_if_damaged,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sends (
@@ -36,32 +41,69 @@ class SharedSends:
         #: a connection per thread (the event loop's look-ups, the writer's)
         self._local = threading.local()
         self._pruned_ms = 0
-        self._db().executescript(SCHEMA)
+        #: bumped when the file is set aside: each thread then reconnects
+        self._generation = 0
+        self._recover_lock = threading.Lock()
+        self._cost = SET_ASIDE_COST[Path("grpc") / "sends.db"]
+        set_aside_if_damaged(path, "found damaged at open", self._cost)
+        try:
+            self._db()
+        except sqlite3.DatabaseError as exc:
+            if not self._recover(exc):
+                raise
+            self._db()
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
-        if db is None:
+        if db is None or self._local.generation != self._generation:
+            self._local.generation = self._generation
             db = connect_wal(self.path, 30)
             db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(SCHEMA)
             self._local.db = db
         return db
 
+    def _recover(self, exc: BaseException) -> bool:
+        """A damaged file (``exc`` says so) is set aside and a new one started:
+        these rows only recognise retries, the log holds the messages. True if
+        so (worth a retry)."""
+        if not is_damage(exc):
+            return False
+        with self._recover_lock:
+            set_aside_if_damaged(self.path, str(exc), self._cost)
+            self._generation += 1
+        return True
+
     def find(self, topic: str, msg_id: str, since_ms: int) -> int | None:
         """The queue offset of a send of ``msg_id`` since ``since_ms``, or None
-        (a read: never waits for a writer)."""
-        row = (
-            self._db()
-            .execute(
-                "SELECT queue_offset FROM sends WHERE topic=? AND msg_id=? AND at>=?",
-                (topic, msg_id, since_ms),
+        (a read: never waits for a writer; None too if the file was damaged)."""
+        try:
+            row = (
+                self._db()
+                .execute(
+                    "SELECT queue_offset FROM sends "
+                    "WHERE topic=? AND msg_id=? AND at>=?",
+                    (topic, msg_id, since_ms),
+                )
+                .fetchone()
             )
-            .fetchone()
-        )
+        except sqlite3.DatabaseError as exc:
+            if not self._recover(exc):
+                raise
+            return None
         return None if row is None else row[0]
 
     def remember(self, rows: list[tuple[str, str, int, int]], before_ms: int) -> None:
         """Add (topic, id, queue offset, at ms) rows; drop those older than
         ``before_ms`` (at most once a second)."""
+        try:
+            self._remember(rows, before_ms)
+        except sqlite3.DatabaseError as exc:
+            if not self._recover(exc):
+                raise
+            self._remember(rows, before_ms)
+
+    def _remember(self, rows: list[tuple[str, str, int, int]], before_ms: int) -> None:
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
         try:

@@ -18,11 +18,14 @@ from broker_core.endpoint.wire import (
     status,
 )
 from broker_core.errors import (
+    BrokerError,
+    ReplicaReadOnlyError,
+    TopicExistsError,
     ValidationError,
 )
 from broker_core.metadata import MessageType
 from broker_core.validation import (
-    validate_topic,
+    validate_read_topic,
 )
 
 if TYPE_CHECKING:
@@ -65,6 +68,15 @@ def _queue(
         broker=pb.Broker(name=broker, id=0, endpoints=endpoints),
         accept_message_types=ALL_TYPES if accepts is None else accepts,
     )
+
+
+def _enum_name(enum: Any, value: int) -> str:
+    """The name of a protobuf enum value; a number a newer (or hostile)
+    client sent that this protocol does not know reads as its number."""
+    try:
+        return str(enum.Name(value))
+    except ValueError:
+        return str(value)
 
 
 class Routing:
@@ -177,14 +189,22 @@ class Routing:
     async def QueryRoute(self, request, context):  # noqa: N802
         topic = request.topic.name
         try:
+            validate_read_topic(topic)
             if not self.ep.topic_exists(topic):
-                validate_topic(topic)
                 if not self.ep.store.config.auto_create_topic:
                     return spb.QueryRouteResponse(status=status(C.TOPIC_NOT_FOUND))
                 try:
                     await self.ep.on_writer(self.ep.broker.create_topic, topic)
-                except Exception:  # noqa: BLE001 - created concurrently
-                    pass
+                except TopicExistsError:
+                    pass  # created concurrently
+                except ReplicaReadOnlyError:
+                    pass  # a slave: the masters' routes say where it lives
+                except BrokerError as exc:
+                    # A full disk, say: the topic was not made, and a route to
+                    # it would only fail the client's first send.
+                    return spb.QueryRouteResponse(
+                        status=status(int(exc.grpc_code), f"topic {topic!r}: {exc}")
+                    )
                 if self.ep.node is not None:
                     await asyncio.get_running_loop().run_in_executor(
                         None, self.ep.node.announce
@@ -203,7 +223,13 @@ class Routing:
 
     async def QueryAssignment(self, request, context):  # noqa: N802
         topic = request.topic.name
-        if not topic or not self.ep.topic_exists(topic):
+        try:
+            validate_read_topic(topic)
+        except ValidationError as exc:
+            return spb.QueryAssignmentResponse(
+                status=status(int(exc.grpc_code), str(exc))
+            )
+        if not self.ep.topic_exists(topic):
             return spb.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND))
         # One assignment per broker: a Receive pops from every queue of the
         # topic (pop consumption), so consumers never need a rebalance. In a
@@ -223,6 +249,13 @@ class Routing:
         )
 
     async def Heartbeat(self, request, context):  # noqa: N802
+        if request.client_type not in pb.ClientType.values():
+            return spb.HeartbeatResponse(
+                status=status(
+                    C.UNRECOGNIZED_CLIENT_TYPE,
+                    f"unknown client type {request.client_type}",
+                )
+            )
         c = self.ep.client(context)
         if request.client_type:
             c.client_type = pb.ClientType.Name(request.client_type)
@@ -245,8 +278,10 @@ class Routing:
         out.CopyFrom(s)
         out.metric.Clear()
         out.metric.on = False
-        c.client_type = pb.ClientType.Name(s.client_type)
-        c.language = pb.Language.Name(s.user_agent.language) if s.user_agent else ""
+        c.client_type = _enum_name(pb.ClientType, s.client_type)
+        c.language = (
+            _enum_name(pb.Language, s.user_agent.language) if s.user_agent else ""
+        )
         c.version = s.user_agent.version
         if s.client_type == pb.PRODUCER:
             c.topics = [t.name for t in s.publishing.topics]

@@ -16,6 +16,7 @@ import hmac
 import json
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.broker import Broker
 from broker_core.endpoint.clients import ClientInfo, merge_snapshots
+from broker_core.endpoint.coalesce import Lanes
 from broker_core.endpoint.config import (
     APPEND_WATCH_S,
     CLIENT_MEMORY_S,
@@ -93,7 +95,7 @@ class Endpoint:
         # process holds the append lock, only sends wait; receives, acks,
         # heartbeats and routes go on.
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="endpoint-writer")
-        self.consumer = ThreadPoolExecutor(1, thread_name_prefix="endpoint-pop")
+        self.consumer = Lanes("endpoint-pop")
         #: Held by whoever touches the pop state: the consumer thread, or the
         #: event loop for an ack when it is free (never waited for there).
         self.pop_lock = threading.Lock()
@@ -206,14 +208,28 @@ class Endpoint:
         return await asyncio.get_running_loop().run_in_executor(self.writer, fn, *args)
 
     async def on_consumer(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a pop-state operation on the consumer thread."""
+        """Run a pop-state operation on the consumer thread (behind the pops
+        already waiting for it)."""
         return await asyncio.get_running_loop().run_in_executor(
             self.consumer, self.pop_locked, fn, *args
         )
 
+    async def on_consumer_first(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a short pop-state write (a change of invisibility, a move to
+        the dead-letter queue) on the consumer thread ahead of waiting pops."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self.consumer.first, self.pop_locked, fn, *args
+        )
+
     def pop_locked(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call ``fn`` holding the pop-state lock (on the consumer thread)."""
+        """Call ``fn`` holding the pop-state lock (on the consumer thread);
+        once more if the pop state turned out damaged and was started again."""
         with self.pop_lock:
+            try:
+                return fn(*args)
+            except sqlite3.DatabaseError as exc:
+                if not self.pop.recover(exc):
+                    raise
             return fn(*args)
 
     async def _watch_appends(self) -> None:
@@ -619,6 +635,38 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
     )
 
 
+def serve_admin_only(
+    store_dir: str,
+    cfg: EndpointConfig,
+    store_options: dict[str, Any] | None = None,
+) -> None:
+    """``serve --admin-only``: the admin API alone over the store, until
+    SIGTERM or SIGINT (``cluster.admin.StoreNode``)."""
+    import signal
+
+    from broker_core.cluster.admin import AdminServer, StoreNode
+
+    assert cfg.admin is not None
+    listen, token, tls = cfg.admin
+    broker = Broker.open(store_dir, **(store_options or {}))
+    node = StoreNode(broker, cfg)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        admin = AdminServer(node, listen, token, tls).start()
+        log.info("admin API (alone) on %s://%s", admin.scheme, admin.address)
+        try:
+            stop.wait()
+        finally:
+            admin.stop()
+    finally:
+        try:
+            node.close()
+        finally:
+            broker.close()
+
+
 async def serve(
     store_dir: str,
     cfg: EndpointConfig,
@@ -627,6 +675,13 @@ async def serve(
 ) -> None:
     import signal
 
+    # Handlers first: a SIGTERM during start-up (recovery, binding, the
+    # background services) ends the process cleanly once it is up, instead
+    # of killing it half-started with the default action.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     broker = Broker.open(store_dir, **(store_options or {}))
     endpoint = Endpoint(broker, cfg)
     if cfg.node is not None:
@@ -672,14 +727,15 @@ async def serve(
         log.info("gRPC endpoint TLS on %s", listen)
     await server.start()
     admin = None
-    if cfg.admin is not None:
+    # With ``--workers N`` worker 0 serves the admin API (each binding its
+    # port made all but one fail to start).
+    if cfg.admin is not None and cfg.worker in (None, 0):
         from broker_core.cluster.admin import AdminServer
 
         listen, token, tls = cfg.admin
         admin = AdminServer(endpoint, listen, token, tls).start()
         log.info("admin API on %s://%s", admin.scheme, admin.address)
     if endpoint.node is not None:
-        loop = asyncio.get_running_loop()
         endpoint.node.on_promoted.append(
             lambda: loop.call_soon_threadsafe(endpoint.start_master_services)
         )
@@ -695,10 +751,6 @@ async def serve(
         )
     who = "" if cfg.worker is None else f" (worker {cfg.worker}, pid {os.getpid()})"
     log.info("gRPC endpoint listening on %s:%d%s", cfg.host, cfg.port, who)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:

@@ -70,6 +70,13 @@ class Transactions:
             )
         if not self.ep.writable():
             return spb.EndTransactionResponse(status=status(C.FORBIDDEN, SLAVE_REFUSES))
+        if request.resolution not in pb.TransactionResolution.values():
+            return spb.EndTransactionResponse(
+                status=status(
+                    C.BAD_REQUEST,
+                    f"unknown transaction resolution {request.resolution}",
+                )
+            )
         res = {
             pb.COMMIT: TransactionResolution.COMMIT,
             pb.ROLLBACK: TransactionResolution.ROLLBACK,

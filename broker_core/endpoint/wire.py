@@ -15,29 +15,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from broker_core.endpoint.pop import (
     SHARDING_KEY,
 )
-from broker_core.errors import (
-    FilterError,
-    IllegalKeyError,
-    IllegalMessageGroupError,
-    IllegalMessageIdError,
-    IllegalPropertyError,
-    IllegalTagError,
-    InvalidDelayError,
-    InvalidGroupError,
-    InvalidMessageError,
-    InvalidTopicError,
-    MessageCorruptedError,
-    MessageTooLargeError,
-    MessageTypeMismatchError,
-    StorageFullError,
-    StorageIOError,
-    TopicNotAllowedError,
-    TopicNotFoundError,
-    TransactionConflictError,
-    UnknownTransactionError,
-    ValidationError,
-    WrongProducerGroupError,
-)
+from broker_core.errors import BrokerError
 
 C = pb.Code
 
@@ -113,41 +91,11 @@ def dur_ms(d: duration_pb2.Duration) -> int:
     return d.seconds * 1000 + d.nanos // 1_000_000
 
 
-#: RocketMQ status codes of the broker's errors: the first entry the error is
-#: an instance of wins (subclasses before their bases).
-_ERROR_CODES: tuple[tuple[type[Exception] | tuple[type[Exception], ...], int], ...] = (
-    ((InvalidTopicError, TopicNotAllowedError), C.ILLEGAL_TOPIC),
-    (TopicNotFoundError, C.TOPIC_NOT_FOUND),
-    (InvalidGroupError, C.ILLEGAL_CONSUMER_GROUP),
-    (InvalidDelayError, C.ILLEGAL_DELIVERY_TIME),
-    (FilterError, C.ILLEGAL_FILTER_EXPRESSION),
-    (IllegalPropertyError, C.ILLEGAL_MESSAGE_PROPERTY_KEY),
-    (IllegalTagError, C.ILLEGAL_MESSAGE_TAG),
-    (IllegalKeyError, C.ILLEGAL_MESSAGE_KEY),
-    (IllegalMessageGroupError, C.ILLEGAL_MESSAGE_GROUP),
-    (IllegalMessageIdError, C.ILLEGAL_MESSAGE_ID),
-    (UnknownTransactionError, C.INVALID_TRANSACTION_ID),
-    (MessageTypeMismatchError, C.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-    (MessageCorruptedError, C.MESSAGE_CORRUPTED),
-    ((WrongProducerGroupError, TransactionConflictError), C.BAD_REQUEST),
-    (ValidationError, C.BAD_REQUEST),
-    # RocketMQ answers SERVICE_NOT_AVAILABLE ("the broker's disk is full"); its
-    # proxy sends that as a server error: the client may retry later.
-    ((StorageFullError, StorageIOError), C.INTERNAL_SERVER_ERROR),
-)
-
-
 def error_code(exc: Exception) -> int:
-    """Return the RocketMQ status code for a broker error (the one place)."""
-    if isinstance(exc, MessageTooLargeError):
-        if "propert" in str(exc):
-            return C.MESSAGE_PROPERTIES_TOO_LARGE
-        return C.MESSAGE_BODY_TOO_LARGE
-    if type(exc) is InvalidMessageError and "empty" in str(exc):
-        return C.MESSAGE_BODY_EMPTY
-    for kinds, code in _ERROR_CODES:
-        if isinstance(exc, kinds):
-            return code
+    """Return the RocketMQ status code for a broker error: its class's
+    ``grpc_code`` (``broker_core.errors``); anything else is internal."""
+    if isinstance(exc, BrokerError):
+        return int(exc.grpc_code)
     return C.INTERNAL_ERROR
 
 

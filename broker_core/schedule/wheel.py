@@ -104,16 +104,6 @@ class TimerWheel:
                 out.extend(e for e in taken if not skip(e))
         return out
 
-    def discard_if(self, pred: Callable[[TimerEntry], bool]) -> int:
-        """Remove every timer matching ``pred`` (a full scan: not for ticks)."""
-        removed = 0
-        for key, bucket in self._buckets.items():
-            keep = [e for e in bucket if not pred(e)]
-            removed += len(bucket) - len(keep)
-            self._buckets[key] = keep
-        self._count -= removed
-        return removed
-
     def iter_buckets(self) -> Iterator[tuple[int, list[TimerEntry]]]:
         """Yield (bucket start ms, entries) in no particular order."""
         for key, bucket in self._buckets.items():

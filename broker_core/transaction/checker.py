@@ -30,7 +30,7 @@ from broker_core.message import (
 )
 from broker_core.transaction import records as R
 from broker_core.transaction import statetable as S
-from broker_core.transaction.transports import CheckRequest, NoProducerOnlineError
+from broker_core.transaction.transports import CheckBackError, CheckRequest
 from broker_core.transaction.types import (
     CheckAnswer,
     CheckRunResult,
@@ -51,13 +51,13 @@ _Done = tuple[CheckAnswer, bool]
 
 
 def failure_kind(exc: BaseException) -> str:
-    """Why a check-back got no answer: ``no_producer`` (it reached nobody:
-    ``NoProducerOnlineError``), ``timeout`` or ``error``."""
-    if isinstance(exc, NoProducerOnlineError):
-        return R.FAILURE_NO_PRODUCER
-    text = str(exc).lower()
-    name = type(exc).__name__.lower()
-    if isinstance(exc, TimeoutError) or "timeout" in name or "timed out" in text:
+    """Why a check-back got no answer, by the error's type: a
+    ``CheckBackError``'s own ``failure`` (``no_producer``: it reached nobody;
+    ``timeout``; ``error``), ``timeout`` for a ``TimeoutError`` from a
+    transport of the caller's own, else ``error``."""
+    if isinstance(exc, CheckBackError):
+        return exc.failure
+    if isinstance(exc, TimeoutError):
         return "timeout"
     return "error"
 

@@ -10,6 +10,7 @@ The state table (``statetable.py``), not this index, decides outcomes.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
@@ -17,11 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from broker_core.sqlite_wal import connect_wal
+from broker_core.sqlite_wal import connect_wal, set_aside
 from broker_core.store import MessageStore
 from broker_core.transaction import records as R
 from broker_core.transaction import statetable as S
 from broker_core.transaction.fold import Folder
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
 
@@ -107,7 +110,26 @@ class PendingIndex:
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
+        try:
+            self._open_schema()
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise
+            # Derived from the log: a damaged file is set aside and the index
+            # folded again from the log (it was "database disk image is
+            # malformed" at every open, and the store's transactions down).
+            self.close()
+            aside = set_aside(self.path)
+            log.error(
+                "transaction index %s is damaged (%s): set aside as %s, "
+                "rebuilding it from the log",
+                self.path, exc, aside,
+            )  # fmt: skip
+            self._open_schema()
+
+    def _open_schema(self) -> None:
         conn = self.conn()
+        conn.execute("PRAGMA schema_version").fetchone()  # reads the header
         with conn:
             conn.executescript(_SCHEMA)
             v = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()

@@ -8,6 +8,7 @@ each half gets exactly one outcome across threads, processes and restarts.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, overload
@@ -75,6 +76,9 @@ STATE_NAMES = {
 }
 
 
+log = logging.getLogger(__name__)
+
+
 class TransactionService:
     """Transactional messages over an open ``Broker``; one per process and store.
 
@@ -123,6 +127,12 @@ class TransactionService:
                 and info.truncated
                 and info.log_end < self.ledger.table.applied_pos
             ):
+                self.ledger.table.reset()
+            why = self.ledger.table.rebuild_reason()
+            if why is not None:
+                # Derived from the log: folded again (a flipped entry read as
+                # an unknown state and failed every call on the half).
+                log.error("%s: folding the transaction state again", why)
                 self.ledger.table.reset()
         # A long backlog is folded in slices so that appends are not held up.
         done = False

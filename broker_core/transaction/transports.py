@@ -33,12 +33,24 @@ from broker_core.transaction.types import CheckAnswer, TransactionResolution
 SIGNATURE_HEADER = "X-Broker-Signature"
 TIMESTAMP_HEADER = "X-Broker-Timestamp"
 MAX_ANSWER_BYTES = 64 * 1024
+#: a webhook check-back's timeout when its group sets none (``timeout_s``)
+WEBHOOK_TIMEOUT_S = 5.0
 
 
 class CheckBackError(TransactionError):
-    """A check-back that produced no valid answer (network, timeout, bad reply)."""
+    """A check-back that produced no valid answer (network, bad reply); its
+    ``failure`` is the kind recorded in the half's history."""
 
     code = "check_back_failed"
+    failure = "error"
+
+
+class CheckTimeoutError(CheckBackError):
+    """A check-back that reached a producer or webhook which did not answer
+    in time."""
+
+    code = "check_back_timeout"
+    failure = "timeout"
 
 
 class NoProducerOnlineError(CheckBackError):
@@ -48,6 +60,7 @@ class NoProducerOnlineError(CheckBackError):
     ``check_max``: only a check delivered to a producer does."""
 
     code = "no_producer_online"
+    failure = "no_producer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +180,9 @@ class WebhookTransport(CheckTransport):
 
     name = "webhook"
 
-    def __init__(self, url: str, secret: str, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, url: str, secret: str, timeout_s: float = WEBHOOK_TIMEOUT_S
+    ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError("webhook url must be http:// or https://")
         self.url = url
@@ -199,6 +214,10 @@ class WebhookTransport(CheckTransport):
             raise CheckBackError(f"HTTP {exc.code}") from exc
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, TimeoutError):
+                raise CheckTimeoutError(
+                    f"timed out: no answer within {self.timeout_s:g} s"
+                ) from exc
             raise CheckBackError(f"request failed: {reason}") from exc
         if len(raw) > MAX_ANSWER_BYTES:
             raise CheckBackError("answer too large")
@@ -223,7 +242,8 @@ def register_transport_kind(kind: str, factory: TransportFactory) -> None:
 
 
 def _webhook(cfg: dict[str, Any]) -> CheckTransport:
-    return WebhookTransport(cfg["url"], cfg["secret"], float(cfg.get("timeout_s", 5.0)))
+    timeout = float(cfg.get("timeout_s", WEBHOOK_TIMEOUT_S))
+    return WebhookTransport(cfg["url"], cfg["secret"], timeout)
 
 
 register_transport_kind("webhook", _webhook)

@@ -100,8 +100,7 @@ class TransactionConfig:
     ``check_interval_ms`` [transactionCheckInterval]: at least this long between two
     checks of one half. ``file_reserved_hours`` [fileReservedTime]: older halves are
     not checked but discarded. ``check_threads``: check-backs in flight at once.
-    ``check_timeout_s``: default webhook timeout. ``run_time_budget_s``: default
-    budget of one ``run_check``.
+    ``run_time_budget_s``: default budget of one ``run_check``.
     """
 
     transaction_timeout_ms: int = 6000
@@ -110,7 +109,6 @@ class TransactionConfig:
     file_reserved_hours: float = 72.0
     rollback_on_max_checks: bool = False
     check_threads: int = 8
-    check_timeout_s: float = 5.0
     run_time_budget_s: float = 30.0
 
     def __post_init__(self) -> None:

@@ -3,6 +3,8 @@ with a preview (operator) and the group's settings (admin)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -221,11 +223,34 @@ def _dead_letter_page(group: str) -> list[dict]:
     return rows
 
 
+def _resent(group: str, msg_ids: list[str]) -> dict[str, Any]:
+    """The last successful resend to ``group`` of each of ``msg_ids`` (their
+    ``UNIQ_KEY``), from the audit log: msg id -> the audit record."""
+    from console.audit.models import AuditRecord
+
+    out: dict[str, Any] = {}
+    records = AuditRecord.objects.filter(
+        action="message.resend",
+        status=AuditRecord.Status.SUCCESS,
+        object_id__in=msg_ids,
+        after__group=group,
+    ).order_by("created_at")
+    for rec in records:
+        out[rec.object_id] = rec
+    return out
+
+
 @viewer_required
 def dead_letters(request: HttpRequest, group: str) -> HttpResponse:
     """The group's dead-letter queue: what, from where, after how many
-    attempts; CSV export; resend a selection to the group (operator)."""
+    attempts, whether and when it was resent; CSV export; resend a selection
+    to the group (operator)."""
     rows = _dead_letter_page(group)
+    resent = _resent(group, [r["msg_id"] for r in rows])
+    for r in rows:
+        rec = resent.get(r["msg_id"])
+        r["resent_at"] = rec.created_at if rec else None
+        r["resent_by"] = rec.actor_username if rec else ""
     if request.GET.get("format") == "csv":
         import csv
 
@@ -235,7 +260,8 @@ def dead_letters(request: HttpRequest, group: str) -> HttpResponse:
         )
         out = csv.writer(response)
         fields = ["msg_id", "offset_msg_id", "topic", "origin", "attempts",
-                  "keys", "tags", "stored_ms", "body_size"]  # fmt: skip
+                  "keys", "tags", "stored_ms", "body_size", "resent_at",
+                  "resent_by"]  # fmt: skip
         out.writerow(fields)
         for r in rows:
             out.writerow([r[f] for f in fields])
@@ -269,8 +295,16 @@ def resend_dead_letters(request: HttpRequest, group: str) -> HttpResponse:
     if not ids:
         messages.error(request, "Nothing resent: no dead letter selected.")
         return back
-    done, failed = 0, []
+    # A dead letter already resent to the group is skipped unless asked
+    # again: a stale tab resent every one a second time (helper-14).
+    again = bool(request.POST.get("again"))
+    uniq = {r["offset_msg_id"]: r["msg_id"] for r in _dead_letter_page(group)}
+    resent = _resent(group, [uniq.get(i, i) for i in ids])
+    done, failed, skipped = 0, [], 0
     for msg_id in ids:
+        if not again and uniq.get(msg_id, msg_id) in resent:
+            skipped += 1
+            continue
         try:
             resend_message(
                 actor=request.user, msg_id=msg_id, group=group, reason=reason,
@@ -281,6 +315,12 @@ def resend_dead_letters(request: HttpRequest, group: str) -> HttpResponse:
             failed.append(f"{msg_id}: {exc}")
     if done:
         messages.success(request, f"Resent {done} dead letter(s) to {group}.")
+    if skipped:
+        messages.warning(
+            request,
+            f"{skipped} skipped: already resent to {group} (tick 'resend again' "
+            "to send them once more).",
+        )
     if failed:
         messages.error(request, "Not resent: " + "; ".join(failed[:5]))
     return back

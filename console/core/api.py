@@ -4,32 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from broker_core import errors
 
-# The one place where broker faults become HTTP answers.
-_STATUS_BY_ERROR: list[tuple[type[errors.BrokerError], int]] = [
-    (errors.TopicNotFoundError, status.HTTP_404_NOT_FOUND),
-    (errors.MessageNotFoundError, status.HTTP_404_NOT_FOUND),
-    (errors.UnknownTransactionError, status.HTTP_404_NOT_FOUND),
-    (errors.TopicExistsError, status.HTTP_409_CONFLICT),
-    (errors.TransactionConflictError, status.HTTP_409_CONFLICT),
-    (errors.ValidationError, status.HTTP_400_BAD_REQUEST),
-    (errors.TransactionError, status.HTTP_400_BAD_REQUEST),
-    (errors.DelayError, status.HTTP_400_BAD_REQUEST),
-    (errors.StoreError, status.HTTP_503_SERVICE_UNAVAILABLE),
-]
-
 
 def http_status_for(exc: errors.BrokerError) -> int:
-    """Return the HTTP status that answers a broker error."""
-    for cls, code in _STATUS_BY_ERROR:
-        if isinstance(exc, cls):
-            return code
-    return status.HTTP_500_INTERNAL_SERVER_ERROR
+    """Return the HTTP status that answers a broker error: its class's own
+    (``broker_core.errors``), the same the node's admin API answers."""
+    return exc.http_status
 
 
 def _summary(detail: Any) -> str:

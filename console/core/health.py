@@ -79,9 +79,29 @@ def check_worker() -> dict[str, Any]:
 
 
 def check_grpc(timeout: float = 2.0) -> dict[str, Any]:
+    """The endpoint answers HTTP/2: its server's own handshake completes (a
+    TCP connect alone succeeds against a hung or stopped process, whose
+    kernel still accepts connections)."""
+    import grpc
+
     host, _, port = settings.GRPC_LISTEN.rpartition(":")
+    target = f"{host.strip('[]')}:{port}"
     with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
         pass
+    # A connection of its own: a shared one, made while the endpoint was
+    # well, would read READY however hung it is now.
+    channel = grpc.insecure_channel(
+        target, options=[("grpc.use_local_subchannel_pool", 1)]
+    )
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        raise RuntimeError(
+            f"the endpoint at {target} accepts connections but does not answer "
+            f"within {timeout:g} s (hung or stopped?)"
+        ) from None
+    finally:
+        channel.close()
     return {"listen": settings.GRPC_LISTEN}
 
 
@@ -103,16 +123,47 @@ def checks() -> dict[str, Callable[[], dict[str, Any]]]:
     return CHECKS
 
 
+#: How long /healthz waits for all its checks together (they run at once):
+#: a hung node or endpoint made one answer take 9 s, holding a web worker.
+CHECKS_BUDGET_S = 3.0
+
+_pool = None
+
+
+def _run(check: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return {"status": "up", **check()}
+    except Exception as exc:  # noqa: BLE001 - any failure means "down"
+        return {"status": "down", "error": str(exc) or type(exc).__name__}
+
+
 def run_checks() -> tuple[bool, dict[str, Any]]:
-    """Run every check; return (all up, per-component state)."""
+    """Run every check at once (the database's in this thread, the others on
+    a small pool); return (all up, per-component state). A check with no
+    answer within ``CHECKS_BUDGET_S`` is down ("no answer")."""
+    import concurrent.futures as cf
+
+    global _pool
+    if _pool is None:
+        _pool = cf.ThreadPoolExecutor(8, thread_name_prefix="healthz")
+    todo = checks()
+    futures = {
+        name: _pool.submit(_run, check)
+        for name, check in todo.items()
+        if name != "database"
+    }
     components: dict[str, Any] = {}
-    for name, check in checks().items():
+    if "database" in todo:
+        components["database"] = _run(todo["database"])
+    deadline = time.monotonic() + CHECKS_BUDGET_S
+    for name, fut in futures.items():
         try:
-            components[name] = {"status": "up", **check()}
-        except Exception as exc:  # noqa: BLE001 - any failure means "down"
+            components[name] = fut.result(max(0.0, deadline - time.monotonic()))
+        except cf.TimeoutError:
             components[name] = {
                 "status": "down",
-                "error": str(exc) or type(exc).__name__,
+                "error": f"no answer within {CHECKS_BUDGET_S:g} s",
             }
+    components = {name: components[name] for name in todo}  # in order
     healthy = all(c["status"] == "up" for c in components.values())
     return healthy, components

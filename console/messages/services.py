@@ -38,6 +38,25 @@ def find_message(msg_id: str, topic: str | None = None) -> MessageExt:
     return node_ops().get_message(msg_id.strip(), topic or None)
 
 
+#: How each state of ``message_consumers`` reads on the message page.
+CONSUME_STATES = {
+    "consumed": "past it (acknowledged, or skipped by the group's filter)",
+    "pending": "not acknowledged yet (waiting, or delivered and in flight)",
+    "dead_lettered": "dead-lettered",
+}
+
+
+def message_consumers(msg: MessageExt) -> list[dict]:
+    """Where ``msg`` stands for each group consuming its queue (the node's
+    ``message_consumers``); system topics' copies have none."""
+    rows = node_ops().message_consumers(
+        msg.topic, msg.queue_id, msg.queue_offset, msg.msg_id
+    )
+    for row in rows:
+        row["label"] = CONSUME_STATES.get(row["state"], row["state"])
+    return rows
+
+
 def search_messages(
     *,
     topic: str = "",

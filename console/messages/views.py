@@ -63,6 +63,7 @@ def message_detail(request: HttpRequest, msg_id: str) -> HttpResponse:
         "messages/message.html",
         {
             "m": browse.summary(msg),
+            "consumers": services.message_consumers(msg),
             "properties": browse.user_properties(msg),
             "body": view_body(msg.body) if show_body else None,
             "resend_form": ResendForm() if show_body else None,

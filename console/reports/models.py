@@ -6,6 +6,8 @@ Schedules are django-celery-beat ``PeriodicTask`` rows (one per report, task
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 
@@ -69,6 +71,20 @@ class ReportRun(models.Model):
         from console.reports.catalog import WINDOWS
 
         return WINDOWS.get(self.window, self.window)
+
+    @property
+    def labelled_params(self) -> list[tuple[str, Any]]:
+        """The run's thresholds as the forms name them ("Stuck after (s)",
+        60), Top N first; unknown names as they are."""
+        from console.reports.catalog import REPORTS
+
+        info = REPORTS.get(self.report)
+        labels = {p.name: p.label for p in info.params} if info else {}
+        out: list[tuple[str, Any]] = []
+        if self.top_n:
+            out.append(("Top", self.top_n))
+        out += [(labels.get(k, k), v) for k, v in (self.params or {}).items()]
+        return out
 
     @property
     def total_rows(self) -> int:

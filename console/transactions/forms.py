@@ -77,9 +77,24 @@ class HalfFilterForm(forms.Form):
         super().__init__(data, **kwargs)
         self.default_state = default_state
 
+    def error_text(self) -> str:
+        """The form's errors in one line: ``state: Select a valid choice...``."""
+        return "; ".join(
+            f"{self.fields[k].label or k if k in self.fields else k}: {' '.join(v)}"
+            for k, v in self.errors.items()
+        )
+
     def list_kwargs(self) -> dict[str, Any]:
-        """Arguments for ``services.list_transactions`` (defaults if invalid)."""
-        d = self.cleaned_data if self.is_valid() else {}
+        """Arguments for ``services.list_transactions``: the defaults for an
+        unbound form (no filter given); ``ValueError`` for a bound form that
+        is invalid (a filter silently dropped once made "every half matching
+        the filter" every pending half)."""
+        if not self.is_bound:
+            d: dict[str, Any] = {}
+        elif self.is_valid():
+            d = self.cleaned_data
+        else:
+            raise ValueError(self.error_text())
         state = d.get("state") or self.default_state
         minutes = d.get("min_age_minutes")
         return {

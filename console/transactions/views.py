@@ -56,14 +56,23 @@ def _page(request: HttpRequest, fs: HalfFilterForm):
 
 def _list(request: HttpRequest, default_state: str, template: str) -> HttpResponse:
     fs = HalfFilterForm(request.GET or None, default_state=default_state)
-    page = _page(request, fs)
+    if fs.is_bound and not fs.is_valid():
+        # Nothing listed, so nothing to act on: the filter is refused, never
+        # dropped (the list and "every half matching" would cover every half).
+        page = Paginator([], DEFAULT_PAGE_SIZE).get_page(1)
+        page.object_list = []
+        sort = "born"
+    else:
+        page = _page(request, fs)
+        sort = fs.list_kwargs()["sort"]
     return render(
         request,
         template,
         {
             "filter": fs,
+            "filter_error": fs.error_text() if fs.is_bound else "",
             "page": page,
-            "sort": fs.list_kwargs()["sort"],
+            "sort": sort,
             "stuck_ids": {
                 i.transaction_id for i in page.object_list if services.is_stuck(i)
             },
@@ -185,6 +194,12 @@ def bulk_rollback(request: HttpRequest) -> HttpResponse:
             messages.error(request, "Nothing rolled back: the filter was unreadable.")
             return redirect(back)
         fs = HalfFilterForm(filters)
+        if not fs.is_valid():
+            messages.error(
+                request,
+                f"Nothing rolled back: the filter is invalid ({fs.error_text()}).",
+            )
+            return redirect(back)
         kwargs = fs.list_kwargs()
         kwargs["state"] = "PENDING" if kwargs["state"] != "DISCARDED" else "DISCARDED"
         ids = services.matching_ids(**kwargs)

@@ -36,6 +36,7 @@ NAV = (
     ("Consumer groups", "consumers:list"),
     ("Producer groups", "producers:list"),
     ("Reports", "reports:list"),
+    ("Node", "node"),
     ("Cluster", "cluster:overview"),
     ("Audit", "audit:list"),
     ("API docs", "api-docs"),

@@ -45,18 +45,6 @@ operator_required = role_required(OPERATOR)
 admin_required = role_required(ADMIN)
 
 
-class RoleRequiredMixin:
-    """Class-based view mixin; set ``required_role``."""
-
-    required_role = VIEWER
-
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        denied = _check(request, self.required_role)
-        if denied is not None:
-            return denied
-        return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
-
-
 class HasRole(BasePermission):
     """DRF permission: reads need ``read_role``, writes need ``write_role``.
 

@@ -10,6 +10,7 @@ tests skip and say so.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -17,6 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
 from broker_core import Broker, Message
 from broker_core.errors import StorageFullError
@@ -243,6 +247,20 @@ def test_the_disk_guard_refuses_appends_and_lets_reads_go_on(small_fs: Path) -> 
 
 @pytest.mark.protocol
 @pytest.mark.slow
+def _query_route(port: int, topic: str):
+    import grpc
+
+    stub = sgrpc.MessagingServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+    return stub.QueryRoute(
+        spb.QueryRouteRequest(
+            topic=pb.Resource(name=topic),
+            endpoints=pb.Endpoints(addresses=[pb.Address(host="127.0.0.1", port=port)]),
+        ),
+        metadata=(("x-mq-client-id", "full-disk-test"),),
+        timeout=10,
+    )
+
+
 def test_endpoint_with_the_official_client_on_a_full_disk(
     endpoint_fs: Path, tmp_path: Path
 ) -> None:
@@ -263,6 +281,11 @@ def test_endpoint_with_the_official_client_on_a_full_disk(
         assert proc.poll() is None, "the endpoint died"
         assert filled["failed"], "the disk never filled"
         assert any("disk" in e for e in filled["errors"]), filled["errors"]
+        # A route to a new topic, which cannot be made: an error, not a route
+        # to a topic that does not exist (the failure was swallowed).
+        route = _query_route(port, "MadeOnAFullDisk")
+        assert route.status.code != pb.Code.OK and not route.message_queues, route
+        assert "MadeOnAFullDisk" in route.status.message
     finally:
         code = stop_server(proc)  # stopped while the disk is still full
     assert code == 0, logs[0].read_text()[-3000:]
@@ -271,6 +294,8 @@ def test_endpoint_with_the_official_client_on_a_full_disk(
     try:
         (endpoint_fs / "ballast").unlink()
         more = result(spawn("send_few", f"127.0.0.1:{port}", "x", tmp_path), 120)
+        route = _query_route(port, "MadeOnAFullDisk")
+        assert route.status.code == pb.Code.OK and route.message_queues, route
     finally:
         code = stop_server(proc)
     assert code == 0, logs[1].read_text()[-3000:]
@@ -290,3 +315,73 @@ def test_endpoint_with_the_official_client_on_a_full_disk(
             assert b.get_message(msg_id).body[:20].decode() == body
     assert acked <= stored
     assert not (set(filled["failed"]) & stored), "a send reported as failed is stored"
+
+
+INDEXED = """
+import json, os, sys
+from broker_core import Broker, Message
+from broker_core.errors import StorageFullError
+root, phase = sys.argv[1], sys.argv[2]
+# The default index geometry (5M slots, 20M entries: 420 MB of address space)
+# on a disk of a few MiB; small log segments.
+settings = {"segment_size": 1 << 20, "index_in_background": False}
+out = {}
+b = Broker.open(root, **settings)
+if phase == "send":
+    b.create_topic("IX", 4, 4)
+    ids = [b.send(Message("IX", b"x%04d" % i, keys=f"k{i}")).msg_id for i in range(300)]
+    out["ids"] = ids
+    out["found_now"] = sum(
+        b.get_message(i, "IX").body == b"x%04d" % n for n, i in enumerate(ids)
+    )
+    index_dir = os.path.join(root, "index")
+    out["index_bytes"] = sum(
+        os.stat(os.path.join(index_dir, n)).st_blocks * 512
+        for n in os.listdir(index_dir)
+    )
+    # Unindexed when the disk fills: sent now, indexed at the next lookup.
+    late = [b.send(Message("IX", b"late%03d" % i, keys=f"late{i}")).msg_id
+            for i in range(50)]
+    out["late"] = late
+else:
+    ids = json.loads(sys.argv[3])
+    found = 0
+    for n, i in enumerate(ids):
+        try:
+            found += b.get_message(i, "IX") is not None
+        except Exception as exc:
+            out.setdefault("errors", []).append(repr(exc))
+    out["found"] = found
+    out["by_key"] = len(b.query_by_key("IX", "late7"))
+b.close()
+print(json.dumps(out))
+"""
+
+
+def test_the_index_takes_disk_as_it_grows_and_lookups_work_on_a_full_disk(
+    small_fs: Path,
+) -> None:
+    """The default index reserved its 20 MB of slots up front: on a disk with
+    less room nothing was indexed (lookups by id failed 100 of 100 until
+    26 MiB were free) and sends were refused meanwhile. Now slot pages take
+    blocks when first written, and a lookup the full disk keeps from indexing
+    reads the not-yet-indexed records from the log."""
+    store = small_fs / "store"
+    sent = _run(INDEXED, str(store), "send")
+    assert sent["found_now"] == 300
+    assert sent["index_bytes"] < 2 << 20, sent["index_bytes"]
+    # Fill the disk to the last block, then look everything up again in a
+    # fresh process: the 50 late messages cannot all be indexed now.
+    fd = os.open(small_fs / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:  # unbuffered: nothing left to fail at close
+            os.write(fd, b"\xff" * 65536)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    ids = sent["ids"] + sent["late"]
+    looked = _run(INDEXED, str(store), "lookup", json.dumps(ids))
+    assert looked.get("errors") is None, looked["errors"][:3]
+    assert looked["found"] == 350
+    assert looked["by_key"] == 1

@@ -16,6 +16,7 @@ needed and run, and its output collected into one JSON file (default
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -35,17 +36,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.support import free_port  # noqa: E402
+
 SCENARIOS = json.loads((HERE / "scenarios.json").read_text())
 LANGS = ("python", "node", "java", "go")
 RUNNERS = HERE / "runners"
 #: a runner that has not finished by then is killed (its scenarios: error)
 RUNNER_TIMEOUT_S = 900  # below the conformance test's own limit
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def free_broker_port() -> int:
@@ -92,6 +89,8 @@ class Ours:
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.version = "rocketbroker (this checkout)"
+        #: where to keep the broker's log when it stops (``--out``'s directory)
+        self.keep_log: Path | None = None
 
     def __enter__(self) -> Ours:
         log = open(self.dir / "server.log", "w")
@@ -131,6 +130,11 @@ class Ours:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.keep_log is not None:
+            # The broker's log beside the results: when a scenario differs,
+            # what the broker did then is still there to read.
+            with contextlib.suppress(OSError):
+                shutil.copy(self.dir / "server.log", self.keep_log)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -331,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{lang}: {failure}", flush=True)
     t0 = time.time()
     cm = Ours(timing) if args.target == "ours" else apache(timing, args.apache_version)
+    if isinstance(cm, Ours):
+        cm.keep_log = out_path.with_name(out_path.stem + "-broker.log")
     result: dict[str, Any] = {"target": args.target, "languages": {}}
     with cm as target:
         result["broker"] = target.version

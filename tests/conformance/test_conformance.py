@@ -26,6 +26,8 @@ sys.path.insert(0, str(HERE))
 from compare import compare  # noqa: E402
 
 LANGS = ["python", "node", "java", "go"]
+#: where run.py kept the broker's log (named in a failure's message)
+OUT_LOG: dict[str, str] = {}
 APACHE = HERE / "apache-results.json"
 
 # Above run.py's own runner limit (900 s), so that run.py times a runner out
@@ -59,6 +61,7 @@ def ours(tmp_path_factory):
         except ProcessLookupError:
             pass
     assert proc.returncode == 0, stdout[-4000:]
+    OUT_LOG["path"] = str(out.with_name(out.stem + "-broker.log"))
     return json.loads(out.read_text())
 
 
@@ -84,4 +87,10 @@ def test_same_as_apache_rocketmq(ours, lang):
     apache = json.loads(APACHE.read_text())
     rows = compare(apache, ours, [lang])
     bad = [r for r in rows if r["verdict"] in ("DIFFERENT", "FAILED")]
-    assert not bad, json.dumps(bad, indent=1)[:6000]
+    for r in bad:
+        # Everything the client saw, not only the compared fields (an
+        # uncompared outcome often says why a compared one differs).
+        r["ours_observed"] = ours["languages"][lang]["results"][r["scenario"]]
+    log = OUT_LOG.get("path")
+    where = f"\nthe broker's log: {log}" if log else ""
+    assert not bad, json.dumps(bad, indent=1)[:6000] + where

@@ -139,3 +139,35 @@ def when(value: Any, precise: str = "") -> Any:
         '<time datetime="{}" title="{}">{} {}</time> <span class="ago">· {}</span>',
         moment.isoformat(), age, text, local.tzname() or "", age,
     )  # fmt: skip
+
+
+@register.simple_tag
+def next_check(due_ms: Any, full: bool = False) -> Any:
+    """When a pending half is checked next: its due time, or, once that has
+    passed, the next run of the periodic check (``TRANSACTION_CHECK_INTERVAL``
+    apart). ``full``: the sentence of a half's page, else a list's cell."""
+    from django.conf import settings
+
+    every = f"{settings.TRANSACTION_CHECK_INTERVAL:g} s"
+    if not isinstance(due_ms, int | float) or due_ms <= 0:
+        return "—"
+    clock = timezone.localtime(ms_datetime(due_ms)).strftime("%H:%M:%S")
+    if due_ms > timezone.now().timestamp() * 1000:
+        if full:
+            return format_html(
+                "{}, or the first check run after it (the check runs every {})",
+                when(due_ms), every,
+            )  # fmt: skip
+        return format_html(
+            '<span title="due then; checked by the first check run after it '
+            '(every {})">{}</span>', every, clock,
+        )  # fmt: skip
+    if full:
+        return format_html(
+            "at the next check run (due since {}; the check runs every {})",
+            when(due_ms), every,
+        )  # fmt: skip
+    return format_html(
+        '<span title="due since {}; checked by the next check run (every {})">'
+        "next run</span>", clock, every,
+    )  # fmt: skip

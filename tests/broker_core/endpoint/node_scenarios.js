@@ -87,6 +87,44 @@ const scenarios = {
     return { got: got.map(m => m.body.toString()), group: got.length ? got[0].messageGroup : null };
   },
 
+  // A listener that fails the first attempt: the retry comes after the
+  // group's first backoff, not at once (the client asks for 0).
+  async push_retry() {
+    const topic = `NR${suf}`;
+    const calls = [];
+    const consumer = new PushConsumer({
+      consumerGroup: `NRG${suf}`, endpoints: ep,
+      subscriptions: new Map().set(topic, '*'),
+      messageListener: {
+        async consume(m) {
+          if (m.body.toString() !== 'r') return ConsumeResult.SUCCESS;
+          calls.push({ at: Date.now(), attempt: m.deliveryAttempt });
+          return calls.length === 1 ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
+        },
+      },
+    });
+    await consumer.startup();
+    const producer = await startProducer();
+    await producer.send({ topic, body: Buffer.from('r') });
+    const end = Date.now() + 30000;
+    while (calls.length < 1 && Date.now() < end) await sleep(10);
+    // More messages right after the failure wake the consumer's long polls:
+    // a retry visible at once is popped with them.
+    for (let i = 0; i < 3; i++) {
+      await sleep(20);
+      await producer.send({ topic, body: Buffer.from(`w${i}`) });
+    }
+    while (calls.length < 2 && Date.now() < end) await sleep(50);
+    await sleep(1500); // acknowledged: no third delivery
+    // No consumer.shutdown(): it waits out the long poll in flight (20 s);
+    // the process exits after the result and the broker sees it go.
+    await producer.shutdown();
+    return {
+      attempts: calls.map(c => c.attempt),
+      gap_ms: calls.length >= 2 ? calls[1].at - calls[0].at : null,
+    };
+  },
+
   async push() {
     const topic = `NP${suf}`;
     const seen = [];
@@ -101,8 +139,7 @@ const scenarios = {
     const end = Date.now() + 30000;
     while (seen.length < 3 && Date.now() < end) await sleep(200);
     await sleep(1000); // no redelivery of what was acknowledged
-    await producer.shutdown();
-    await consumer.shutdown();
+    await producer.shutdown(); // the consumer: see push_retry
     return { seen: seen.slice().sort() };
   },
 

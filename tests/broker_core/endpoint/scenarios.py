@@ -795,6 +795,44 @@ def s_restart_b():
     }
 
 
+def s_damage_a():
+    """Six messages sent, four received (invisible 30 s), two of them acked."""
+    t, g = f"TD{SUF}", f"GD{SUF}"
+    p = producer([t])
+    for i in range(6):
+        p.send(msg(t, f"d{i}"))
+    c = consumer(g, {t: FilterExpression("*")})
+    got = drain(c, 4, invisible=30, ack=False)[:4]
+    for m in got[:2]:
+        c.ack(m)
+    c.shutdown()
+    p.shutdown()
+    return {"acked": sorted(m.body.decode() for m in got[:2])}
+
+
+def s_damage_b():
+    """Receive (and ack) until every message not acked by ``damage_a`` came,
+    or 20 s; then one more send, received too."""
+    t, g = f"TD{SUF}", f"GD{SUF}"
+    want = set(json.loads(os.environ["WANT"]))
+    c = consumer(g, {t: FilterExpression("*")})
+    got = []
+    end = time.time() + 20
+    while not want <= {m.body.decode() for m in got} and time.time() < end:
+        for m in c.receive(32, 10):
+            got.append(m)
+            c.ack(m)
+    p = producer([t])
+    sent = p.send(msg(t, "after")).message_id
+    late = drain(c, 1, timeout=15)
+    c.shutdown()
+    p.shutdown()
+    return {
+        "got": sorted(m.body.decode() for m in got),
+        "after": [m.message_id for m in late] == [sent],
+    }
+
+
 class UnknownChecker(TransactionChecker):
     def __init__(self):
         self.calls = 0

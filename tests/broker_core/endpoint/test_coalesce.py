@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from broker_core.endpoint.coalesce import Coalescer
+from broker_core.endpoint.coalesce import Coalescer, Lanes
 
 
 def _in_own_loop(coro_fn):
@@ -63,3 +63,35 @@ def test_a_failing_job_fails_each_of_its_callers() -> None:
             assert not c.busy  # the next call starts a new job
 
     _in_own_loop(scenario)
+
+
+def test_first_lane_runs_before_the_waiting_pops() -> None:
+    """A change of invisibility submitted behind many pops runs right after
+    the job in progress, not after every pop that waits."""
+    lanes = Lanes("test-lanes")
+    ran: list[str] = []
+    gate = threading.Event()
+    try:
+        busy = lanes.submit(gate.wait)  # the pop in progress
+        pops = [lanes.submit(ran.append, f"pop{i}") for i in range(5)]
+        change = lanes.first.submit(ran.append, "change")
+        failing = lanes.first.submit(int, "not a number")
+        gate.set()
+        for f in [busy, change, *pops]:
+            f.result(5)
+        assert ran == ["change", "pop0", "pop1", "pop2", "pop3", "pop4"]
+        with pytest.raises(ValueError):
+            failing.result(5)
+    finally:
+        lanes.shutdown(wait=True)
+    with pytest.raises(RuntimeError):
+        lanes.submit(ran.append, "late")
+
+
+def test_lanes_shutdown_runs_what_was_submitted() -> None:
+    lanes = Lanes("test-lanes")
+    ran: list[int] = []
+    for i in range(3):
+        lanes.submit(ran.append, i)
+    lanes.shutdown(wait=True)
+    assert ran == [0, 1, 2]

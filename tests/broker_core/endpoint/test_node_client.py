@@ -82,6 +82,17 @@ def test_push_consumer_listener_gets_each_message_once(endpoint):
     assert _run("push", endpoint, "p") == {"seen": ["p0", "p1", "p2"]}
 
 
+def test_a_failed_push_is_retried_after_the_groups_backoff(endpoint):
+    """The Node.js client ignores a customized backoff and retries with an
+    invisible time of 0: the broker holds a push consumer's retry for the
+    group's backoff for a first attempt (the test server's: 300 ms; 1 s by
+    default), as it promised in the settings. It was redelivered with the
+    next pop: within milliseconds when other messages arrived meanwhile."""
+    r = _run("push_retry", endpoint, "r")
+    assert r["attempts"] == [1, 2]
+    assert 290 <= r["gap_ms"] < 10_000, r
+
+
 def test_transaction_commit_rollback_and_check_back(endpoint):
     r = _run("transaction", endpoint, "x")
     assert r == {"got": ["checked", "committed"], "checked": ["checked"]}

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from broker_core.endpoint.workers import announced
+from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow]
 
@@ -40,12 +41,6 @@ NAMES = [
     "push_dlq",
     "bad",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(

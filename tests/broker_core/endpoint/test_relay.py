@@ -148,7 +148,10 @@ def test_no_live_producer_then_the_groups_own_checker_answers(tmp_path):
 def test_the_endpoint_listens_again_after_redis_restarts(tmp_path):
     """A private Redis is shut down and started again on the same port: the
     endpoint subscribes again by itself, and the next relayed check reaches it
-    (it answers; before, checks reached nobody for a while after the return)."""
+    (it answers; before, checks reached nobody for a while after the return).
+    Pending halves checked through the relay while Redis is away, and again
+    after it returns (the endpoint has no producer of their group), are
+    recorded each time but never counted toward the discard limit."""
     import shutil
 
     redis = pytest.importorskip("redis")
@@ -200,11 +203,36 @@ def test_the_endpoint_listens_again_after_redis_restarts(tmp_path):
         cwd=ROOT, stdout=open(tmp_path / "server.log", "w"),  # noqa: SIM115
         stderr=subprocess.STDOUT,
     )  # fmt: skip
+    from broker_core import Broker, Message
+    from broker_core.transaction import TransactionService, TransactionState
+
+    tx_broker = Broker.open(tmp_path / "txstore")
+    tx = TransactionService(tx_broker, transaction_timeout_ms=0, check_interval_ms=0)
+    tx.checkers.set_live(RedisRelayTransport(url, channel))
+    halves = [
+        tx.send_half("PG_relayed", Message("Orders", b"h%d" % i)).transaction_id
+        for i in range(5)
+    ]
+
+    def check_all() -> None:
+        """One check run over the five halves: each is recorded as a check
+        that reached nobody, and none is counted."""
+        before = tx.metrics().checks_no_producer
+        res = tx.run_check(time_budget_s=30)
+        assert res.answers.get("FAILED") == 5 and res.not_delivered == 5, res
+        assert tx.metrics().checks_no_producer == before + 5
+        for tid in halves:
+            detail = tx.get_half(tid)
+            assert detail.info.state is TransactionState.PENDING
+            assert detail.info.check_count == 0, detail.info
+
     try:
         wait_subscribed(channel)
+        check_all()  # Redis up, the endpoint has no producer of the group
         for _ in range(2):
             redis.Redis.from_url(url).shutdown(nosave=True)
             rds.wait(10)
+            check_all()  # Redis away: the relay is unreachable
             time.sleep(2)  # Redis stays away a while
             rds = start_redis()
             took = wait_subscribed(channel)
@@ -215,7 +243,15 @@ def test_the_endpoint_listens_again_after_redis_restarts(tmp_path):
                 RedisRelayTransport(url, channel).check(request)
             assert "no gRPC endpoint subscribed" not in str(got.value)
             assert "gRPC endpoint:" in str(got.value)
+            check_all()
+        # Every check was recorded in the halves' histories.
+        for tid in halves:
+            checks = [h for h in tx.get_half(tid).history if h.kind == "CHECK"]
+            assert len(checks) == 5, checks  # one per run
+            assert all("not counted" in (h.detail or "") for h in checks)
     finally:
+        tx.close()
+        tx_broker.close()
         assert stop_server(proc) == 0
         rds.terminate()
         rds.wait(10)

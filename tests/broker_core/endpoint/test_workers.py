@@ -44,16 +44,23 @@ def workers(tmp_path_factory):
     # taken by something else made worker 1 exit at start, seen in CI).
     while pinned + 1 == port or not _bindable(pinned + 1):
         pinned = free_port()
+    # With an admin API: served by worker 0 alone (each worker bound its port
+    # and all but one failed to start).
+    admin = free_port()
+    (base / "admin_token").write_text("workers-admin-token-0123456789")
     proc = start_server(
         store,
         port,
         base / "server.log",
-        ("--worker-ports", str(pinned), "--fifo-groups", "GWFw"),
+        ("--worker-ports", str(pinned), "--fifo-groups", "GWFw",
+         "--admin-listen", f"127.0.0.1:{admin}",
+         "--admin-token-file", str(base / "admin_token")),
         workers=2,
-    )
+    )  # fmt: skip
     up = announced(store)
     ep = f"127.0.0.1:{pinned};127.0.0.1:{pinned + 1}"
-    yield {"proc": proc, "store": store, "base": base, "ep": ep, "up": up}
+    yield {"proc": proc, "store": store, "base": base, "ep": ep, "up": up,
+           "admin": admin}  # fmt: skip
     pids = [w["pid"] for w in announced(store).values()]
     assert stop_server(proc) == 0
     assert not [p for p in pids if pid_alive(p)]
@@ -86,6 +93,18 @@ def test_workers_have_their_own_pids_and_share_the_port(workers):
     assert sorted(up) == [0, 1]
     assert up[0]["pid"] != up[1]["pid"] != workers["proc"].pid
     assert up[0]["port"] == up[1]["port"]
+
+
+def test_worker_zero_serves_the_admin_api(workers):
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{workers['admin']}/v1/node",
+        headers={"Authorization": "Bearer workers-admin-token-0123456789"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200 and "log_end" in json.loads(r.read())
+    assert len(workers["up"]) == 2  # both workers started
 
 
 def test_one_group_shared_by_consumers_on_both_workers(workers):

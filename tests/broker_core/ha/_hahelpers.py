@@ -14,6 +14,7 @@ from typing import Any
 
 from broker_core import Broker
 from broker_core.consumequeue import ConsumeQueueTable
+from tests.support import free_port  # noqa: F401 - the HA tests import it from here
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -26,12 +27,6 @@ SETTINGS: dict[str, Any] = {
     "flush_interval_ms": 50,
     "message_delay_level": "1s 2s 3s 5s",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def redis_up() -> bool:

@@ -11,10 +11,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from conftest import STORE  # noqa: E402
-
 from broker_core import Broker  # noqa: E402
 from broker_core.schedule import DelayService  # noqa: E402
+from tests.broker_core.schedule.conftest import STORE  # noqa: E402
 
 
 def main() -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import STORE
 
 from broker_core import Broker, Message
 from broker_core.schedule import DelayService
+from tests.broker_core.schedule.conftest import STORE
 
 HERE = Path(__file__).resolve().parent
 N_LEVEL, N_TIMER = 2500, 2500

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import LEVELS_MS, STORE
 
 from broker_core import Broker, Message
 from broker_core.schedule import DelayService, install_send_hook
+from tests.broker_core.schedule.conftest import LEVELS_MS, STORE
 
 
 def _send_levels(broker: Broker) -> dict[int, int]:

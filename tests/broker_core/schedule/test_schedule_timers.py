@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import STORE
 
 from broker_core import Broker, Message
 from broker_core.errors import RecallError
 from broker_core.schedule import DelayService
+from tests.broker_core.schedule.conftest import STORE
 
 DAY = 86_400_000
 

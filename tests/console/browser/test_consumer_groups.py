@@ -136,9 +136,25 @@ def test_operator_resends_dead_letters_to_the_group(
     retry = broker.pull("probe", "%RETRY%CID_orders", 0, 0, 10).messages
     assert sorted(m.properties["KEYS"] for m in retry) == ["order-0", "order-2"]
     assert all(m.properties["RETRY_TOPIC"] == "orders" for m in retry)
+    # The page says which were resent; selecting them again skips them unless
+    # "resend again" is ticked.
+    resent = page.locator("[data-testid=dlq-list] tr", has_text="order-0")
+    assert "by operator" in resent.locator("[data-testid=resent]").inner_text()
+    page.locator("tr", has_text="order-0").get_by_role("checkbox").check()
+    page.get_by_label("Resend reason").fill("again, by mistake")
+    page.once("dialog", lambda d: d.accept())
+    page.get_by_role("button", name="Resend").click()
+    assert "1 skipped: already resent" in page.locator(".flash").inner_text()
+    page.locator("tr", has_text="order-0").get_by_role("checkbox").check()
+    page.get_by_label("Resend reason").fill("consumer lost it, resend on purpose")
+    page.get_by_label("resend again those already resent").check()
+    page.once("dialog", lambda d: d.accept())
+    page.get_by_role("button", name="Resend").click()
+    assert "Resent 1 dead letter(s)" in page.locator(".flash").inner_text()
+    assert len(broker.pull("probe", "%RETRY%CID_orders", 0, 0, 10).messages) == 3
     page.goto("/audit/")
     audit = page.locator("table.grid tbody").inner_text()
-    assert audit.count("message.resend") == 2 and "INC-31" in audit
+    assert audit.count("message.resend") == 3 and "INC-31" in audit
 
 
 def test_a_viewer_lists_dead_letters_but_cannot_resend(

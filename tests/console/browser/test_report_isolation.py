@@ -21,6 +21,7 @@ import redis
 from broker_core import Broker, Message
 from broker_core.schedule import install_send_hook
 from tests.console.conftest import PASSWORD, open_page
+from tests.support import free_port as _free_port
 
 pytestmark = [
     pytest.mark.browser,
@@ -56,12 +57,6 @@ def _delivered(b: Broker) -> list:
                 break
             off = r.next_offset
     return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _gunicorn(env: dict, tmp_path) -> tuple[subprocess.Popen, str]:

@@ -22,6 +22,7 @@ from broker_core import Broker
 from broker_core.cluster import NodeInfo, RouteRegistry
 from tests.conftest import ROOT
 from tests.console.conftest import ADMIN_TOKEN, SMALL_STORE
+from tests.support import free_port as _free_port
 
 REGISTRY_URL = "redis://127.0.0.1:6379/11"
 TOKEN = ADMIN_TOKEN
@@ -123,12 +124,6 @@ class Nodes:
         keys = list(self.registry.redis.scan_iter(f"{self.registry.prefix}:*"))
         if keys:
             self.registry.redis.delete(*keys)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SilentListener:

@@ -50,6 +50,40 @@ def test_group_page_shows_its_dead_letters(client_as, lagging, broker) -> None:
     assert page.content.decode().count('<td class="mono"><a href="/messages/') == 3
 
 
+def test_a_dead_letter_resent_once_is_not_resent_again_unless_asked(
+    client_as, lagging, broker
+) -> None:
+    """A stale tab's second batch resend delivered every dead letter twice
+    (helper-14); now the page shows what was resent, a second resend skips
+    it, and 'resend again' sends it once more on purpose."""
+    from broker_core import MessageInner
+
+    for i in range(2):
+        broker.store.put_inner(
+            MessageInner("%DLQ%analytics", 0, b"d%d" % i, {"RETRY_TOPIC": "events"})
+        )
+    url = "/consumer-groups/analytics/dead-letters/"
+    page = client_as("operator").get(url)
+    ids = [r["offset_msg_id"] for r in page.context["rows"]]
+    assert len(ids) == 2 and all(r["resent_at"] is None for r in page.context["rows"])
+
+    def retry_depth() -> int:
+        t = broker.store.topic_config("%RETRY%analytics")
+        return 0 if t is None else broker.store.max_offset("%RETRY%analytics", 0)
+
+    post = {"ids": ids, "reason": "fixed the consumer"}
+    client_as("operator").post(url + "resend/", post)
+    assert retry_depth() == 2
+    page = client_as("viewer").get(url)
+    assert all(r["resent_at"] is not None for r in page.context["rows"])
+    assert all(r["resent_by"] == "operator" for r in page.context["rows"])
+    r = client_as("operator").post(url + "resend/", post, follow=True)  # stale tab
+    assert retry_depth() == 2
+    assert "2 skipped: already resent" in r.content.decode()
+    client_as("operator").post(url + "resend/", post | {"again": "on"})
+    assert retry_depth() == 4
+
+
 def test_filter_by_lag(client_as, lagging) -> None:
     body = (
         client_as("viewer").get("/consumer-groups/", {"min_lag": 100}).content.decode()

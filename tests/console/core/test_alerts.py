@@ -7,6 +7,7 @@ import socket
 import pytest
 
 from console.core.alerts import current_alerts
+from tests.support import skip_by_design
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +20,7 @@ def test_redis_down_and_a_nearly_full_disk_are_on_every_page(
     settings, client_as, broker
 ) -> None:
     if settings.BROKER_ADMIN_URL:
-        pytest.skip(
+        skip_by_design(
             "the node's own disk limit applies through its admin API "
             "(tests/console/core/test_node_ops.py)"
         )

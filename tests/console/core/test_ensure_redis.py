@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import redis
 
 from console.core import ensure_redis
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.support import free_port as _free_port
 
 
 @pytest.mark.services

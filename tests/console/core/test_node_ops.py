@@ -67,7 +67,9 @@ def node(tmp_path: Path, settings):
     assert "Traceback" not in (tmp_path / "serve.log").read_text()
 
 
-def test_the_console_manages_the_node_through_its_admin_api(node, api_as) -> None:
+def test_the_console_manages_the_node_through_its_admin_api(
+    node, api_as, client_as
+) -> None:
     admin = api_as("admin")
     r = admin.post(
         "/api/topics/",
@@ -110,7 +112,7 @@ def test_the_console_manages_the_node_through_its_admin_api(node, api_as) -> Non
     r = admin.get("/api/transactions/DEADBEEF/")
     assert r.status_code == 404
     # The health check asks the node for its store.
-    health = admin.get("/healthz").json()
+    health = client_as("admin").get("/healthz").json()  # details: signed in
     assert health["components"]["store"]["path"] == str(node["store"])
 
 

@@ -1,7 +1,9 @@
 """``make run``'s supervision, with the real Procfile under supervisord: SIGKILL
 the timers worker, the web process and beat in turn; each comes back by
-itself while the gRPC endpoint keeps serving a client that sends throughout,
-and Ctrl-C (SIGINT) then stops every process and frees every port."""
+itself while the gRPC endpoint keeps serving a client that sends throughout;
+with the endpoint stopped, the console still shows the store (the admin API
+is a process of its own) and ``/healthz`` names the endpoint; and Ctrl-C
+(SIGINT) then stops every process and frees every port."""
 
 from __future__ import annotations
 
@@ -22,14 +24,9 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
 from tests.conftest import ROOT
+from tests.support import free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def listening(port: int) -> bool:
@@ -77,6 +74,38 @@ def test_a_dead_console_process_comes_back_and_the_broker_keeps_serving(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
         cwd=ROOT, env=env, check=True,
     )  # fmt: skip
+    # An operator's API token, for the console's store pages.
+    made = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c",
+         "from django.contrib.auth.models import User;"
+         "from rest_framework.authtoken.models import Token;"
+         "u = User.objects.create_superuser('ops', 'ops@x.invalid', 'pw-0123456789');"
+         "print(Token.objects.create(user=u).key)"],
+        cwd=ROOT, env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    api_token = made.stdout.strip().splitlines()[-1]
+
+    def console_get(path: str) -> tuple[int, dict]:
+        import json
+        import urllib.error
+        import urllib.request
+
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{web_port}{path}",
+            headers={"Authorization": f"Token {api_token}"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+
+    # Delayed messages go to a DELAY topic (the endpoint checks topic types).
+    subprocess.run(
+        [sys.executable, "-m", "broker_core", "topic", "create",
+         str(tmp_path / "store"), "LiveDelay", "--type", "DELAY", "--queues", "2"],
+        cwd=ROOT, env=env, check=True, capture_output=True,
+    )  # fmt: skip
     sv = tmp_path / "sv"
     conf = sv / "supervisord.conf"
     out = open(tmp_path / "run.log", "w")  # noqa: SIM115
@@ -100,6 +129,8 @@ def test_a_dead_console_process_comes_back_and_the_broker_keeps_serving(
 
     failures: list[str] = []
     sent = [0]
+    #: the ids of the delayed messages the endpoint acknowledged
+    delayed: list[str] = []
     stop = threading.Event()
 
     def client() -> None:
@@ -125,12 +156,29 @@ def test_a_dead_console_process_comes_back_and_the_broker_keeps_serving(
                     sent[0] += 1
             except grpc.RpcError as exc:
                 failures.append(str(exc))
+            # And one due 2 s later, delivered by the timers worker's ticks.
+            mid = os.urandom(8).hex()
+            sp = pb.SystemProperties(message_id=mid, body_encoding=pb.IDENTITY)
+            sp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000) + 2000)
+            d = pb.Message(
+                topic=pb.Resource(name="LiveDelay"), system_properties=sp, body=b"d"
+            )
+            try:
+                r = stub.SendMessage(
+                    spb.SendMessageRequest(messages=[d]), metadata=md, timeout=5
+                )
+                if r.entries[0].status.code != pb.Code.OK:
+                    failures.append(str(r))
+                else:
+                    delayed.append(mid)
+            except grpc.RpcError as exc:
+                failures.append(str(exc))
             time.sleep(0.05)
 
     thread = threading.Thread(target=client)
     children: list[int] = []
     try:
-        names = ("web", "worker", "reports", "beat", "grpc")
+        names = ("web", "worker", "reports", "beat", "grpc", "admin")
         wait(lambda: all(running(n) for n in names), 120, "every process RUNNING")
         wait(lambda: listening(grpc_port) and listening(web_port), 60, "the ports")
         grpc_pid = pid("grpc")
@@ -148,8 +196,57 @@ def test_a_dead_console_process_comes_back_and_the_broker_keeps_serving(
             if name == "web":
                 wait(lambda: listening(web_port), 30, "the web port again")
         sent_before = sent[0]
-        children = [pid(n) for n in names]
         wait(lambda: sent[0] > sent_before + 5, 30, "more sends")
+        # The timers worker stopped: /healthz names it (and only it) while it
+        # is down, and it comes back.
+        subprocess.run([*ctl, "stop", "worker"], check=True, capture_output=True)
+        health = wait(
+            lambda: (lambda r: r if r[0] == 503 else None)(console_get("/healthz")),
+            30, "/healthz to name the stopped worker",
+        )  # fmt: skip
+        assert health[1]["down"] == ["worker"], health
+        subprocess.run([*ctl, "start", "worker"], check=True, capture_output=True)
+        wait(lambda: console_get("/healthz")[0] == 200, 60, "/healthz up again")
+        # The endpoint stops (an outage): the console still sees the store
+        # through the admin API, and its health names the endpoint.
+        stop.set()
+        thread.join(10)
+        status, page = console_get("/api/topics/")
+        assert status == 200 and "Live" in str(page), (status, page)
+        subprocess.run([*ctl, "stop", "grpc"], check=True, capture_output=True)
+        assert not listening(grpc_port)
+        status, page = console_get("/api/topics/")
+        assert status == 200 and "Live" in str(page), (status, page)
+        health = wait(
+            lambda: (lambda r: r if r[0] == 503 else None)(console_get("/healthz")),
+            30, "/healthz to say the endpoint is down",
+        )  # fmt: skip
+        assert "grpc" in health[1]["down"], health
+        subprocess.run([*ctl, "start", "grpc"], check=True, capture_output=True)
+        wait(lambda: listening(grpc_port), 60, "the endpoint again")
+        # Every delayed message acknowledged is delivered exactly once,
+        # through every kill and stop above.
+        from broker_core import Broker
+
+        def delivered() -> list[str]:
+            with Broker.open(tmp_path / "store") as b:
+                b.store.refresh_topics()
+                out = []
+                for q in range(2):
+                    off = 0
+                    while True:
+                        r = b.pull("check", "LiveDelay", q, off, 256)
+                        if not r.messages:
+                            break
+                        out += [m.properties.get("UNIQ_KEY", "") for m in r.messages]
+                        off = r.next_offset
+                return out
+
+        assert delayed
+        wait(lambda: len(delivered()) >= len(delayed), 90, "every delayed message")
+        got = delivered()
+        assert sorted(got) == sorted(delayed), (len(got), len(delayed))
+        children = [pid(n) for n in names]
     finally:
         stop.set()
         if thread.is_alive():

@@ -33,5 +33,12 @@ def test_cancel(api_as, msg_id) -> None:
     r = api_as("operator").post(url, {"reason": "customer cancelled"}, format="json")
     assert r.status_code == 200 and r.json()["level"] == 5
     again = api_as("operator").post(url, {"reason": "again"}, format="json")
-    assert again.status_code == 400 and again.json()["code"] == "recall_failed"
+    # Recalled already: a conflict, as the node's admin API answers it too.
+    assert again.status_code == 409 and again.json()["code"] == "recall_failed"
+    unknown = api_as("operator").post(
+        "/api/delay-scheduled/7F0000010000000000000000DEADBEEF/cancel/",
+        {"reason": "no such message"},
+        format="json",
+    )
+    assert unknown.status_code == 404, unknown.json()
     assert api_as("none").get("/api/delay-levels/").status_code == 403

@@ -110,3 +110,57 @@ def test_resend_to_group(client_as, msgs, broker) -> None:
         msgs["json"],
         "replay lost order",
     )
+
+
+def test_message_page_shows_each_groups_consume_state(client_as, broker) -> None:
+    """One message, four groups reading its queue: one past it, one behind it,
+    one whose copy sits in its dead-letter topic, one resent through its retry
+    topic; each row says so, and a group not reading the queue has none."""
+    broker.create_topic("ledger", 1)
+    ids = [broker.send(Message("ledger", b"m%d" % i)).msg_id for i in range(4)]
+    target = broker.get_message(ids[2])
+    assert target.queue_offset == 2
+    broker.commit_offset("done", "ledger", 0, 3)
+    broker.commit_offset("behind", "ledger", 0, 1)
+    broker.commit_offset("dead", "ledger", 0, 3)
+    broker.commit_offset("resent", "ledger", 0, 3)
+    broker.create_topic("%DLQ%dead", 1)
+    inner = target.to_inner()
+    inner.topic, inner.queue_id = "%DLQ%dead", 0
+    broker.store.put_inner(inner)
+    r = client_as("operator").post(
+        f"/messages/{ids[2]}/resend/", {"group": "resent", "reason": "replay"}
+    )
+    assert r.status_code == 302
+    page = client_as("viewer").get(f"/messages/{ids[2]}/")
+    assert page.status_code == 200
+    rows = {c["group"]: c for c in page.context["consumers"]}
+    assert {g: c["state"] for g, c in rows.items()} == {
+        "done": "consumed",
+        "behind": "pending",
+        "dead": "dead_lettered",
+        "resent": "consumed",
+    }
+    # A pop consumer holding it unacknowledged, its group having committed
+    # nothing yet: not acknowledged yet (it read "never read", helper-14).
+    import json
+    import time
+
+    (broker.store.root / "clients.json").write_text(json.dumps({"clients": [{
+        "client_id": "c1", "client_type": "SIMPLE_CONSUMER", "group": "popper",
+        "topics": ["ledger"], "online": True, "last_heartbeat": time.time(),
+    }]}))  # fmt: skip
+    page = client_as("viewer").get(f"/messages/{ids[2]}/")
+    rows = {c["group"]: c for c in page.context["consumers"]}
+    assert rows["popper"]["state"] == "pending"
+    assert rows["popper"]["committed_offset"] == -1
+    assert rows["behind"]["ahead"] == 1 and rows["resent"]["retried"]
+    html = page.content.decode()
+    assert 'data-group="dead" data-state="dead_lettered"' in html
+    assert "/consumer-groups/dead/dead-letters/" in html
+    assert "redelivered through its retry topic" in html
+    # A message nobody reads: no group rows.
+    broker.create_topic("quiet", 1)
+    lone = broker.send(Message("quiet", b"x")).msg_id
+    page = client_as("viewer").get(f"/messages/{lone}/")
+    assert 'data-testid="no-consumers"' in page.content.decode()

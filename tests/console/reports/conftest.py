@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import free_port as _free_port
+
 BUCKET = "reports"
 
 
@@ -132,12 +134,6 @@ def produced(tmp_path_factory):
             broker.commit_offset("billing", "orders", q, ends[q] // 2)
         facts["lag"] = sum(e - e // 2 for e in ends.values())
     return path, opts, facts
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -130,12 +131,20 @@ def test_cluster_without_shared_disk_reads_only_the_object_store(
     local = _local_runs(settings, produced, tmp_path)
     store, opts, _ = produced
     base = tmp_path_factory.getbasetemp()
+    port, ui, worker_ui = (spark_cluster._free_port() for _ in range(3))
     cluster = spark_cluster.start(
         Path(f"/tmp/spark-cluster-{os.getpid()}"),
         workers=2,
         hide=[base, ROOT / "console", ROOT / "broker_core"],
+        port=port,
+        webui_port=ui,
+        worker_webui_port=worker_ui,
     )
     try:
+        # The ports it was given (a deployment behind a firewall sets them).
+        assert cluster.url == f"spark://127.0.0.1:{port}"
+        for p in (ui, worker_ui):
+            socket.create_connection(("127.0.0.1", p), timeout=5).close()
         # The Workers (and the executors they fork) really see empty
         # filesystems there: the hiding mounts are in their mount table.
         for proc in cluster.procs[1:]:

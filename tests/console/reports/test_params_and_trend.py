@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
@@ -134,7 +134,7 @@ def test_parameters_reach_the_report_and_split_comparisons(
     audit = AuditRecord.objects.get(action="report.run", after__run=run.pk)
     assert audit.after["params"] == {"late_after_ms": 0}
     page = operator.get("/reports/delay_punctuality/").content.decode()
-    assert "late_after_ms 0" in page  # the run's header names its parameters
+    assert "Late after (ms) 0" in page  # the run's header names its parameters
 
     # A form value out of range starts nothing.
     operator.post("/reports/delay_punctuality/run/", {"param_late_after_ms": "-1"})
@@ -294,6 +294,10 @@ def test_the_list_shows_each_reports_headline_with_its_change(client_as) -> None
         status="SUCCEEDED",
         trigger="schedule",
         result_dir="/nowhere",
+        window="24h",
+        since=datetime(2026, 11, 27, 6, tzinfo=UTC),
+        until=datetime(2026, 11, 28, 6, tzinfo=UTC),
+        params={"stuck_after_s": 120},
         summary={
             "halves": 9,
             "states": {"PENDING": 4, "COMMITTED": 5},
@@ -322,6 +326,13 @@ def test_the_list_shows_each_reports_headline_with_its_change(client_as) -> None
     assert "pending <strong>4</strong>" in cell and "(-1)" in cell
     assert "stuck <strong>2</strong>" in cell and "(+1)" in cell
     assert services.headline(None) == []
+    # Beside the figures: what they are over, with the thresholds labelled.
+    scope = page.split('data-testid="scope-transaction_outcomes">')[1]
+    scope = scope.split("</span>")[0]
+    assert scope == (
+        "over the last 24 hours: 2026-11-27 06:00 UTC → 2026-11-28 06:00 UTC; "
+        "Stuck after (s) 120"
+    )
 
 
 def test_nested_names_keep_their_case() -> None:

@@ -3,6 +3,8 @@ operators on one half."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from broker_core.transaction import TransactionState
@@ -234,3 +236,61 @@ def test_bulk_rollback_with_garbled_filter(client_as, halves) -> None:
     )
     assert b"unreadable" in r.content
     assert _state(halves["fresh"]) == TransactionState.PENDING
+
+
+def test_next_check_says_when_the_check_will_come(client_as, halves) -> None:
+    """A half not yet due shows its due time and that the first check run after
+    it checks it; one already due says the next check run will (it showed a
+    time in the past as the "next check")."""
+    import time
+
+    from django.template import Context, Template
+
+    svc = get_transaction_service()
+    fresh = svc.get_half(halves["fresh"]).info
+    assert fresh.next_check_at > time.time() * 1000
+    page = client_as("viewer").get(f"/transactions/{halves['fresh']}/")
+    text = page.content.decode()
+    assert "or the first check run after it (the check runs every 60 s)" in text
+
+    def render(due_ms: int, full: bool) -> str:
+        t = Template("{% load ui %}{% next_check due full %}")
+        return t.render(Context({"due": due_ms, "full": full}))
+
+    past = int(time.time() * 1000) - 5000
+    assert "at the next check run (due since" in render(past, True)
+    assert ">next run</span>" in render(past, False)
+    future = int(time.time() * 1000) + 30_000
+    assert "or the first check run after it" in render(future, True)
+    assert "next run" not in render(future, False)
+
+
+@pytest.mark.parametrize(
+    "bad", [{"state": "all"}, {"state": "bogus"}, {"min_checks": "abc"}]
+)
+def test_an_invalid_filter_is_refused_never_dropped(client_as, halves, bad) -> None:
+    """With a filter value the form refuses, the list showed every pending half
+    and "every half matching the filter" rolled back all of them (helper-14:
+    ``state=all&key=rk3`` rolled back 10 halves instead of 1)."""
+    query = {"key": "key-fresh", **bad}
+    page = client_as("operator").get("/transactions/", query)
+    text = page.content.decode()
+    assert 'data-testid="filter-error"' in text
+    assert not any(halves[n] in text for n in ("stuck1", "stuck2", "fresh", "html"))
+    assert "every half matching the filter" not in text
+    r = client_as("operator").post(
+        "/transactions/bulk-rollback/",
+        {"all_matching": "on", "reason": "only fresh", "filters": json.dumps(query)},
+    )
+    assert r.status_code == 302
+    for name in ("stuck1", "stuck2", "fresh", "fresh2", "html"):
+        assert _state(halves[name]) is TransactionState.PENDING, name
+    assert not AuditRecord.objects.filter(action="transaction.rollback").exists()
+    # The same filter, valid: exactly its half.
+    r = client_as("operator").post(
+        "/transactions/bulk-rollback/",
+        {"all_matching": "on", "reason": "only fresh",
+         "filters": json.dumps({"key": "key-fresh", "state": "ALL"})},
+    )  # fmt: skip
+    assert _state(halves["fresh"]) is TransactionState.ROLLED_BACK
+    assert _state(halves["fresh2"]) is TransactionState.PENDING

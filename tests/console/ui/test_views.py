@@ -239,3 +239,21 @@ def test_overview(client_as, broker, role) -> None:
 
 def test_overview_refuses_no_role(client_as, broker) -> None:
     assert client_as("none").get("/").status_code == 403
+
+
+def test_a_clients_heartbeat_names_its_zone_once() -> None:
+    """The ``when`` filter already prints the zone ("... UTC · 5 s ago"); the
+    clients table printed "UTC" after it again."""
+    import time
+
+    from django.template.loader import render_to_string
+
+    html = render_to_string(
+        "ui/_clients.html",
+        {"clients": [{"client_id": "c1", "client_type": "SIMPLE_CONSUMER",
+                      "language": "PYTHON", "version": "5.1.2",
+                      "address": "127.0.0.1:5", "topics": ["T"],
+                      "last_heartbeat_ms": int(time.time() * 1000),
+                      "online": True}]},
+    )  # fmt: skip
+    assert html.count("UTC") == 1, html
