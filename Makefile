@@ -67,6 +67,7 @@ test-packages:
 	command -v go >/dev/null || missing="$$missing golang-go"; \
 	{ command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; } || missing="$$missing postgresql"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	command -v etcd >/dev/null || missing="$$missing etcd-server"; \
 	$(APT_INSTALL)
 
 venv: $(STAMP)

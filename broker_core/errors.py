@@ -298,6 +298,15 @@ class ReplicaReadOnlyError(StoreError):
     code = "replica_read_only"
 
 
+class LeaseExpiredError(ReplicaReadOnlyError):
+    """A master under a controller whose lease has run out (or was lost): it
+    takes no appends until it leads again (``cluster.controller``); nothing
+    was appended."""
+
+    code = "lease_expired"
+    grpc_code = RmqCode.INTERNAL_SERVER_ERROR  # the client retries elsewhere
+
+
 class ReplicationError(StoreError):
     """Master/slave replication failed: a refused handshake, a chunk that does
     not fit the replica's log, or bytes that fail their checks (nothing of it

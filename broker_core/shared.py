@@ -31,12 +31,15 @@ STATE_MAGIC = 0x524D5153544F5245  # "RMQSTORE"
 # 56 trusted_from: the log end when this run's recovery finished; records at or
 #    past it were appended by live processes (see ``trusted_from``)
 # 64 replica: 1 while the store follows a master (``ha``): client appends refused
+# 72 lease_until: with a controller, the CLOCK_MONOTONIC ns until which the
+#    master's lease lets it append (0: no controller; past: appends refused)
 _Q = struct.Struct("@q")
 _MAGIC_AT, _COMMIT_AT, _DISPATCHED_AT, _FLUSHED_AT, _INDEXED_AT = 0, 8, 16, 24, 32
 _TOPICS_V_AT, _OFFSETS_V_AT, _TRUSTED_AT, _REPLICA_AT = 40, 48, 56, 64
+_LEASE_AT = 72
 # Public names for the store's append path, which reads and writes ``mm`` directly.
 COMMIT_AT, DISPATCHED_AT, TOPICS_V_AT = _COMMIT_AT, _DISPATCHED_AT, _TOPICS_V_AT
-REPLICA_AT = _REPLICA_AT
+REPLICA_AT, LEASE_AT = _REPLICA_AT, _LEASE_AT
 
 
 def read_commit_pos(root: Path) -> int:
@@ -212,6 +215,17 @@ class SharedState:
     @replica.setter
     def replica(self, value: bool) -> None:
         self._set(_REPLICA_AT, int(value))
+
+    @property
+    def lease_until_ns(self) -> int:
+        """With a controller (``cluster.controller``): until when (CLOCK_MONOTONIC
+        ns, the same clock in every process) the master's lease lets the store
+        take appends; 0 without a controller."""
+        return self._get(_LEASE_AT)
+
+    @lease_until_ns.setter
+    def lease_until_ns(self, value: int) -> None:
+        self._set(_LEASE_AT, int(value))
 
     @property
     def commit_pos(self) -> int:

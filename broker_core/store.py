@@ -41,6 +41,7 @@ from broker_core.errors import (
     AppendBusyError,
     InvalidOffsetError,
     InvalidQueueError,
+    LeaseExpiredError,
     MessageTooLargeError,
     PropertiesTooLargeError,
     ReplicaReadOnlyError,
@@ -88,6 +89,7 @@ from broker_core.shared import (
     _Q,
     COMMIT_AT,
     DISPATCHED_AT,
+    LEASE_AT,
     REPLICA_AT,
     TOPICS_V_AT,
     SharedState,
@@ -584,6 +586,12 @@ class MessageStore:
             if qunpack(mm, REPLICA_AT)[0]:
                 raise ReplicaReadOnlyError(
                     "this store is a slave: it takes appends from its master only"
+                )
+            lease = qunpack(mm, LEASE_AT)[0]
+            if lease and time.monotonic_ns() >= lease:
+                raise LeaseExpiredError(
+                    "this master's controller lease has run out: it takes no "
+                    "writes until it leads again"
                 )
             pos = qunpack(mm, COMMIT_AT)[0]
             if qunpack(mm, DISPATCHED_AT)[0] != pos:

@@ -88,6 +88,11 @@ class NodeConfig:
     admin: str = ""
     #: a slave promotes itself once its master has been gone this long (0: no)
     auto_promote_after_s: float = 0.0
+    #: etcd members ("http://host:2379,..."): the quorum decides who is
+    #: master (``cluster.controller``); empty: the registry alone
+    controller: str = ""
+    #: the controller lease of a master, seconds
+    lease_ttl_s: int = 6
 
 
 class ClusterNode:
@@ -151,6 +156,16 @@ class ClusterNode:
             self.registry, self.describe, allow=self._may_register
         )
         self._role_thread: threading.Thread | None = None
+        self.leadership: Any = None
+        self.keeper: Any = None
+        if cfg.controller:
+            from broker_core.cluster.controller import Etcd, Leadership
+
+            self.leadership = Leadership(
+                Etcd.from_url(cfg.controller), cfg.cluster, cfg.name,
+                self.identity, cfg.lease_ttl_s,
+                describe=lambda: {"advertise": cfg.advertise, "ha": cfg.ha_listen},
+            )  # fmt: skip
 
     # -- role ------------------------------------------------------------------
     @property
@@ -169,6 +184,19 @@ class ClusterNode:
     @property
     def is_master(self) -> bool:
         return self.role in MASTER_ROLES
+
+    @property
+    def identity(self) -> str:
+        """This store in the controller: ``<name>/<broker id>@<address>``."""
+        return f"{self.cfg.name}/{self.cfg.broker_id}@{self.cfg.advertise}"
+
+    @property
+    def may_act(self) -> bool:
+        """Whether this node may take writes, deliver timers and send
+        check-backs: a master, not fenced, and under a controller leading."""
+        if not self.is_master or self.fenced:
+            return False
+        return self.leadership is None or self.leadership.leading
 
     @property
     def sync(self) -> bool:
@@ -201,6 +229,8 @@ class ClusterNode:
         cannot tell: logged, and the node starts."""
         if self.cfg.master_ha:
             return
+        if self.leadership is not None:
+            self._check_controller()
         try:
             live = self.newer_master()
         except Exception as exc:  # noqa: BLE001 - Redis away: cannot tell
@@ -218,6 +248,25 @@ class ClusterNode:
             "--broker-id 1): its epochs then cut what the new master never had"
         )
 
+    def _check_controller(self) -> None:
+        """Before serving as a master under a controller: lead, or refuse to
+        start when another store leads or led since (``StaleMasterError``).
+        With no quorum the node starts without a lease: it takes no writes
+        until it wins one."""
+        from broker_core.cluster.controller import ControllerUnavailable
+
+        lead = self.leadership
+        try:
+            if lead.campaign(as_slave=False):
+                return
+        except ControllerUnavailable as exc:
+            log.error("controller unreachable (%s): serving without a lease, "
+                      "no writes until it leads", exc)  # fmt: skip
+            return
+        raise StaleMasterError(
+            f"the controller refuses {self.identity} as master: {lead.last_error}"
+        )
+
     def _may_register(self) -> bool:
         """Before each heartbeat of a master: fence it (no writes, no
         registration) if another master of its name has a newer history."""
@@ -225,6 +274,8 @@ class ClusterNode:
             return False
         if not self.is_master:
             return True
+        if self.leadership is not None and not self.leadership.leading:
+            return False  # no lease: clients must not route here
         try:
             live = self.newer_master()
         except Exception:  # noqa: BLE001 - the registration fails and says so
@@ -250,6 +301,7 @@ class ClusterNode:
                 self.store, self.cfg.master_ha, self._secret,
                 self.cfg.cluster, self.cfg.name, tls=self._tls_client,
                 server_name=self.cfg.ha_tls_server_name or None,
+                node=self.identity,
             ).start()  # fmt: skip
         else:
             if self.store.state.replica:
@@ -260,6 +312,8 @@ class ClusterNode:
                     "of %s is live", self.store.root, self.cfg.name,
                 )  # fmt: skip
                 self.store.state.replica = False
+            if self.leadership is None:
+                self.store.state.lease_until_ns = 0  # no controller: no lease
             self._become_master_services()
         self.refresh_role()
         self.heartbeat.start()
@@ -290,6 +344,20 @@ class ClusterNode:
                 self.store, self.cfg.ha_listen, self._secret,
                 self.cfg.cluster, self.cfg.name, tls=self._tls_server,
             ).start()  # fmt: skip
+        if self.leadership is not None and self.keeper is None:
+            from broker_core.cluster.controller import ISR_WINDOW_S, LeaseKeeper
+
+            def in_sync() -> list[str]:
+                ha = self.ha_server
+                return ha.in_sync(ISR_WINDOW_S) if ha is not None else []
+
+            def changed(leading: bool) -> None:
+                if leading:
+                    self.heartbeat.beat()  # back in the routes at once
+
+            self.keeper = LeaseKeeper(
+                self.leadership, self.store, in_sync, changed
+            ).start()
 
     def _write_ha_status(self, follower: Any = None) -> None:
         """The follower's status (this node's, by default) in
@@ -315,6 +383,11 @@ class ClusterNode:
                 self._write_ha_status()
             if self.follower is not None and self.is_master:
                 self._promoted()
+            elif self.follower is not None and self.leadership is not None:
+                try:
+                    self._controller_promote()
+                except Exception:  # noqa: BLE001 - retried on the next poll
+                    log.exception("controller promotion check failed")
             elif self.follower is not None and self.cfg.auto_promote_after_s > 0:
                 try:
                     self._auto_promote()
@@ -368,6 +441,29 @@ class ClusterNode:
         self.promote("ASYNC_MASTER")
         self.auto_promoted = True
 
+    def _controller_promote(self) -> None:
+        """Under a controller: once no store holds the leader key (the
+        master's lease ran out), a slave of the term's in-sync set that
+        followed the master in this run campaigns, and promotes itself if the
+        quorum elects it."""
+        from broker_core.cluster.controller import ControllerUnavailable
+
+        follower, lead = self.follower, self.leadership
+        if follower is None or follower.connects == 0:
+            return  # a cluster starting cold: not a master gone
+        try:
+            if lead.leader() is not None:
+                return
+            if not lead.campaign(as_slave=True):
+                log.warning("not promoted: %s", lead.last_error)
+                return
+        except ControllerUnavailable as exc:
+            log.warning("controller unreachable: no promotion (%s)", exc)
+            return
+        log.warning("the controller elected this slave master of %s", self.cfg.name)
+        self.promote("ASYNC_MASTER")
+        self.auto_promoted = True
+
     def promote(self, role: str = "SYNC_MASTER") -> None:
         """Promote this slave here (the CLI's ``promote`` does the same from
         outside through the role file)."""
@@ -398,6 +494,8 @@ class ClusterNode:
 
     def close(self) -> None:
         self._stop.set()
+        if self.keeper is not None:
+            self.keeper.stop(resign=True)
         if self._unsubscribe is not None:
             self._unsubscribe()
         self.heartbeat.stop(unregister=True)
@@ -489,6 +587,20 @@ class ClusterNode:
             "fenced": self.fenced or None,
             "auto_promote_after_s": self.cfg.auto_promote_after_s or None,
             "auto_promoted": self.auto_promoted,
+            "controller": self._controller_status(),
+        }
+
+    def _controller_status(self) -> dict[str, Any] | None:
+        lead = self.leadership
+        if lead is None:
+            return None
+        left = (lead.deadline_ns - time.monotonic_ns()) / 1e9
+        return {
+            "identity": lead.identity,
+            "leading": lead.leading,
+            "term": lead.token or None,
+            "lease_left_s": round(left, 2) if lead.leading else None,
+            "error": lead.last_error or None,
         }
 
 

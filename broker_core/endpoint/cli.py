@@ -171,6 +171,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "an operator promotes)",
     )
     g.add_argument(
+        "--controller",
+        default=os.environ.get("BROKER_CONTROLLER", ""),
+        metavar="URLS",
+        help="etcd members (http://host:2379,...): the quorum elects the "
+        "master of this name, a master writes only under its lease, and a "
+        "slave of the in-sync set is promoted when the lease runs out "
+        "(docs/cluster.md)",
+    )
+    g.add_argument(
+        "--lease-ttl",
+        type=int,
+        default=6,
+        metavar="SECONDS",
+        help="with --controller: a master's lease (it stops writing after "
+        "3/4 of it without a renewal)",
+    )
+    g.add_argument(
         "--ha-listen", default="", help="serve this master's log on HOST:PORT"
     )
     g.add_argument("--master-ha", default="", help="follow the master at HOST:PORT")
@@ -324,6 +341,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             ha_tls_server_name=args.ha_tls_server_name,
             sync_timeout_s=args.sync_timeout,
             auto_promote_after_s=args.auto_promote_after,
+            controller=args.controller,
+            lease_ttl_s=args.lease_ttl,
         )
     elif args.ha_listen or args.master_ha or args.ha_tls_cert or args.ha_tls_ca:
         raise SystemExit(

@@ -330,14 +330,18 @@ class Endpoint:
         )
 
     def writable(self) -> bool:
-        """Whether this node takes writes (not a slave)."""
-        return self.node is None or self.node.is_master
+        """Whether this node takes writes, delivers timers and sends
+        check-backs: not a slave, not fenced, and under a controller holding
+        its lease (``ClusterNode.may_act``)."""
+        return self.node is None or self.node.may_act
 
     def _check_loop(self) -> None:
         period = 1.0
         if self.cfg.check_interval_ms:
             period = min(1.0, max(0.1, self.cfg.check_interval_ms / 4000))
         while not self.stop_event.wait(period):
+            if not self.writable():
+                continue  # no lease (or fenced): the elected master checks
             try:
                 self.tx.run_check(time_budget_s=2.0, wait=False)
             except Exception:  # noqa: BLE001
@@ -683,6 +687,9 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     broker = Broker.open(store_dir, **(store_options or {}))
+    if cfg.node is None:
+        # No cluster, no controller: a lease an earlier run held means nothing.
+        broker.store.state.lease_until_ns = 0
     endpoint = Endpoint(broker, cfg)
     if cfg.node is not None:
         from broker_core.cluster.node import ClusterNode

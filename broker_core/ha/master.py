@@ -76,6 +76,12 @@ class SlaveLink:
     last_ack_at: float = 0.0
     closed: bool = False
     tls: bool = False
+    #: the slave's identity as it gave it (``cluster.controller``), or ""
+    node: str = ""
+    #: when (time.time) it last had the whole log: the in-sync set
+    caught_up_at: float = 0.0
+    #: the master's log end at its previous ack
+    end_at_ack: int = 0
 
 
 def chunk_extent(
@@ -183,9 +189,10 @@ class HAServer:
                 conn = Conn(wrapped)
             sock = conn.sock
             sock.settimeout(HANDSHAKE_TIMEOUT_S)
-            start = self._handshake(conn, address)
-            if start is None:
+            shaken = self._handshake(conn, address)
+            if shaken is None:
                 return
+            start, node = shaken
             # A slave acks every chunk and every heartbeat: silence this long,
             # or a send that cannot go out, means it is gone.
             sock.settimeout(LINK_TIMEOUT_S)
@@ -193,8 +200,9 @@ class HAServer:
             log.warning("HA handshake with %s failed: %s", address, exc)
             conn.close()
             return
-        link = SlaveLink(address, conn, start, acked=start, sent=start)
+        link = SlaveLink(address, conn, start, acked=start, sent=start, node=node)
         link.last_ack_at = time.time()
+        link.end_at_ack = self.store.state.dispatched_pos  # in sync once it has it
         link.tls = self.tls is not None
         with self._cond:
             self._links.append(link)
@@ -213,8 +221,9 @@ class HAServer:
         finally:
             self._drop(link)
 
-    def _handshake(self, conn: Conn, address: str) -> int | None:
-        """Authenticate the slave; return where to stream from (None: refused)."""
+    def _handshake(self, conn: Conn, address: str) -> tuple[int, str] | None:
+        """Authenticate the slave; return where to stream from and the
+        identity it gave (None: refused)."""
         nonce = new_nonce()
         conn.send_json(Frame.CHALLENGE, {"version": PROTOCOL_VERSION, "nonce": nonce})
         if self.tls is None and speaks_tls(conn.sock, HANDSHAKE_TIMEOUT_S):
@@ -265,7 +274,7 @@ class HAServer:
         }
         welcome["mac"] = welcome_mac(self.secret, str(hello.get("nonce", "")), welcome)
         conn.send_json(Frame.WELCOME, welcome)
-        return start
+        return start, str(hello.get("node") or "")
 
     def _refusal(
         self,
@@ -380,6 +389,11 @@ class HAServer:
         with self._cond:
             link.acked = acked
             link.last_ack_at = time.time()
+            # Caught up: it has what the log held at its previous ack (under
+            # a steady load it never has the very end, yet keeps up).
+            if acked >= link.end_at_ack:
+                link.caught_up_at = link.last_ack_at
+            link.end_at_ack = self.store.state.dispatched_pos
             self._cond.notify_all()
 
     def _take_acks(self, link: SlaveLink) -> None:
@@ -429,6 +443,17 @@ class HAServer:
                     return False
                 self._cond.wait(remaining)
 
+    def in_sync(self, window_s: float) -> list[str]:
+        """The identities of the connected slaves that had the whole log within
+        the last ``window_s`` seconds (RocketMQ 5's SyncStateSet, less the
+        master)."""
+        now = time.time()
+        with self._cond:
+            return sorted(
+                {s.node for s in self._links
+                 if s.node and not s.closed and now - s.caught_up_at <= window_s}
+            )  # fmt: skip
+
     def replication_status(self) -> list[dict[str, Any]]:
         """Return per slave: address, acked offset, lag in bytes, last ack time."""
         end = self.store.state.dispatched_pos
@@ -444,6 +469,7 @@ class HAServer:
                 "last_ack_ms": int(s.last_ack_at * 1000),
                 "connected_since_ms": int(s.connected_at * 1000),
                 "tls": s.tls,
+                "node": s.node or None,
             }
             for s in links
         ]

@@ -78,8 +78,11 @@ class SlaveFollower:
         broker: str = "broker-a",
         tls: ssl.SSLContext | None = None,
         server_name: str | None = None,
+        node: str = "",
     ) -> None:
         self.store = store
+        #: this slave's identity for the master's in-sync set (controller)
+        self.node = node
         self.master = master
         self.tls = tls
         self.server_name = server_name
@@ -262,6 +265,7 @@ class SlaveFollower:
             "broker": self.broker,
             "segment_size": store.config.segment_size,
             "log_end": log_end,
+            "node": self.node,
             "last_record": last_fingerprint(store, log_end),
             "epochs": [e.as_dict() for e in read_epochs(store.root)],
             "nonce": nonce,

@@ -28,6 +28,7 @@ from broker_core.errors import (
     BrokerError,
     MessageNotFoundError,
     RecallError,
+    ReplicaReadOnlyError,
     TopicExistsError,
 )
 from broker_core.message import (
@@ -427,7 +428,11 @@ class DelayService:
             except Exception as exc:
                 # Nothing is skipped: drop the in-memory view (the next pass
                 # rebuilds it from the progress file and the log) and back off.
-                log.exception("delayed delivery failed; retrying the same messages")
+                if isinstance(exc, ReplicaReadOnlyError):
+                    # A slave, or a master without its controller lease.
+                    log.warning("delayed delivery paused: %s", exc)
+                else:
+                    log.exception("delayed delivery failed; retrying the same messages")
                 res.failures += 1
                 self.last_error = res.last_error = f"{type(exc).__name__}: {exc}"
                 self._token = 0

@@ -1,0 +1,609 @@
+"""One node of a cluster: the endpoint's membership, routes and replication.
+
+A node is one store and its gRPC endpoint (RocketMQ 5's "local mode" proxy),
+named (``--node broker-a``) in a cluster (``--cluster``). ``ClusterNode``
+keeps it registered in the route registry (``registry.Heartbeat``), answers
+the endpoint's route questions from the registry (cached, refreshed when a
+node announces a change and at least every ``ROUTE_TTL_S``), and runs the
+node's side of replication:
+
+* a master with ``--ha-listen`` serves its log to slaves (``ha.HAServer``);
+  ``SYNC_MASTER`` answers a send only once a slave has it
+  (``wait_replicated``);
+* a slave (``--master-ha HOST:PORT``) follows its master in-process
+  (``ha.SlaveFollower``), serves reads of what it replicated, refuses writes,
+  and runs no transaction check or timers;
+* a slave is promoted by ``python -m broker_core promote STORE`` (or
+  ``promote()``): the node notices the role file change within
+  ``ROLE_POLL_S``, stops following, becomes a master (its registration says
+  so at once: clients send to it again) and starts the master services (the
+  check and the timers, whose state is derived from the replicated log).
+
+One name, one master (fencing). A master registers its newest epoch
+(``ha.epochs``). A store that would serve as the master of a name whose live
+master has another history at least as new (a different epoch id, an epoch
+number not lower: the slave promoted while this store was away) does not
+start (``StaleMasterError``, saying how to rejoin as that master's slave);
+a running master that finds such a master registered (a promotion forced
+while it was cut off from the registry) stops taking writes and stops
+registering (``fenced``), so that clients never have two masters of one name
+to send to.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from broker_core.cluster.registry import (
+    MASTER_ROLES,
+    PERM_READ,
+    PERM_WRITE,
+    Heartbeat,
+    NodeInfo,
+    RouteEntry,
+    RouteRegistry,
+    TopicQueues,
+)
+
+log = logging.getLogger(__name__)
+
+
+class StaleMasterError(ValueError):
+    """This store would be a second master of its name (module doc)."""
+
+
+ROUTE_TTL_S = 1.0
+ROLE_POLL_S = 0.5
+
+
+@dataclass
+class NodeConfig:
+    cluster: str
+    name: str
+    registry_url: str
+    #: "host:port" the clients use for this node (routes carry it)
+    advertise: str
+    broker_id: int = 0
+    role: str = "ASYNC_MASTER"
+    expiry_s: float = 10.0
+    #: "host:port" to serve this master's log to slaves on; empty: none
+    ha_listen: str = ""
+    #: a slave's master HA address
+    master_ha: str = ""
+    secret_file: str = ""
+    #: a master's HA certificate and key (PEM): its HA port speaks TLS only
+    ha_tls_cert: str = ""
+    ha_tls_key: str = ""
+    #: a slave's CA for its master's HA certificate: it follows over TLS
+    ha_tls_ca: str = ""
+    #: the name the master's certificate must hold (default: its host)
+    ha_tls_server_name: str = ""
+    #: SYNC_MASTER: how long a send waits for a slave
+    sync_timeout_s: float = 3.0
+    admin: str = ""
+    #: a slave promotes itself once its master has been gone this long (0: no)
+    auto_promote_after_s: float = 0.0
+    #: etcd members ("http://host:2379,..."): the quorum decides who is
+    #: master (``cluster.controller``); empty: the registry alone
+    controller: str = ""
+    #: the controller lease of a master, seconds
+    lease_ttl_s: int = 6
+
+
+class ClusterNode:
+    """Membership, routes and replication of one endpoint (module doc)."""
+
+    def __init__(self, store: Any, cfg: NodeConfig) -> None:
+        from broker_core.ha.role import Role, read_role
+
+        self.store = store  # the node's MessageStore
+        self.cfg = cfg
+        self.registry = RouteRegistry(cfg.registry_url, cfg.cluster, cfg.expiry_s)
+        self.started_ms = int(time.time() * 1000)
+        self.ha_server: Any = None
+        self.follower: Any = None
+        self._secret = b""
+        self._tls_server: Any = None
+        self._tls_client: Any = None
+        if cfg.ha_listen or cfg.master_ha:
+            from broker_core.ha.protocol import read_secret
+            from broker_core.ha.tls import client_context, server_context
+
+            if not cfg.secret_file:
+                raise ValueError("replication needs --ha-secret-file")
+            self._secret = read_secret(cfg.secret_file)
+            # Read at start, so that a bad file stops the node at once.
+            if cfg.ha_tls_cert and cfg.ha_listen:
+                self._tls_server = server_context(cfg.ha_tls_cert, cfg.ha_tls_key)
+            if cfg.ha_tls_ca and cfg.master_ha:
+                self._tls_client = client_context(cfg.ha_tls_ca)
+        recorded = read_role(store.root)
+        if cfg.master_ha and _promoted(recorded):
+            # Promoted earlier: a master now, whatever the start flags say.
+            log.warning(
+                "%s was promoted (config/role.json): not following %s",
+                store.root, cfg.master_ha,
+            )  # fmt: skip
+            cfg.master_ha = ""
+        if not cfg.master_ha and recorded["role"] == Role.SLAVE.value:
+            raise ValueError(
+                f"{store.root} is a slave's store (config/role.json): give "
+                "--master-ha, or promote it first (python -m broker_core promote)"
+            )
+        self._role = ""
+        self.refresh_role()
+        if cfg.master_ha:
+            # A slave from the first request on (start() writes the file).
+            self._role = Role.SLAVE.value
+        self._routes: dict[str, tuple[float, list[RouteEntry]]] = {}
+        self._nodes_cache: tuple[float, list[NodeInfo]] = (0.0, [])
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._unsubscribe: Callable[[], None] | None = None
+        self.on_promoted: list[Callable[[], None]] = []
+        #: why this master stopped taking writes (another master of its name
+        #: with a newer history), or ""
+        self.fenced = ""
+        #: since when (monotonic) the master looks gone (auto promotion)
+        self._master_gone_since: float | None = None
+        self.auto_promoted = False
+        self.heartbeat = Heartbeat(
+            self.registry, self.describe, allow=self._may_register
+        )
+        self._role_thread: threading.Thread | None = None
+        self.leadership: Any = None
+        self.keeper: Any = None
+        if cfg.controller:
+            from broker_core.cluster.controller import Etcd, Leadership
+
+            self.leadership = Leadership(
+                Etcd.from_url(cfg.controller), cfg.cluster, cfg.name,
+                self.identity, cfg.lease_ttl_s,
+                describe=lambda: {"advertise": cfg.advertise, "ha": cfg.ha_listen},
+            )  # fmt: skip
+
+    # -- role ------------------------------------------------------------------
+    @property
+    def role(self) -> str:
+        """The store's role (``config/role.json``), as last read: at start,
+        every ``ROLE_POLL_S`` and at promotion; sends ask it on the event
+        loop, so it is not read from disk each time."""
+        return self._role
+
+    def refresh_role(self) -> str:
+        from broker_core.ha.role import read_role
+
+        self._role = str(read_role(self.store.root)["role"])
+        return self._role
+
+    @property
+    def is_master(self) -> bool:
+        return self.role in MASTER_ROLES
+
+    @property
+    def identity(self) -> str:
+        """This store in the controller: ``<name>/<broker id>@<address>``."""
+        return f"{self.cfg.name}/{self.cfg.broker_id}@{self.cfg.advertise}"
+
+    @property
+    def may_act(self) -> bool:
+        """Whether this node may take writes, deliver timers and send
+        check-backs: a master, not fenced, and under a controller leading."""
+        if not self.is_master or self.fenced:
+            return False
+        return self.leadership is None or self.leadership.leading
+
+    @property
+    def sync(self) -> bool:
+        # A SYNC_MASTER without an HA server has no slave: its writes fail
+        # (``wait_replicated``), never acknowledged on one copy.
+        return self.role == "SYNC_MASTER"
+
+    # -- one master per name -----------------------------------------------------
+    def _epoch(self) -> tuple[int, str]:
+        from broker_core.ha.epochs import read_epochs
+
+        eps = read_epochs(self.store.root)
+        return (eps[-1].epoch, eps[-1].id) if eps else (0, "")
+
+    def newer_master(self) -> NodeInfo | None:
+        """The live master of this node's name with another history at least
+        as new as this store's (None: none, or it is this store's own entry).
+        Raises what the registry raises when it does not answer."""
+        live = self.registry.find(self.cfg.name, 0)
+        if live is None or not live.is_master or not live.epoch_id:
+            return None
+        epoch, ident = self._epoch()
+        if live.epoch_id == ident or live.epoch < epoch:
+            return None
+        return live
+
+    def check_not_stale(self) -> None:
+        """Before a store serves as a master: refuse to be a second master of
+        its name (``StaleMasterError``). A registry that does not answer
+        cannot tell: logged, and the node starts."""
+        if self.cfg.master_ha:
+            return
+        if self.leadership is not None:
+            self._check_controller()
+        try:
+            live = self.newer_master()
+        except Exception as exc:  # noqa: BLE001 - Redis away: cannot tell
+            log.warning("route registry unreachable (%s): cannot check that no "
+                        "other master of %s is live", exc, self.cfg.name)  # fmt: skip
+            return
+        if live is None:
+            return
+        follow = f" --master-ha {live.ha}" if live.ha else " --master-ha MASTER:PORT"
+        raise StaleMasterError(
+            f"{self.cfg.name} already has a live master, {live.key} at "
+            f"{', '.join(live.endpoints) or '?'} (epoch {live.epoch}; this store's "
+            f"newest is {self._epoch()[0]}): this store was its master before a "
+            f"failover. Start it as that master's slave ({follow.strip()} "
+            "--broker-id 1): its epochs then cut what the new master never had"
+        )
+
+    def _check_controller(self) -> None:
+        """Before serving as a master under a controller: lead, or refuse to
+        start when another store leads or led since (``StaleMasterError``).
+        With no quorum the node starts without a lease: it takes no writes
+        until it wins one."""
+        from broker_core.cluster.controller import ControllerUnavailable
+
+        lead = self.leadership
+        try:
+            if lead.campaign(as_slave=False):
+                return
+        except ControllerUnavailable as exc:
+            log.error("controller unreachable (%s): serving without a lease, "
+                      "no writes until it leads", exc)  # fmt: skip
+            return
+        raise StaleMasterError(
+            f"the controller refuses {self.identity} as master: {lead.last_error}"
+        )
+
+    def _may_register(self) -> bool:
+        """Before each heartbeat of a master: fence it (no writes, no
+        registration) if another master of its name has a newer history."""
+        if self.fenced:
+            return False
+        if not self.is_master:
+            return True
+        if self.leadership is not None and not self.leadership.leading:
+            return False  # no lease: clients must not route here
+        try:
+            live = self.newer_master()
+        except Exception:  # noqa: BLE001 - the registration fails and says so
+            return True
+        if live is None:
+            return True
+        self.fenced = (
+            f"{live.key} at {', '.join(live.endpoints) or '?'} is the master of "
+            f"{self.cfg.name} with a newer history (epoch {live.epoch})"
+        )
+        # Client appends refused from now on, in every process of the store.
+        self.store.state.replica = True
+        log.error("fenced: %s; this store takes no more writes and leaves the "
+                  "routes: restart it as that master's slave", self.fenced)  # fmt: skip
+        return False
+
+    # -- lifecycle -------------------------------------------------------------
+    def start(self) -> ClusterNode:
+        if self.cfg.master_ha:
+            from broker_core.ha.slave import SlaveFollower
+
+            self.follower = SlaveFollower(
+                self.store, self.cfg.master_ha, self._secret,
+                self.cfg.cluster, self.cfg.name, tls=self._tls_client,
+                server_name=self.cfg.ha_tls_server_name or None,
+                node=self.identity,
+            ).start()  # fmt: skip
+        else:
+            if self.store.state.replica:
+                # Fenced in an earlier run (``_may_register``); no newer master
+                # of this name is live now (``check_not_stale``).
+                log.warning(
+                    "%s: lifting the fence of an earlier run: no other master "
+                    "of %s is live", self.store.root, self.cfg.name,
+                )  # fmt: skip
+                self.store.state.replica = False
+            if self.leadership is None:
+                self.store.state.lease_until_ns = 0  # no controller: no lease
+            self._become_master_services()
+        self.refresh_role()
+        self.heartbeat.start()
+        try:
+            self._unsubscribe = self.registry.subscribe(lambda _m: self.invalidate())
+        except Exception as exc:  # noqa: BLE001 - registry away: poll only
+            log.warning("registry events unavailable (routes re-read every "
+                        "%.0f s): %s", ROUTE_TTL_S, exc)  # fmt: skip
+        self._role_thread = threading.Thread(
+            target=self._watch_role, name="cluster-role", daemon=True
+        )
+        self._role_thread.start()
+        return self
+
+    def _become_master_services(self) -> None:
+        from broker_core.ha.master import HAServer
+        from broker_core.ha.role import Role, read_role, write_role
+
+        recorded = read_role(self.store.root)
+        wanted = self.cfg.role if self.cfg.role in MASTER_ROLES else "ASYNC_MASTER"
+        if recorded["role"] not in MASTER_ROLES or (
+            recorded["role"] != wanted and not _promoted(recorded)
+        ):
+            write_role(self.store.root, Role(wanted))
+        self.refresh_role()
+        if self.cfg.ha_listen and self.ha_server is None:
+            self.ha_server = HAServer(
+                self.store, self.cfg.ha_listen, self._secret,
+                self.cfg.cluster, self.cfg.name, tls=self._tls_server,
+            ).start()  # fmt: skip
+        if self.leadership is not None and self.keeper is None:
+            from broker_core.cluster.controller import ISR_WINDOW_S, LeaseKeeper
+
+            def in_sync() -> list[str]:
+                ha = self.ha_server
+                return ha.in_sync(ISR_WINDOW_S) if ha is not None else []
+
+            def changed(leading: bool) -> None:
+                if leading:
+                    self.heartbeat.beat()  # back in the routes at once
+
+            self.keeper = LeaseKeeper(
+                self.leadership, self.store, in_sync, changed
+            ).start()
+
+    def _write_ha_status(self, follower: Any = None) -> None:
+        """The follower's status (this node's, by default) in
+        ``STORE/ha/status.json``, as ``replicate`` writes it (read by
+        ``ha-status``; ``promote`` waits on it)."""
+        from broker_core.ha.cli import STATUS_FILE
+        from broker_core.metadata import atomic_write_json
+
+        follower = follower or self.follower
+        if follower is None:
+            return
+        try:
+            atomic_write_json(self.store.root / STATUS_FILE, follower.status())
+        except Exception as exc:  # noqa: BLE001 - a full disk: logged once a poll
+            log.warning("ha/status.json not written: %s", exc)
+
+    def _watch_role(self) -> None:
+        polls = 0
+        while not self._stop.wait(ROLE_POLL_S):
+            self.refresh_role()
+            polls += 1
+            if polls % 2 == 0:
+                self._write_ha_status()
+            if self.follower is not None and self.is_master:
+                self._promoted()
+            elif self.follower is not None and self.leadership is not None:
+                try:
+                    self._controller_promote()
+                except Exception:  # noqa: BLE001 - retried on the next poll
+                    log.exception("controller promotion check failed")
+            elif self.follower is not None and self.cfg.auto_promote_after_s > 0:
+                try:
+                    self._auto_promote()
+                except Exception:  # noqa: BLE001 - retried on the next poll
+                    log.exception("automatic promotion check failed")
+
+    def _master_gone(self) -> bool:
+        """Whether this slave's master is gone as far as it can tell: it was
+        followed in this run, no live master of its name is in the registry
+        (which answers), and nothing is heard on the HA link."""
+        follower = self.follower
+        if follower is None or follower.connects == 0:
+            # Never followed it in this run: a cluster starting cold (the
+            # slave before its master) is not a master gone.
+            return False
+        silent = time.time() - float(follower.last_heard_at or 0)
+        if follower.connected and silent < self.cfg.auto_promote_after_s:
+            return False  # heard from it: no need to ask the registry
+        return self.registry.find(self.cfg.name, 0) is None
+
+    def _auto_promote(self) -> None:
+        """Promote this slave once its master has been gone for
+        ``auto_promote_after_s`` (``--auto-promote-after``). One slave of a
+        name does it: the first to take the registry's promotion lock (kept
+        for a few expiries, so that a second slave does not follow within
+        them). The old master, should it come back, finds the newer epoch in
+        the registry and does not serve (``check_not_stale``, fencing)."""
+        now = time.monotonic()
+        try:
+            gone = self._master_gone()
+        except Exception:  # noqa: BLE001 - the registry cannot tell: wait
+            self._master_gone_since = None
+            return
+        if not gone:
+            self._master_gone_since = None
+            return
+        if self._master_gone_since is None:
+            self._master_gone_since = now
+            log.warning("master of %s gone: promoting in %.0f s unless it returns",
+                        self.cfg.name, self.cfg.auto_promote_after_s)  # fmt: skip
+            return
+        if now - self._master_gone_since < self.cfg.auto_promote_after_s:
+            return
+        lock = f"{self.registry.prefix}:promote:{self.cfg.name}"
+        hold = max(30, int(3 * self.cfg.expiry_s))
+        me = f"{self.cfg.name}:{self.cfg.broker_id}@{self.cfg.advertise}"
+        if not self.registry.redis.set(lock, me, nx=True, ex=hold):
+            return  # another slave of this name is promoting
+        log.warning("master of %s gone for %.1f s: promoting this slave",
+                    self.cfg.name, now - self._master_gone_since)  # fmt: skip
+        self.promote("ASYNC_MASTER")
+        self.auto_promoted = True
+
+    def _controller_promote(self) -> None:
+        """Under a controller: once no store holds the leader key (the
+        master's lease ran out), a slave of the term's in-sync set that
+        followed the master in this run campaigns, and promotes itself if the
+        quorum elects it."""
+        from broker_core.cluster.controller import ControllerUnavailable
+
+        follower, lead = self.follower, self.leadership
+        if follower is None or follower.connects == 0:
+            return  # a cluster starting cold: not a master gone
+        try:
+            if lead.leader() is not None:
+                return
+            if not lead.campaign(as_slave=True):
+                log.warning("not promoted: %s", lead.last_error)
+                return
+        except ControllerUnavailable as exc:
+            log.warning("controller unreachable: no promotion (%s)", exc)
+            return
+        log.warning("the controller elected this slave master of %s", self.cfg.name)
+        self.promote("ASYNC_MASTER")
+        self.auto_promoted = True
+
+    def promote(self, role: str = "SYNC_MASTER") -> None:
+        """Promote this slave here (the CLI's ``promote`` does the same from
+        outside through the role file)."""
+        from broker_core.ha.role import Role
+
+        if self.follower is None:
+            raise ValueError("this node is not a slave")
+        self.follower.promote(Role(role))
+        self.refresh_role()
+        self._promoted()
+
+    def _promoted(self) -> None:
+        with self._lock:
+            follower, self.follower = self.follower, None
+        if follower is None:
+            return
+        follower.stop()
+        self._write_ha_status(follower)  # following no more: ``promote`` waits
+        log.warning("node %s promoted to %s", self.cfg.name, self.role)
+        self.cfg.master_ha = ""
+        self._become_master_services()
+        self.heartbeat.beat()
+        for callback in self.on_promoted:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001
+                log.exception("a promotion callback failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        if self.keeper is not None:
+            self.keeper.stop(resign=True)
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        self.heartbeat.stop(unregister=True)
+        if self.follower is not None:
+            self.follower.stop()
+        if self.ha_server is not None:
+            self.ha_server.stop()
+
+    # -- registration ------------------------------------------------------------
+    def describe(self) -> NodeInfo:
+        """This node as the registry should see it now."""
+        store = self.store
+        topics = {}
+        for t in store.list_topics():
+            perm = int(getattr(t, "perm", PERM_READ | PERM_WRITE) or 0)
+            topics[t.topic_name] = TopicQueues(
+                t.read_queue_nums, t.write_queue_nums, perm or PERM_READ | PERM_WRITE
+            )
+        role = self.role
+        status = self.follower.status() if self.follower is not None else {}
+        epoch, epoch_id = self._epoch()
+        return NodeInfo(
+            cluster=self.cfg.cluster,
+            name=self.cfg.name,
+            broker_id=0 if role in MASTER_ROLES else max(1, self.cfg.broker_id),  # noqa: E501
+            role=role,
+            endpoints=[self.cfg.advertise],
+            admin=self.cfg.admin,
+            ha=self.cfg.ha_listen if self.ha_server is not None else "",
+            topics=topics,
+            log_end=store.max_physical_offset(),
+            master_log_end=int(status.get("master_offset") or 0),
+            started_ms=self.started_ms,
+            epoch=epoch,
+            epoch_id=epoch_id,
+        )
+
+    # -- routes ------------------------------------------------------------------
+    def invalidate(self) -> None:
+        with self._lock:
+            self._routes.clear()
+            self._nodes_cache = (0.0, [])
+
+    def nodes(self) -> list[NodeInfo]:
+        now = time.monotonic()
+        with self._lock:
+            at, nodes = self._nodes_cache
+        if now - at < ROUTE_TTL_S and nodes:
+            return nodes
+        nodes = self.registry.nodes()
+        with self._lock:
+            self._nodes_cache = (now, nodes)
+        return nodes
+
+    def route(self, topic: str) -> list[RouteEntry]:
+        """The cluster's queues of ``topic`` (may be empty: unknown topic)."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._routes.get(topic)
+        if cached is not None and now - cached[0] < ROUTE_TTL_S:
+            return cached[1]
+        entries = self.registry.route(topic, self.nodes())
+        with self._lock:
+            self._routes[topic] = (now, entries)
+        return entries
+
+    def announce(self) -> None:
+        """Register now (a topic was created here): routes elsewhere follow."""
+        self.heartbeat.beat()
+        self.invalidate()
+
+    # -- replication ---------------------------------------------------------------
+    def wait_replicated(self, offset: int) -> bool:
+        """For SYNC_MASTER: whether a slave has the log up to ``offset`` within
+        the node's sync timeout."""
+        if self.ha_server is None:
+            return False  # no slave can follow a master without --ha-listen
+        return bool(self.ha_server.wait_replicated(offset, self.cfg.sync_timeout_s))
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cfg.cluster,
+            "node": self.cfg.name,
+            "role": self.role,
+            "registry_error": self.heartbeat.last_error,
+            "slaves": self.ha_server.replication_status() if self.ha_server else [],
+            "following": self.follower.status() if self.follower else None,
+            "epoch": self._epoch()[0],
+            "fenced": self.fenced or None,
+            "auto_promote_after_s": self.cfg.auto_promote_after_s or None,
+            "auto_promoted": self.auto_promoted,
+            "controller": self._controller_status(),
+        }
+
+    def _controller_status(self) -> dict[str, Any] | None:
+        lead = self.leadership
+        if lead is None:
+            return None
+        left = (lead.deadline_ns - time.monotonic_ns()) / 1e9
+        return {
+            "identity": lead.identity,
+            "leading": lead.leading,
+            "term": lead.token or None,
+            "lease_left_s": round(left, 2) if lead.leading else None,
+            "error": lead.last_error or None,
+        }
+
+
+def _promoted(role_record: dict[str, Any]) -> bool:
+    """Whether a role record is a promoted slave's (a master for good)."""
+    return bool(role_record.get("promoted")) or "promoted_at_offset" in role_record

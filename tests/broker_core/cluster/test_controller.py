@@ -1,0 +1,244 @@
+"""The controller (``cluster.controller``) over a real 3-member etcd and real
+``serve`` processes: the quorum elects a broker name's master, a master
+writes only under its lease, and a slave of the in-sync set takes over when
+the lease runs out, never while the old master can still write.
+
+Each test: a SYNC_MASTER and its slave, both with ``--controller`` and a 3 s
+lease; sends over raw gRPC stubs; faults made for real (SIGKILL, SIGSTOP,
+etcd members killed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from broker_core.cluster.controller import Etcd
+from broker_core.ha.role import read_role
+from broker_core.shared import read_commit_pos
+from tests.broker_core.cluster._nodes import C, Node, cluster_args, message, send
+from tests.broker_core.ha._hahelpers import ROOT, free_port, redis_up, wait_for
+from tests.etcd import EtcdCluster, etcd_unavailable
+
+pytestmark = [pytest.mark.slow, pytest.mark.protocol]
+
+if not redis_up():
+    pytestmark.append(pytest.mark.skip(reason="no Redis on 127.0.0.1:6379"))
+if etcd_unavailable():
+    pytestmark.append(pytest.mark.skip(reason=str(etcd_unavailable())))
+
+TTL = 3
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
+    cluster = EtcdCluster(tmp_path, 3)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+class Pair:
+    """broker-a: a SYNC_MASTER and its slave, under the controller."""
+
+    def __init__(self, tmp: Path, etcd: EtcdCluster) -> None:
+        self.tmp, self.etcd = tmp, etcd
+        self.cluster = f"ctl-{uuid.uuid4().hex[:8]}"
+        self.ha = f"127.0.0.1:{free_port()}"
+        subprocess.run(
+            [sys.executable, "-m", "broker_core", "topic", "create",
+             str(tmp / "master"), "Later", "--type", "DELAY"],
+            cwd=ROOT, check=True, capture_output=True,
+        )  # fmt: skip
+        self.master = self.start_master()
+        self.slave = Node(
+            tmp, "slave", *self.common(), "--broker-id", "1", "--master-ha", self.ha
+        )
+        # In sync: the master's SYNC sends are acknowledged, and the slave is
+        # in the in-sync set the controller keeps.
+        wait_for(
+            lambda: send(self.master, message("Orders", uuid.uuid4().hex)) == [C.OK],
+            60, "a SYNC send acknowledged with the slave following",
+        )  # fmt: skip
+        wait_for(lambda: self.isr() == [self.slave_id], 30, "the in-sync set")
+
+    def common(self) -> list[str]:
+        return [*cluster_args(self.cluster), "--controller", self.etcd.urls,
+                "--lease-ttl", str(TTL), "--registry-expiry", "3",
+                "--embedded-timers"]  # fmt: skip
+
+    def start_master(self) -> Node:
+        return Node(self.tmp, "master", *self.common(), "--role", "SYNC_MASTER",
+                    "--ha-listen", self.ha)  # fmt: skip
+
+    @property
+    def slave_id(self) -> str:
+        return f"broker-a/1@127.0.0.1:{self.slave.port}"
+
+    def key(self, name: str) -> dict | None:
+        etcd = Etcd.from_url(self.etcd.urls)
+        return etcd.get(f"/rocketmq/{self.cluster}/broker-a/{name}")[0]
+
+    def isr(self) -> list[str]:
+        return list((self.key("isr") or {}).get("members") or [])
+
+    def close(self) -> None:
+        for node in (self.slave, self.master):
+            if node.proc.poll() is None:
+                os.kill(node.proc.pid, signal.SIGCONT)
+                node.proc.terminate()
+                node.proc.wait(30)
+            node.channel.close()
+
+
+@pytest.fixture
+def pair(tmp_path: Path, etcd: EtcdCluster) -> Iterator[Pair]:
+    p = Pair(tmp_path, etcd)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def acked(node: Node, n: int) -> list[str]:
+    """Send ``n`` messages one by one; the bodies of those acknowledged OK."""
+    ok = []
+    for _ in range(n):
+        mid = uuid.uuid4().hex
+        try:
+            codes = send(node, message("Orders", mid))
+        except Exception:  # noqa: BLE001 - the node is gone: not acknowledged
+            continue
+        if codes == [C.OK]:
+            ok.append("payload-" + mid)
+    return ok
+
+
+def stored(store: Path) -> bytes:
+    end = read_commit_pos(store)
+    out = b""
+    for seg in sorted((store / "commitlog").iterdir()):
+        out += seg.read_bytes()
+    return out[:end]
+
+
+def test_a_killed_master_is_replaced_by_the_quorums_choice(pair: Pair) -> None:
+    """SIGKILL of a SYNC master: the slave is elected once the lease runs out
+    (not before), holds every acknowledged message, and the old master
+    cannot come back as a master."""
+    before = acked(pair.master, 50)
+    assert len(before) == 50
+    leader = pair.key("leader")
+    assert leader is not None and leader["node"].startswith("broker-a/0@")
+    pair.master.proc.send_signal(signal.SIGKILL)
+    pair.master.proc.wait(10)
+    killed = time.monotonic()
+    wait_for(
+        lambda: send(pair.slave, message("Orders", uuid.uuid4().hex)) == [C.OK],
+        30, "the slave elected and taking writes",
+    )  # fmt: skip
+    took = time.monotonic() - killed
+    assert took < TTL + 5, took
+    assert (pair.key("leader") or {})["node"] == pair.slave_id
+    assert (pair.key("term") or {})["owner"] == pair.slave_id
+    after = acked(pair.slave, 20)
+    assert len(after) == 20
+    held = stored(pair.slave.store)
+    missing = [b for b in before + after if b.encode() not in held]
+    assert not missing, missing
+    # The old master, started again as a master, is refused by the quorum.
+    again = subprocess.run(
+        [sys.executable, "-m", "broker_core", "serve", "--store",
+         str(pair.master.store), "--listen", f"127.0.0.1:{free_port()}",
+         "--no-redis-relay", "--registry", "redis://127.0.0.1:6379/13",
+         "--ha-secret-file", str(pair.tmp / "ha.secret"), *pair.common()],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert again.returncode != 0
+    assert "controller refuses" in again.stderr and pair.slave_id in again.stderr
+
+
+def test_a_paused_master_stops_writing_before_its_slave_takes_over(
+    pair: Pair,
+) -> None:
+    """SIGSTOP of the master past its lease: the slave is elected; the old
+    master, resumed, acknowledges nothing and appends nothing, so no message
+    is accepted by two masters."""
+    assert len(acked(pair.master, 10)) == 10
+    # Delayed messages due while the master is paused: only the elected
+    # slave may deliver them, each once.
+    due = Timestamp()
+    due.FromMilliseconds(int(time.time() * 1000) + 4000)
+    delayed = []
+    for _ in range(5):
+        mid = uuid.uuid4().hex
+        m = message("Later", mid, message_type=pb.DELAY, delivery_timestamp=due)
+        assert send(pair.master, m) == [C.OK]
+        delayed.append(("payload-" + mid).encode())
+    os.kill(pair.master.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(
+            lambda: send(pair.slave, message("Orders", uuid.uuid4().hex)) == [C.OK],
+            30, "the slave elected while the master is paused",
+        )  # fmt: skip
+        end = read_commit_pos(pair.master.store)
+    finally:
+        os.kill(pair.master.proc.pid, signal.SIGCONT)
+    # Resumed: its lease is long gone by its own clock.
+    for _ in range(20):
+        assert send(pair.master, message("Orders", uuid.uuid4().hex)) != [C.OK]
+    assert read_commit_pos(pair.master.store) == end
+    assert (pair.key("leader") or {})["node"] == pair.slave_id
+    log = pair.master.log.read_text()
+    assert "lost the leadership" in log
+
+    def copies() -> list[int]:
+        held = stored(pair.slave.store)
+        return [held.count(b) for b in delayed]
+
+    # The scheduled message and its one delivered copy.
+    wait_for(lambda: copies() == [2] * 5, 30, "the delayed messages delivered")
+    time.sleep(2)
+    assert copies() == [2] * 5
+    # Nor did the resumed old master deliver them (or write anything).
+    assert read_commit_pos(pair.master.store) == end
+
+
+def test_without_a_quorum_the_master_stops_and_no_slave_is_promoted(
+    pair: Pair,
+) -> None:
+    """Two of three etcd members killed: the master stops taking writes within
+    its lease, the slave is not promoted; with the quorum back the same
+    master leads again (its term) and writes resume."""
+    assert len(acked(pair.master, 5)) == 5
+    term = pair.key("term")
+    pair.etcd.kill("e1")
+    pair.etcd.kill("e2")
+    lost = time.monotonic()
+    wait_for(
+        lambda: send(pair.master, message("Orders", uuid.uuid4().hex)) != [C.OK],
+        30, "the master to stop acknowledging without a quorum",
+    )  # fmt: skip
+    assert time.monotonic() - lost < TTL + 3
+    time.sleep(TTL + 2)  # past the lease: still no promotion
+    assert send(pair.slave, message("Orders", uuid.uuid4().hex)) != [C.OK]
+    assert read_role(pair.slave.store)["role"] == "SLAVE"
+    pair.etcd.start("e1")
+    pair.etcd.start("e2")
+    pair.etcd.wait_healthy()
+    wait_for(
+        lambda: send(pair.master, message("Orders", uuid.uuid4().hex)) == [C.OK],
+        60, "the master leading again with the quorum back",
+    )  # fmt: skip
+    assert pair.key("term") == term
+    assert (pair.key("leader") or {})["node"].startswith("broker-a/0@")
