@@ -531,6 +531,24 @@ class ClusterNode:
             started_ms=self.started_ms,
             epoch=epoch,
             epoch_id=epoch_id,
+            slaves=[
+                {
+                    k: s.get(k)
+                    for k in (
+                        "node",
+                        "address",
+                        "lag_bytes",
+                        "stalled_s",
+                        "connected",
+                        "disconnected_ms",
+                    )
+                }  # fmt: skip
+                for s in (
+                    self.ha_server.replication_status(gone=True)
+                    if self.ha_server is not None
+                    else []
+                )
+            ],
         )
 
     # -- routes ------------------------------------------------------------------
@@ -581,7 +599,9 @@ class ClusterNode:
             "node": self.cfg.name,
             "role": self.role,
             "registry_error": self.heartbeat.last_error,
-            "slaves": self.ha_server.replication_status() if self.ha_server else [],
+            "slaves": (
+                self.ha_server.replication_status(gone=True) if self.ha_server else []
+            ),
             "following": self.follower.status() if self.follower else None,
             "epoch": self._epoch()[0],
             "fenced": self.fenced or None,

@@ -71,6 +71,10 @@ class NodeInfo:
     #: store without epochs): which of two masters of one name is the newer.
     epoch: int = 0
     epoch_id: str = ""
+    #: A master's slaves as it sees them: ``node``, ``address``, ``lag_bytes``,
+    #: ``stalled_s`` (None: acking), ``connected`` (False: disconnected within
+    #: the last ten minutes, at ``disconnected_ms``)
+    slaves: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def key(self) -> str:

@@ -60,6 +60,11 @@ log = logging.getLogger(__name__)
 POLL_S = 0.001
 HEARTBEAT_S = 1.0
 LINK_TIMEOUT_S = 10.0
+#: a connected slave that acked nothing this long is shown as stalled (it acks
+#: every heartbeat, once a second)
+STALL_S = 3.0
+#: a slave that disconnected is still reported this long
+GONE_KEPT_S = 600.0
 CONFIG_SYNC_S = 1.0
 
 
@@ -135,6 +140,8 @@ class HAServer:
         bound = self._sock.getsockname()
         self.address = f"{bound[0]}:{bound[1]}"
         self._links: list[SlaveLink] = []
+        #: slaves that disconnected, by identity (or address), for operators
+        self._gone: dict[str, dict[str, Any]] = {}
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -206,6 +213,7 @@ class HAServer:
         link.tls = self.tls is not None
         with self._cond:
             self._links.append(link)
+            self._gone.pop(_who(link), None)
             self._cond.notify_all()
         log.info(
             "slave %s follows from offset %d%s",
@@ -421,6 +429,17 @@ class HAServer:
             link.closed = True
             if link in self._links:
                 self._links.remove(link)
+            end = self.store.state.dispatched_pos
+            self._gone[_who(link)] = {
+                "address": link.address,
+                "node": link.node or None,
+                "acked_offset": link.acked,
+                "master_offset": end,
+                "lag_bytes": max(0, end - link.acked),
+                "last_ack_ms": int(link.last_ack_at * 1000),
+                "disconnected_ms": int(time.time() * 1000),
+                "connected": False,
+            }
             self._cond.notify_all()
         link.conn.close()
 
@@ -454,11 +473,21 @@ class HAServer:
                  if s.node and not s.closed and now - s.caught_up_at <= window_s}
             )  # fmt: skip
 
-    def replication_status(self) -> list[dict[str, Any]]:
-        """Return per slave: address, acked offset, lag in bytes, last ack time."""
+    def replication_status(self, gone: bool = False) -> list[dict[str, Any]]:
+        """Return per connected slave: address, acked offset, lag in bytes,
+        last ack time, and since when it is stalled (acked nothing for
+        ``STALL_S``; None: it acks). With ``gone``, also the slaves that
+        disconnected in the last ``GONE_KEPT_S`` (``connected`` false)."""
         end = self.store.state.dispatched_pos
+        now = time.time()
         with self._cond:
             links = list(self._links)
+            cutoff = (now - GONE_KEPT_S) * 1000
+            for key in [
+                k for k, g in self._gone.items() if g["disconnected_ms"] < cutoff
+            ]:
+                del self._gone[key]
+            left = [dict(g) for g in self._gone.values()] if gone else []
         return [
             {
                 "address": s.address,
@@ -470,9 +499,21 @@ class HAServer:
                 "connected_since_ms": int(s.connected_at * 1000),
                 "tls": s.tls,
                 "node": s.node or None,
+                "connected": True,
+                "stalled_s": (
+                    round(now - s.last_ack_at, 1)
+                    if now - s.last_ack_at >= STALL_S
+                    else None
+                ),
             }
             for s in links
-        ]
+        ] + left
+
+
+def _who(link: SlaveLink) -> str:
+    """A slave across reconnections: its identity, else its host (a slave
+    without one, such as ``replicate``, comes back from another port)."""
+    return link.node or link.address.rsplit(":", 1)[0]
 
 
 def start_ha_server(

@@ -70,6 +70,7 @@ def cluster_alerts(timeout_s: float, alert: Any) -> list[Any]:
                 "Restart the master, or promote its slave on the Cluster page.",
             )
         )
+    out += _slave_alerts(nodes, alert)
     limit = int(getattr(settings, "CLUSTER_LAG_WARN_BYTES", LAG_WARN_BYTES))
     for n in nodes:
         behind = n.master_log_end - n.log_end
@@ -83,6 +84,43 @@ def cluster_alerts(timeout_s: float, alert: Any) -> list[Any]:
                     "Cluster page.",
                 )
             )
+    return out
+
+
+def _slave_alerts(nodes: list[Any], alert: Any) -> list[Any]:
+    """A master's slave that is stalled (connected, acking nothing) or that
+    disconnected (as the master sees it: a stalled slave also stops
+    heartbeating, so it leaves the registry and no slave row is left)."""
+    out = []
+    for n in nodes:
+        if not n.is_master:
+            continue
+        for s in n.slaves or []:
+            who = s.get("node") or s.get("address") or "?"
+            behind = _size(int(s.get("lag_bytes") or 0))
+            if s.get("connected") and s.get("stalled_s"):
+                out.append(
+                    alert(
+                        "warning",
+                        f"The slave {who} of {n.name} is stalled",
+                        f"It has acknowledged nothing for {s['stalled_s']:.0f} s "
+                        f"and is {behind} behind. A SYNC master refuses sends "
+                        "meanwhile; a promotion now would lose what it lacks.",
+                        "Look at the slave's host: a paused process, a full disk, "
+                        "or a saturated link.",
+                    )
+                )
+            elif s.get("connected") is False:
+                out.append(
+                    alert(
+                        "warning",
+                        f"The slave {who} of {n.name} is disconnected",
+                        f"It was {behind} behind when its link dropped. A SYNC "
+                        "master refuses sends until a slave follows again.",
+                        "Start the slave again, or check the network between it "
+                        "and its master; the warning clears once it follows.",
+                    )
+                )
     return out
 
 

@@ -357,6 +357,25 @@ class ClusterState:
     transactions: dict[str, Any] | None = None
 
 
+def _lag_from_masters(views: list[NodeView]) -> None:
+    """A slave's lag as its master counts it (the master's log end less what
+    the slave acknowledged), where the master names it: the slave's own
+    figure compares its end with the master's end as it last heard it, which
+    reads far too low after a stall."""
+    seen: dict[str, dict[str, Any]] = {}
+    for v in views:
+        if v.is_master:
+            for s in v.slaves:
+                if s.get("node") and s.get("connected", True):
+                    seen[s["node"]] = s
+    for v in views:
+        if v.is_master or not v.endpoints:
+            continue
+        s = seen.get(f"{v.name}/{v.broker_id}@{v.endpoints[0]}")
+        if s is not None and s.get("lag_bytes") is not None:
+            v.lag_bytes = int(s["lag_bytes"])
+
+
 def cluster_state() -> ClusterState:
     """Every live node of the registry and what its admin API reports: the
     replication of each; the pending halves, consumer lag and delay levels of
@@ -391,6 +410,7 @@ def cluster_state() -> ClusterState:
         state.delays += _delay_rows(view.name, got.get("/v1/delays", {}))
         if view.is_master and got.get(TX_METRICS_PATH):
             state.transactions = _add_metrics(state.transactions, got[TX_METRICS_PATH])
+    _lag_from_masters(views)
     state.halves.sort(key=lambda r: (r.get("born_timestamp") or 0, r["node"]))
     state.discarded.sort(key=lambda r: (r.get("born_timestamp") or 0, r["node"]))
     state.lag.sort(key=lambda r: (-r["lag"], r["group"], r["topic"], r["node"]))

@@ -239,6 +239,37 @@ def test_the_banner_says_what_is_wrong_with_the_cluster(nodes, client_as, settin
     reset_cache()
 
 
+def test_the_banner_names_a_stalled_or_disconnected_slave(nodes, settings):
+    """As the master reports its slaves in its registration: a stalled slave
+    (connected, acking nothing) and one whose link dropped each get a warning
+    with how far behind they are; one that acks gets none."""
+    from broker_core.cluster import NodeInfo
+    from console.core.alerts import current_alerts, reset_cache
+
+    slaves = [
+        {"node": "broker-a/1@10.0.0.2:8081", "address": "10.0.0.2:40001",
+         "lag_bytes": 2048, "stalled_s": 7.5, "connected": True},
+        {"node": "broker-a/2@10.0.0.3:8081", "address": "10.0.0.3:40002",
+         "lag_bytes": 3 << 20, "stalled_s": None, "connected": False,
+         "disconnected_ms": 1},
+        {"node": "broker-a/3@10.0.0.4:8081", "address": "10.0.0.4:40003",
+         "lag_bytes": 0, "stalled_s": None, "connected": True},
+    ]  # fmt: skip
+    nodes.registry.register(
+        NodeInfo(nodes.registry.cluster, "broker-a", 0, "SYNC_MASTER",
+                 endpoints=["broker-a.invalid:8081"], slaves=slaves)
+    )  # fmt: skip
+    settings.BROKER_NODE = ""
+    reset_cache()
+    alerts = {a.title: a for a in current_alerts()}
+    stalled = alerts["The slave broker-a/1@10.0.0.2:8081 of broker-a is stalled"]
+    assert "nothing for 8 s" in stalled.meaning and "2,048 bytes" in stalled.meaning
+    gone = alerts["The slave broker-a/2@10.0.0.3:8081 of broker-a is disconnected"]
+    assert "3 MiB behind" in gone.meaning
+    assert not [t for t in alerts if "broker-a/3" in t]
+    reset_cache()
+
+
 def test_the_token_goes_only_to_the_admin_hosts_allowed(nodes, client_as, settings):
     nodes.start("broker-a")
     settings.CLUSTER_ADMIN_HOSTS = ["10.9.9.9", "admin.example"]
