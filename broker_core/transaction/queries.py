@@ -42,6 +42,26 @@ class HalfQueries:
     def __init__(self, store: MessageStore, index: PendingIndex) -> None:
         self.store = store
         self.index = index
+        #: offset -> the record's own offset id (records never change)
+        self._ids: dict[int, str] = {}
+
+    def record_id(self, offset: int) -> str:
+        """The offset id of the record at ``offset`` as its bytes say: the
+        store host it was written with. A half replicated to a slave that was
+        then promoted keeps the id clients and operators saw on the old
+        master; this store's own host is only the fallback for a record that
+        cannot be read."""
+        oid = self._ids.get(offset)
+        if oid is None:
+            try:
+                oid = self.store.read_message(offset).offset_msg_id
+            except Exception:  # noqa: BLE001 - damaged or gone: this store's
+                ip, port = self.store.store_ip, self.store.store_port
+                return offset_msg_id(ip, port, offset)
+            if len(self._ids) >= 100_000:
+                self._ids.clear()
+            self._ids[offset] = oid
+        return oid
 
     def refresh_index(self, time_budget_s: float | None = None) -> int:
         """Fold new log records into the index; return how many were read."""
@@ -69,9 +89,8 @@ class HalfQueries:
             commit_off,
             reason,
         ) = row
-        ip, port = self.store.store_ip, self.store.store_port
         return HalfInfo(
-            transaction_id=offset_msg_id(ip, port, half_off),
+            transaction_id=self.record_id(half_off),
             msg_id=msg_id,
             half_offset=half_off,
             queue_offset=qoff,
@@ -90,7 +109,7 @@ class HalfQueries:
             operator=operator,
             commit_offset_msg_id=None
             if commit_off is None
-            else offset_msg_id(ip, port, commit_off),
+            else self.record_id(commit_off),
             discard_reason=reason,
         )
 

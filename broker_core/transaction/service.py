@@ -304,10 +304,14 @@ class TransactionService:
                 msg = self.store.read_message(decoded[1])
             except MessageNotFoundError:
                 msg = None
+            wanted = transaction_id.upper()
             if (
                 msg is not None
-                and msg.offset_msg_id == transaction_id.upper()
                 and _is_half(msg)
+                and wanted
+                # The record's own id (the host it was written with, also
+                # after a failover), or this store's host at that offset.
+                in (msg.offset_msg_id, offset_msg_id(self._ip, self._port, decoded[1]))
             ):
                 return msg
         try:

@@ -20,6 +20,7 @@ from broker_core.errors import (
     WrongProducerGroupError,
 )
 from broker_core.message import TRANSACTION_COMMIT_TYPE
+from broker_core.record import offset_msg_id
 from broker_core.transaction import (
     EndTransactionStatus,
     TransactionService,
@@ -342,3 +343,30 @@ def test_a_committed_message_is_found_by_id_not_its_half(svc, broker):
     svc.end_transaction(r.transaction_id, "pg", "COMMIT_MESSAGE")
     found = broker.get_message(r.msg_id)
     assert found.topic == "TxOrders" and found.body == b"tx-1"
+
+
+def test_a_half_keeps_its_id_when_another_host_serves_its_store(store_dir):
+    """After a failover the promoted slave serves the old master's records
+    under its own store host: a half is listed under the id it had (the
+    record's), and both that id and this host's id at its offset resolve it
+    (the console's rollback answered 404 before)."""
+    with Broker.open(store_dir, store_host="10.0.0.11:10911", **SMALL) as old:
+        s = TransactionService(old, transaction_timeout_ms=0, check_interval_ms=0)
+        first = s.send_half("pg", order(1)).transaction_id
+        second = s.send_half("pg", order(2)).transaction_id
+        s.close()
+    with Broker.open(store_dir, store_host="10.0.0.13:10911", **SMALL) as new:
+        s = TransactionService(new, transaction_timeout_ms=0, check_interval_ms=0)
+        try:
+            listed = {h.transaction_id for h in s.list_halves().items}
+            assert listed == {first, second}
+            assert s.rollback(first, "admin").state is TransactionState.ROLLED_BACK
+            offset = s.locate(second).commit_log_offset
+            own = offset_msg_id(bytes([10, 0, 0, 13]), 10911, offset)
+            assert own != second
+            assert s.commit(own, "admin").state is TransactionState.COMMITTED
+            # Another host's id at a real offset names nothing.
+            with pytest.raises(UnknownTransactionError):
+                s.locate(offset_msg_id(bytes([10, 9, 9, 9]), 1, offset))
+        finally:
+            s.close()
