@@ -234,7 +234,10 @@ class AdminServer:
         if ep.node is not None:
             out.update(ep.node.status())
         else:
+            from broker_core.ha.replica import cut_tails
+
             out.update(role="ASYNC_MASTER", node="", cluster="")
+            out["cut_tails"] = cut_tails(ep.store.root)[:20]
         return out
 
     def halves(self, query: dict[str, str]) -> dict[str, Any]:

@@ -531,6 +531,20 @@ class ClusterNode:
             started_ms=self.started_ms,
             epoch=epoch,
             epoch_id=epoch_id,
+            cut_tails=[
+                {
+                    k: c.get(k)
+                    for k in (
+                        "from",
+                        "to",
+                        "messages",
+                        "client_messages",
+                        "cut_at_ms",
+                        "file",
+                    )
+                }  # fmt: skip
+                for c in self._cut_tails()[:5]
+            ],
             slaves=[
                 {
                     k: s.get(k)
@@ -608,7 +622,18 @@ class ClusterNode:
             "auto_promote_after_s": self.cfg.auto_promote_after_s or None,
             "auto_promoted": self.auto_promoted,
             "controller": self._controller_status(),
+            "cut_tails": self._cut_tails(),
         }
+
+    def _cut_tails(self) -> list[dict[str, Any]]:
+        """The tails this store cut on rejoining as a slave, newest first
+        (``ha.replica.keep_cut_tail``): ASYNC loss, with where the ids are."""
+        from broker_core.ha.replica import cut_tails
+
+        try:
+            return cut_tails(self.store.root)[:20]
+        except OSError:
+            return []
 
     def _controller_status(self) -> dict[str, Any] | None:
         lead = self.leadership

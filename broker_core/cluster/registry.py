@@ -75,6 +75,9 @@ class NodeInfo:
     #: ``stalled_s`` (None: acking), ``connected`` (False: disconnected within
     #: the last ten minutes, at ``disconnected_ms``)
     slaves: list[dict[str, Any]] = field(default_factory=list)
+    #: The newest tails this store cut on rejoining as a slave (ASYNC loss):
+    #: ``from``, ``to``, ``messages``, ``client_messages``, ``cut_at_ms``, ``file``
+    cut_tails: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def key(self) -> str:

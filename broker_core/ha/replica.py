@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker_core import recovery
 from broker_core.dispatch import queue_unit_fields
@@ -31,6 +33,7 @@ from broker_core.record import (
     intact,
 )
 from broker_core.schedule.progress import PROGRESS_FILE
+from broker_core.validation import is_system_topic
 
 if TYPE_CHECKING:
     from broker_core.store import MessageStore
@@ -189,6 +192,7 @@ def truncate(store: MessageStore, end: int) -> bool:
         if state.commit_pos <= end:
             return False
         log.warning("replica log cut from %d to %d", state.commit_pos, end)
+        keep_cut_tail(store, end, state.commit_pos)
         parts = store.parts
         with state.index_lock:
             store.commitlog.truncate(end)
@@ -203,6 +207,75 @@ def truncate(store: MessageStore, end: int) -> bool:
         truncate_epochs(store.root, end)
         _drop_delay_progress_past(store.root, end)
     return True
+
+
+#: where a cut tail is kept (``STORE/ha/cut/<from>-<to>.log`` and ``.json``)
+CUT_DIR = "ha/cut"
+#: at most this many messages are listed in a cut's summary
+CUT_LISTED = 10_000
+
+
+def keep_cut_tail(store: MessageStore, start: int, end: int) -> dict[str, Any] | None:
+    """Before the log is cut at ``start``: keep the records of ``[start, end)``
+    (what this store took as a master that its new master never had: with
+    ASYNC replication, acknowledged messages lost to the cluster) as raw
+    records in ``ha/cut/<start>-<end>.log`` and a summary beside it: every
+    message's id, key, tags and topic, so that an operator can tell the
+    producers which messages to send again (``cut_tails`` reads them).
+    A failure to keep them is logged and does not stop the cut."""
+    from broker_core.metadata import atomic_write_json
+
+    folder = store.root / CUT_DIR
+    name = f"{start:020d}-{end:020d}"
+    messages: list[dict[str, Any]] = []
+    count = 0
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{name}.log", "wb") as raw:
+            for m in store.iter_messages(start, end, verify_crc=False):
+                raw.write(m.raw_record())
+                count += 1
+                if len(messages) < CUT_LISTED:
+                    messages.append({
+                        "msg_id": m.msg_id, "offset_msg_id": m.offset_msg_id,
+                        "topic": m.topic, "keys": m.keys, "tags": m.tags,
+                        "born_timestamp": m.born_timestamp,
+                        "store_timestamp": m.store_timestamp,
+                    })  # fmt: skip
+            raw.flush()
+            os.fsync(raw.fileno())
+        summary = {
+            "from": start, "to": end, "bytes": end - start, "messages": count,
+            "cut_at_ms": int(time.time() * 1000), "listed": messages,
+        }  # fmt: skip
+        atomic_write_json(folder / f"{name}.json", summary)
+    except Exception as exc:  # noqa: BLE001 - the cut itself must go on
+        log.error("the cut tail %d-%d was not kept: %s", start, end, exc)
+        return None
+    user = [m for m in messages if not is_system_topic(m["topic"])]
+    log.error(
+        "%d messages (%d bytes; %d in client topics) this store took as a "
+        "master are not in its new master's log: kept in %s (.json lists "
+        "their ids and keys)", count, end - start, len(user), folder / name,
+    )  # fmt: skip
+    return summary
+
+
+def cut_tails(root: Path) -> list[dict[str, Any]]:
+    """The cut tails kept in ``root`` (newest first), without their lists."""
+    out = []
+    for path in sorted((root / CUT_DIR).glob("*.json"), reverse=True):
+        try:
+            summary = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        listed = summary.pop("listed", [])
+        summary["client_messages"] = sum(
+            1 for m in listed if not is_system_topic(m.get("topic", ""))
+        )
+        summary["file"] = str(path)
+        out.append(summary)
+    return out
 
 
 def _drop_delay_progress_past(root: Path, end: int) -> None:

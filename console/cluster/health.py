@@ -71,6 +71,7 @@ def cluster_alerts(timeout_s: float, alert: Any) -> list[Any]:
             )
         )
     out += _slave_alerts(nodes, alert)
+    out += _cut_alerts(nodes, alert)
     limit = int(getattr(settings, "CLUSTER_LAG_WARN_BYTES", LAG_WARN_BYTES))
     for n in nodes:
         behind = n.master_log_end - n.log_end
@@ -121,6 +122,38 @@ def _slave_alerts(nodes: list[Any], alert: Any) -> list[Any]:
                         "and its master; the warning clears once it follows.",
                     )
                 )
+    return out
+
+
+#: a cut tail is in the banner this long after the cut
+CUT_ALERT_S = 24 * 3600
+
+
+def _cut_alerts(nodes: list[Any], alert: Any) -> list[Any]:
+    """A store that cut a tail on rejoining as a slave in the last day: the
+    messages it had acknowledged as a master and its new master never had."""
+    import time
+
+    out = []
+    now_ms = time.time() * 1000
+    for n in nodes:
+        for c in n.cut_tails or []:
+            if now_ms - float(c.get("cut_at_ms") or 0) > CUT_ALERT_S * 1000:
+                continue
+            out.append(
+                alert(
+                    "error",
+                    f"{n.key} lost {c.get('client_messages', 0):,} client messages "
+                    "in a failover",
+                    f"It took {c.get('messages', 0):,} records "
+                    f"({_size(int(c.get('to', 0)) - int(c.get('from', 0)))}) as a "
+                    "master that its new master never had (ASYNC replication), "
+                    "and cut them when it rejoined as a slave.",
+                    f"Their ids and keys are listed in {c.get('file')} on "
+                    f"{n.key}'s host (the records beside it, .log): ask their "
+                    "producers to send them again.",
+                )
+            )
     return out
 
 

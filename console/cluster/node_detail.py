@@ -81,6 +81,11 @@ class NodeDetail:
     delays: list[dict[str, Any]] = field(default_factory=list)
     #: the master's pending halves (None: a slave, or not answered)
     pending_halves: int | None = None
+    #: the controller's view (``leading``, ``term``, ``lease_left_s``,
+    #: ``error``; None: no controller)
+    controller: dict[str, Any] | None = None
+    #: the tails it cut on rejoining as a slave (ASYNC loss), newest first
+    cut_tails: list[dict[str, Any]] = field(default_factory=list)
     #: section -> why it is missing (its path did not answer or failed)
     missing: dict[str, str] = field(default_factory=dict)
     #: what did not answer, as sentences for the page
@@ -145,6 +150,8 @@ def _status(detail: NodeDetail, status: dict[str, Any]) -> None:
     following = detail.node.take_status(status)
     detail.master = following.get("master") or ""
     detail.registry_error = status.get("registry_error") or ""
+    detail.controller = status.get("controller") or None
+    detail.cut_tails = list(status.get("cut_tails") or [])
     counters = status.get("counters") or {}
     detail.counters = [
         {"key": key, "label": label, "help": help_, "value": counters.get(key)}

@@ -35,6 +35,7 @@ from broker_core.ha.epochs import (
     parse_epochs,
     read_epochs,
 )
+from broker_core.ha.replica import cut_tails
 from broker_core.shared import read_commit_pos
 
 TOPICS = (("E-A", 4), ("E-B", 2))
@@ -133,6 +134,18 @@ def test_the_old_master_cuts_its_lost_tail_and_follows_the_promoted_slave(
         finally:
             f.stop()
             srv.stop()
+        # What A cut is kept, and said: its 300 lost messages by key.
+        (cut,) = cut_tails(a.store.root)
+        assert (cut["from"], cut["to"]) == (shared, a_end)
+        assert cut["messages"] == cut["client_messages"] == 300
+        listed = json.loads(Path(cut["file"]).read_bytes())["listed"]
+        assert sorted(m["keys"] for m in listed) == sorted(
+            f"lost{i}" for i in range(300)
+        )
+        raw = Path(cut["file"]).with_suffix(".log").read_bytes()
+        # The records (the log range less a segment's end filler).
+        assert a_end - shared - 1024 < len(raw) <= a_end - shared
+        assert raw.count(b"lost-1-") >= 1
         # A holds B's log, queues and messages exactly, and B's epochs.
         assert_same_store(b, a)
         assert _ids(a) == _ids(b)

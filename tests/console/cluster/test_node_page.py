@@ -245,6 +245,23 @@ def test_a_slave_page_shows_what_a_slave_has(nodes, client_as):
     assert "Not reachable" not in body
 
 
+def test_a_node_page_lists_what_a_failover_cut(nodes, client_as):
+    """The tails a store cut on rejoining as a slave (kept by
+    ``ha.replica.keep_cut_tail``), read from its store through its admin
+    API: how many records and client messages, and where their ids are."""
+    from broker_core.ha.replica import keep_cut_tail
+
+    a = nodes.start("broker-a")
+    start = a.store.max_physical_offset()
+    a.send_batch([Message("events", b"lost %d" % i, keys=f"k{i}") for i in range(3)])
+    summary = keep_cut_tail(a.store, start, a.store.max_physical_offset())
+    assert summary is not None and summary["messages"] == 3
+    body = client_as("viewer").get("/cluster/nodes/broker-a:0/").content.decode()
+    assert "Messages lost in a failover" in body
+    assert 'data-testid="cut-tails"' in body
+    assert f"{start:020d}-" in body  # the summary's file, named by the range
+
+
 def test_a_silent_node_is_said_not_to_answer(nodes, client_as, settings):
     from console.cluster.node_detail import NODE_PATHS
 

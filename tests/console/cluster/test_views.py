@@ -270,6 +270,34 @@ def test_the_banner_names_a_stalled_or_disconnected_slave(nodes, settings):
     reset_cache()
 
 
+def test_the_banner_says_what_a_failover_lost(nodes, settings):
+    """The old master rejoined as a slave and cut what its new master never
+    had: the banner says how many client messages and where their ids are,
+    for a day."""
+    import time
+
+    from broker_core.cluster import NodeInfo
+    from console.core.alerts import current_alerts, reset_cache
+
+    now = int(time.time() * 1000)
+    cut = {"from": 1000, "to": 9192, "messages": 42, "client_messages": 40,
+           "file": "/var/lib/broker/store/ha/cut/a-b.json"}  # fmt: skip
+    nodes.registry.register(
+        NodeInfo(nodes.registry.cluster, "broker-a", 1, "SLAVE",
+                 endpoints=["broker-a.invalid:8081"],
+                 cut_tails=[{**cut, "cut_at_ms": now - 60_000},
+                            {**cut, "client_messages": 7,
+                             "cut_at_ms": now - 2 * 86_400_000}])
+    )  # fmt: skip
+    settings.BROKER_NODE = ""
+    reset_cache()
+    alerts = {a.title: a for a in current_alerts()}
+    lost = alerts["broker-a:1 lost 40 client messages in a failover"]
+    assert "8,192 bytes" in lost.meaning and cut["file"] in lost.action
+    assert "broker-a:1 lost 7 client messages in a failover" not in alerts
+    reset_cache()
+
+
 def test_the_token_goes_only_to_the_admin_hosts_allowed(nodes, client_as, settings):
     nodes.start("broker-a")
     settings.CLUSTER_ADMIN_HOSTS = ["10.9.9.9", "admin.example"]
