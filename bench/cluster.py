@@ -55,7 +55,17 @@ phase, per message; client CPU each client's own over its loop.
    holds against the sends the client saw acknowledged (the topic holds
    nothing else).
 
-``--sections 1,2,3,4`` runs only the given sections.
+5. Failover under the controller, with the clients that were sending:
+   a 3-member etcd on loopback (``tests/etcd.py``), broker-a SYNC_MASTER and
+   its slave with ``--controller`` (``--lease-ttl``, 6 s), broker-b a plain
+   master; ``--steady-clients`` official-client producers, each one send at
+   a time at ``--steady-rate`` per second for ``--steady-s`` seconds, their
+   access point every node (``a;b;s``). broker-a's master is SIGKILLed after
+   ``--kill-after`` s. Reported: sends failed (and when, after the kill),
+   acknowledged sends in neither surviving store (must be 0), and the time
+   from the kill to the first send stored on the promoted slave.
+
+``--sections 1,2,3,4,5`` runs only the given sections.
 
 Prints a table (with the load average at the start and the end: the figures
 depend on what else runs on the machine) and writes JSON (``--json``, else
@@ -253,7 +263,40 @@ def failover_probe(ep: str, topic: str, per: int, deadline_s: float) -> dict:
     return {"all_ok_s": None, "attempts": attempts}
 
 
+def steady_send(ep: str, topic: str, seconds: float, rate: float) -> dict:
+    """One official-client producer sending one message at a time at ``rate``
+    per second for ``seconds``, through access point ``ep`` (several nodes:
+    ``a;b;c``): every send's time, outcome and message id."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    p = Producer(ClientConfiguration(ep, Credentials(), request_timeout=3), (topic,))
+    p.startup()
+    sends: list[list] = []
+    t0 = time.time()
+    i = 0
+    while time.time() - t0 < seconds:
+        due = t0 + i / rate
+        if due > time.time():
+            time.sleep(due - time.time())
+        m = Message()
+        m.topic = topic
+        m.body = b"steady-%d" % i
+        at = time.time()
+        try:
+            r = p.send(m)
+            sends.append([at, time.time() - at, 1, r.message_id])
+        except Exception as exc:  # noqa: BLE001 - a failed send, counted
+            sends.append([at, time.time() - at, 0, type(exc).__name__])
+        i += 1
+    try:
+        p.shutdown()
+    except Exception:  # noqa: BLE001
+        pass
+    return {"sends": sends}
+
+
 WORKERS = {
+    "steady_send": (steady_send, (str, str, float, float)),
     "recv_acked": (recv_acked, (str, str, str, int, float)),
     "lat_send": (lat_send, (str, str, int, int)),
     "failover_probe": (failover_probe, (str, str, int, float)),
@@ -726,6 +769,114 @@ def bench_auto_promote(a, tmp: Path, base: str, expiry: float) -> dict:
         c.stop()
 
 
+def bench_controller_failover(a, tmp: Path, base: str) -> dict:
+    """Section 5 (module doc): SIGKILL of a SYNC master under the controller
+    while producers whose access point lists every node keep sending."""
+    sys.path.insert(0, str(ROOT))
+    from tests.etcd import EtcdCluster
+
+    etcd_dir = tmp / f"{base}-etcd"
+    etcd_dir.mkdir()
+    etcd = EtcdCluster(etcd_dir, 3)
+    c = Cluster(tmp, a.registry, f"{base}-ctl", a.controller_expiry)
+    topic = "Steady"
+    ha = bg.free_port()
+    ctl = ("--controller", etcd.urls, "--lease-ttl", str(a.lease_ttl))
+    secret = ("--ha-secret-file", str(c.secret))
+    procs: list[subprocess.Popen] = []
+    try:
+        c.store("a", [topic])
+        c.store("s", [])
+        c.store("b", [topic])
+        c.start("a", "broker-a", "--role", "SYNC_MASTER",
+                "--ha-listen", f"127.0.0.1:{ha}", *secret, *ctl)  # fmt: skip
+        c.start("s", "broker-a", "--broker-id", "1",
+                "--master-ha", f"127.0.0.1:{ha}", *secret, *ctl)  # fmt: skip
+        c.start("b", "broker-b")
+        c.wait_up({"broker-a:0", "broker-a:1", "broker-b:0"})
+        access = ";".join(c.ep(k) for k in ("a", "b", "s"))
+        procs = [
+            spawn(
+                "steady_send", access, topic, a.steady_s, a.steady_rate, home=str(tmp)
+            )
+            for _ in range(a.steady_clients)
+        ]
+        time.sleep(a.kill_after)
+        c.procs["a"].send_signal(signal.SIGKILL)
+        killed = time.time()
+        sends = [x for p in procs for x in result_of(p, a.steady_s + 120)["sends"]]
+        procs = []
+        c.stop()
+        held = {k: _log_bytes(c.stores[k]) for k in ("a", "s", "b")}
+        acked = [x for x in sends if x[2]]
+        failed = [x for x in sends if not x[2]]
+        survivors = held["s"] + held["b"]
+        lost = [x for x in acked if x[3].encode() not in survivors]
+        after = [x for x in acked if x[0] >= killed]
+        on_promoted = [x for x in after if x[3].encode() in held["s"]]
+        on_old = [x for x in after if x[3].encode() in held["a"]]
+        return {
+            "clients": a.steady_clients,
+            "rate_per_client": a.steady_rate,
+            "lease_ttl_s": a.lease_ttl,
+            "registry_expiry_s": a.controller_expiry,
+            "sends": len(sends),
+            "acknowledged": len(acked),
+            "failed": len(failed),
+            "failed_kinds": sorted({x[3] for x in failed}),
+            "failed_after_kill_s": (
+                [
+                    round(min(x[0] for x in failed) - killed, 2),
+                    round(max(x[0] for x in failed) - killed, 2),
+                ]
+                if failed
+                else None
+            ),  # fmt: skip
+            "acknowledged_lost": len(lost),
+            "first_send_on_promoted_s": (
+                round(min(x[0] for x in on_promoted) - killed, 2)
+                if on_promoted
+                else None
+            ),
+            "acknowledged_after_kill": len(after),
+            "after_kill_on_promoted": len(on_promoted),
+            "after_kill_on_old_master": len(on_old),
+            "max_send_latency_s": round(max((x[1] for x in sends), default=0), 2),
+            "node_errors": node_errors(c),
+        }
+    finally:
+        for p in procs:
+            p.kill()
+        c.stop()
+        etcd.close()
+
+
+def _log_bytes(store: Path) -> bytes:
+    from broker_core.shared import read_commit_pos
+
+    end = read_commit_pos(store)
+    out = bytearray()
+    for seg in sorted((store / "commitlog").iterdir()):
+        out += seg.read_bytes()
+    return bytes(out[:end])
+
+
+def print_controller(res: dict) -> None:
+    r = res["controller"]
+    print("\n5. SIGKILL of a SYNC master under the controller, clients sending")
+    print(f"  {r['clients']} producers x {r['rate_per_client']:g}/s, access point "
+          f"= every node; lease {r['lease_ttl_s']} s, registry expiry "
+          f"{r['registry_expiry_s']:g} s")  # fmt: skip
+    print(f"  sends {r['sends']:,}, acknowledged {r['acknowledged']:,}, failed "
+          f"{r['failed']:,} {r['failed_kinds']} (from/to after the kill: "
+          f"{r['failed_after_kill_s']})")  # fmt: skip
+    print(f"  acknowledged and lost: {r['acknowledged_lost']}; first send stored "
+          f"on the promoted slave {r['first_send_on_promoted_s']} s after the "
+          f"kill ({r['after_kill_on_promoted']:,} of "
+          f"{r['acknowledged_after_kill']:,} acknowledged after it); slowest send "
+          f"{r['max_send_latency_s']} s")  # fmt: skip
+
+
 # -- output ------------------------------------------------------------------------
 def fmt(v, spec=",.0f") -> str:
     return "-" if v is None else format(v, spec)
@@ -837,7 +988,8 @@ def print_tables(res: dict) -> None:
     )
     for key, show in (("scale", print_scale), ("replication", print_replication),
                       ("failover", print_failover),
-                      ("auto_promote", print_auto_promote)):  # fmt: skip
+                      ("auto_promote", print_auto_promote),
+                      ("controller", print_controller)):  # fmt: skip
         if key in res:
             show(res)
 
@@ -877,7 +1029,15 @@ def main(argv: list[str]) -> int:
         "--auto-promote-after", type=float, default=1.0,
         help="section 4: the slave's --auto-promote-after",
     )  # fmt: skip
-    ap.add_argument("--sections", default="1,2,3,4", help="which sections to run")
+    ap.add_argument("--sections", default="1,2,3,4,5", help="which sections to run")
+    ap.add_argument("--steady-clients", type=int, default=2, help="section 5")
+    ap.add_argument(
+        "--steady-rate", type=float, default=50, help="section 5, per client"
+    )
+    ap.add_argument("--steady-s", type=float, default=60, help="section 5: how long")
+    ap.add_argument("--kill-after", type=float, default=15, help="section 5")
+    ap.add_argument("--lease-ttl", type=int, default=6, help="section 5")
+    ap.add_argument("--controller-expiry", type=float, default=3, help="section 5")
     ap.add_argument("--registry", default="redis://127.0.0.1:6379/11")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
@@ -918,6 +1078,9 @@ def main(argv: list[str]) -> int:
             res["auto_promote"] = [
                 bench_auto_promote(a, tmp, base, e) for e in expiries
             ]
+        if "5" in sections:
+            print("5. controller failover, clients sending", flush=True)
+            res["controller"] = bench_controller_failover(a, tmp, base)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         res["redis_keys_deleted"] = cleanup_redis(a.registry, base)
@@ -929,6 +1092,7 @@ def main(argv: list[str]) -> int:
         *res.get("replication", {}).values(),
         *res.get("failover", []),
         *res.get("auto_promote", []),
+        *([res["controller"]] if "controller" in res else []),
     ]
     errs = [e for part in parts for e in part.get("node_errors", [])]
     print(f"\nnode log errors: {len(errs)}" + "".join(f"\n  {e}" for e in errs[:10]))
