@@ -251,8 +251,8 @@ class Leadership:
         leader_key, term_key = self.prefix + "/leader", self.prefix + "/term"
         _, leader_rev = self.etcd.get(leader_key)
         term, term_rev = self.term()
+        sent = time.monotonic_ns()  # before the grant: the lease runs from then
         lease = self.etcd.grant(self.lease_ttl_s)
-        sent = time.monotonic_ns()
         value = {"node": self.identity, **self.describe()}
         ops = [self.etcd.put_op(leader_key, value, lease)]
         keep_term = term is not None and term.get("owner") == self.identity
@@ -305,26 +305,27 @@ class Leadership:
             return False
         self.deadline_ns = sent + int(self.lease_ttl_s * LEASE_TRUST * 1e9)
         self.last_error = ""
-        if in_sync is not None:
+        if in_sync is not None and in_sync != self.in_sync()[0]:
             try:
                 self.write_in_sync(in_sync)
             except ControllerUnavailable as exc:
                 self.last_error = str(exc)
         return True
 
-    def write_in_sync(self, members: list[str]) -> None:
-        """Write the in-sync set, only while the term is this node's."""
+    def write_in_sync(self, members: list[str]) -> bool:
+        """Write the in-sync set, only while the term is this node's (False:
+        it is not; ``ControllerUnavailable``: no quorum)."""
         key = self.prefix + "/isr"
-        current, _ = self.etcd.get(key)
         value = {"members": sorted(members), "term": self.token}
-        if current == value:
-            return
+        if not self.token:
+            return False
         ok, _ = self.etcd.txn(
             [self.etcd.same_mod(self.prefix + "/term", self.token)],
             [self.etcd.put_op(key, value)],
         )
         if ok:
             log.info("in-sync set of %s: %s", self.name, value["members"] or "none")
+        return ok
 
     def resign(self) -> None:
         """Give the leadership up at a clean stop: the slave need not wait for
@@ -346,7 +347,7 @@ class LeaseKeeper:
         self,
         leadership: Leadership,
         store: Any,
-        in_sync: Callable[[], list[str]],
+        in_sync: Callable[[], list[str] | None],
         on_change: Callable[[bool], None] = lambda leading: None,
     ) -> None:
         self.leadership = leadership

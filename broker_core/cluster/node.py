@@ -158,6 +158,12 @@ class ClusterNode:
         self._role_thread: threading.Thread | None = None
         self.leadership: Any = None
         self.keeper: Any = None
+        #: under a controller: the in-sync set as published in etcd (a SYNC
+        #: send waits for every member), and the highest log end acknowledged
+        #: to a client; a slave joins the set only once it has that much
+        self._isr_lock = threading.Lock()
+        self.isr: set[str] = set()
+        self.acked_hw = 0
         if cfg.controller:
             from broker_core.cluster.controller import Etcd, Leadership
 
@@ -230,7 +236,10 @@ class ClusterNode:
         if self.cfg.master_ha:
             return
         if self.leadership is not None:
+            # The quorum decides; the registry's soft state (a dead master's
+            # registration not yet expired) must not refuse its choice.
             self._check_controller()
+            return
         try:
             live = self.newer_master()
         except Exception as exc:  # noqa: BLE001 - Redis away: cannot tell
@@ -274,8 +283,10 @@ class ClusterNode:
             return False
         if not self.is_master:
             return True
-        if self.leadership is not None and not self.leadership.leading:
-            return False  # no lease: clients must not route here
+        if self.leadership is not None:
+            # No lease: clients must not route here. The quorum, not the
+            # registry, decides who is master.
+            return bool(self.leadership.leading)
         try:
             live = self.newer_master()
         except Exception:  # noqa: BLE001 - the registration fails and says so
@@ -345,19 +356,56 @@ class ClusterNode:
                 self.cfg.cluster, self.cfg.name, tls=self._tls_server,
             ).start()  # fmt: skip
         if self.leadership is not None and self.keeper is None:
-            from broker_core.cluster.controller import ISR_WINDOW_S, LeaseKeeper
-
-            def in_sync() -> list[str]:
-                ha = self.ha_server
-                return ha.in_sync(ISR_WINDOW_S) if ha is not None else []
+            from broker_core.cluster.controller import LeaseKeeper
 
             def changed(leading: bool) -> None:
                 if leading:
+                    self._load_isr()
                     self.heartbeat.beat()  # back in the routes at once
 
+            self._load_isr()
             self.keeper = LeaseKeeper(
-                self.leadership, self.store, in_sync, changed
+                self.leadership, self.store, self._isr_round, changed
             ).start()
+
+    # -- the in-sync set (controller) ----------------------------------------------
+    def _load_isr(self) -> None:
+        """On taking the lead: the in-sync set of this term as etcd has it
+        (none in a new term), and every record in the log counted as
+        acknowledged (after a restart nobody knows what was)."""
+        from broker_core.cluster.controller import ControllerUnavailable
+
+        lead = self.leadership
+        try:
+            members, term = lead.in_sync()
+        except ControllerUnavailable:
+            members, term = [], 0
+        with self._isr_lock:
+            self.isr = set(members) if term == lead.token else set()
+            self.acked_hw = max(self.acked_hw, self.store.max_physical_offset())
+
+    def _isr_round(self) -> None:
+        """At each lease renewal: drop the members that fell behind and add
+        the slaves that caught up, etcd first (a member is electable: the set
+        this master waits on is never larger than the published one)."""
+        from broker_core.cluster.controller import ISR_WINDOW_S, ControllerUnavailable
+
+        ha, lead = self.ha_server, self.leadership
+        if lead is None or not lead.leading:
+            return None
+        fresh = set(ha.in_sync(ISR_WINDOW_S)) if ha is not None else set()
+        acked = ha.acked_by_node() if ha is not None else {}
+        with self._isr_lock:
+            keep = self.isr & fresh
+            join = {n for n in fresh - self.isr if acked.get(n, -1) >= self.acked_hw}
+            want = keep | join
+            if want != self.isr:
+                try:
+                    if lead.write_in_sync(sorted(want)):
+                        self.isr = want
+                except ControllerUnavailable as exc:
+                    lead.last_error = str(exc)
+        return None
 
     def _write_ha_status(self, follower: Any = None) -> None:
         """The follower's status (this node's, by default) in
@@ -602,10 +650,47 @@ class ClusterNode:
     # -- replication ---------------------------------------------------------------
     def wait_replicated(self, offset: int) -> bool:
         """For SYNC_MASTER: whether a slave has the log up to ``offset`` within
-        the node's sync timeout."""
+        the node's sync timeout. Under a controller: every slave of the
+        published in-sync set (at least one); one that does not confirm in
+        time is first removed from the set in etcd, so that no slave lacking
+        an acknowledged message can be elected."""
         if self.ha_server is None:
             return False  # no slave can follow a master without --ha-listen
-        return bool(self.ha_server.wait_replicated(offset, self.cfg.sync_timeout_s))
+        if self.leadership is None:
+            return bool(self.ha_server.wait_replicated(offset, self.cfg.sync_timeout_s))
+        from broker_core.cluster.controller import ControllerUnavailable
+
+        ha, lead = self.ha_server, self.leadership
+        deadline = time.monotonic() + self.cfg.sync_timeout_s
+        while True:
+            with self._isr_lock:
+                members = set(self.isr)
+            if not members:
+                return False  # no in-sync slave yet
+            ha.wait_nodes(members, offset, max(0.0, deadline - time.monotonic()))
+            with self._isr_lock:
+                if self.isr != members:
+                    if time.monotonic() < deadline:
+                        continue  # the set changed meanwhile: wait on the new one
+                    return False
+                acked = ha.acked_by_node()
+                have = {n for n in members if acked.get(n, -1) >= offset}
+                if have != members:
+                    if not have:
+                        return False
+                    try:
+                        if not lead.write_in_sync(sorted(have)):
+                            return False
+                    except ControllerUnavailable:
+                        return False
+                    log.warning(
+                        "in-sync set of %s shrunk to %s: %s did not confirm "
+                        "within %.1f s", self.cfg.name, sorted(have),
+                        sorted(members - have), self.cfg.sync_timeout_s,
+                    )  # fmt: skip
+                    self.isr = have
+                self.acked_hw = max(self.acked_hw, offset)
+                return True
 
     def status(self) -> dict[str, Any]:
         return {

@@ -462,6 +462,32 @@ class HAServer:
                     return False
                 self._cond.wait(remaining)
 
+    def acked_by_node(self) -> dict[str, int]:
+        """What each connected slave that named itself has acknowledged."""
+        out: dict[str, int] = {}
+        with self._cond:
+            for s in self._links:
+                if s.node and not s.closed:
+                    out[s.node] = max(out.get(s.node, -1), s.acked)
+        return out
+
+    def wait_nodes(self, nodes: set[str], offset: int, timeout: float) -> bool:
+        """Wait until every slave in ``nodes`` (identities) is connected and
+        has acknowledged the log up to ``offset``; False after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                acked: dict[str, int] = {}
+                for s in self._links:
+                    if s.node and not s.closed:
+                        acked[s.node] = max(acked.get(s.node, -1), s.acked)
+                if all(acked.get(n, -1) >= offset for n in nodes):
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+
     def in_sync(self, window_s: float) -> list[str]:
         """The identities of the connected slaves that had the whole log within
         the last ``window_s`` seconds (RocketMQ 5's SyncStateSet, less the

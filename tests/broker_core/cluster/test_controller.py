@@ -242,3 +242,48 @@ def test_without_a_quorum_the_master_stops_and_no_slave_is_promoted(
     )  # fmt: skip
     assert pair.key("term") == term
     assert (pair.key("leader") or {})["node"].startswith("broker-a/0@")
+
+
+def test_with_two_slaves_only_one_holding_every_ack_is_elected(
+    tmp_path: Path, etcd: EtcdCluster
+) -> None:
+    """A SYNC master with two slaves: one is stopped, the master's sends wait
+    for it, then drop it from the in-sync set (in etcd) and are acknowledged
+    by the other. The master is killed and the other stopped too: the first,
+    resumed, lacks acknowledged messages and is not elected; the other, once
+    resumed, is, and holds every acknowledged message."""
+    pair = Pair(tmp_path, etcd)
+    third = Node(tmp_path, "third", *pair.common(), "--broker-id", "2",
+                 "--master-ha", pair.ha)  # fmt: skip
+    third_id = f"broker-a/2@127.0.0.1:{third.port}"
+    try:
+        wait_for(lambda: pair.isr() == sorted([pair.slave_id, third_id]), 30,
+                 "both slaves in sync")  # fmt: skip
+        os.kill(third.proc.pid, signal.SIGSTOP)
+        try:
+            acked_msgs = acked(pair.master, 30)
+            assert len(acked_msgs) >= 25  # the first may time out on the stop
+            assert pair.isr() == [pair.slave_id]
+            os.kill(pair.slave.proc.pid, signal.SIGSTOP)
+            pair.master.proc.send_signal(signal.SIGKILL)
+            pair.master.proc.wait(10)
+        finally:
+            os.kill(third.proc.pid, signal.SIGCONT)
+        time.sleep(TTL + 3)  # the lease is gone: only the stopped slave may lead
+        assert (pair.key("leader") or {}).get("node") is None
+        assert read_role(third.store)["role"] == "SLAVE"
+        assert "not in the in-sync set" in third.log.read_text()
+        os.kill(pair.slave.proc.pid, signal.SIGCONT)
+        wait_for(
+            lambda: send(pair.slave, message("Orders", uuid.uuid4().hex)) == [C.OK],
+            30, "the in-sync slave elected",
+        )  # fmt: skip
+        held = stored(pair.slave.store)
+        assert [b for b in acked_msgs if b.encode() not in held] == []
+    finally:
+        os.kill(pair.slave.proc.pid, signal.SIGCONT)
+        if third.proc.poll() is None:
+            third.proc.terminate()
+            third.proc.wait(30)
+        third.channel.close()
+        pair.close()
