@@ -298,6 +298,14 @@ class ReplicaReadOnlyError(StoreError):
     code = "replica_read_only"
 
 
+class ControllerUnavailable(BrokerError):
+    """No member of the controller's etcd cluster answered with a quorum
+    (``cluster.controller``)."""
+
+    code = "controller_unavailable"
+    http_status = 503
+
+
 class LeaseExpiredError(ReplicaReadOnlyError):
     """A master under a controller whose lease has run out (or was lost): it
     takes no appends until it leads again (``cluster.controller``); nothing

@@ -43,7 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_core.errors import BrokerError
+from broker_core.errors import ControllerUnavailable
+
+__all__ = ["ControllerUnavailable", "Etcd", "LeaseKeeper", "Leadership"]
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +54,6 @@ ISR_WINDOW_S = 10.0
 #: the share of the lease a master trusts: it fences itself after this share
 #: of the TTL counted from before the renewal was sent
 LEASE_TRUST = 0.75
-
-
-class ControllerUnavailable(BrokerError):
-    """No etcd member answered with a quorum."""
-
-    code = "controller_unavailable"
 
 
 def _b64(data: str | bytes) -> str:
