@@ -306,6 +306,16 @@ class ControllerUnavailable(BrokerError):
     http_status = 503
 
 
+class RouteUnavailableError(BrokerError):
+    """A node in a cluster that cannot reach the route registry and takes no
+    writes: it has no route to answer with (the client keeps its own, or asks
+    another node)."""
+
+    code = "route_unavailable"
+    http_status = 503
+    grpc_code = RmqCode.INTERNAL_SERVER_ERROR
+
+
 class LeaseExpiredError(ReplicaReadOnlyError):
     """A master under a controller whose lease has run out (or was lost): it
     takes no appends until it leads again (``cluster.controller``); nothing

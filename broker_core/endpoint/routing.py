@@ -20,6 +20,7 @@ from broker_core.endpoint.wire import (
 from broker_core.errors import (
     BrokerError,
     ReplicaReadOnlyError,
+    RouteUnavailableError,
     TopicExistsError,
     ValidationError,
 )
@@ -126,6 +127,17 @@ class Routing:
             queues = self.cluster_route(topic, asked)
             if queues:
                 return queues
+            if not self.ep.writable():
+                # The registry is away and this node takes no writes (a slave,
+                # a master without its controller lease: perhaps the one cut
+                # off from the cluster): its own queues would take clients'
+                # sends to a node that refuses them until their next route
+                # refresh. The client keeps the route it has, or asks another
+                # node of its access point.
+                raise RouteUnavailableError(
+                    "the route registry is unreachable from this node, which "
+                    "takes no writes: ask another node"
+                )
             # Not registered yet (just created) or the registry is away: what
             # this node has, so that its own clients keep working.
         return self.local_route(topic, asked)
@@ -211,14 +223,17 @@ class Routing:
                     )
         except ValidationError as exc:
             return spb.QueryRouteResponse(status=status(C.ILLEGAL_TOPIC, str(exc)))
-        if self.ep.node is not None:
-            # The registry is across the network: off the event loop.
-            loop = asyncio.get_running_loop()
-            queues = await loop.run_in_executor(
-                None, self.route, topic, request.endpoints
-            )
-        else:
-            queues = self.route(topic, request.endpoints)
+        try:
+            if self.ep.node is not None:
+                # The registry is across the network: off the event loop.
+                loop = asyncio.get_running_loop()
+                queues = await loop.run_in_executor(
+                    None, self.route, topic, request.endpoints
+                )
+            else:
+                queues = self.route(topic, request.endpoints)
+        except RouteUnavailableError as exc:
+            return spb.QueryRouteResponse(status=status(int(exc.grpc_code), str(exc)))
         return spb.QueryRouteResponse(status=status(C.OK), message_queues=queues)
 
     async def QueryAssignment(self, request, context):  # noqa: N802

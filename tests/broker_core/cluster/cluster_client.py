@@ -5,6 +5,8 @@
     python cluster_client.py consume ACCESS GROUP TOPIC COUNT TIMEOUT_S [PREFIXES]
     python cluster_client.py half ACCESS TOPIC BODY           (left pending)
     python cluster_client.py checker ACCESS TOPIC SECONDS     (commits checks)
+    python cluster_client.py steady ACCESS TOPIC SECONDS PREFIX (one at a time,
+        20/s, until SECONDS pass or the file PREFIX.stop appears)
 
 The last line printed is ``RESULT <json>``.
 """
@@ -67,6 +69,32 @@ def send(access: str, topic: str, count: str, prefix: str, delay_ms: str = "0"):
     finally:
         p.shutdown()
     return {"sent": sent, "failed": failed, "brokers": dict(brokers), "where": where}
+
+
+def steady(access: str, topic: str, seconds: str, prefix: str):
+    """Send one message at a time, 20 a second: each send's body, time and
+    outcome (the acknowledged ones are what must never be lost)."""
+    import os
+
+    p = Producer(_cfg(access), (topic,))
+    p.startup()
+    sent, failed = [], []
+    end = time.time() + float(seconds)
+    i = 0
+    try:
+        while time.time() < end and not os.path.exists(prefix + ".stop"):
+            body = f"{os.path.basename(prefix)}-{i}"
+            i += 1
+            at = time.time()
+            try:
+                receipt = p.send(_msg(topic, body))
+                sent.append([body, at, _broker(receipt)])
+            except Exception as exc:  # noqa: BLE001 - reported
+                failed.append([body, at, f"{type(exc).__name__}: {str(exc)[:160]}"])
+            time.sleep(max(0.0, 0.05 - (time.time() - at)))
+    finally:
+        p.shutdown()
+    return {"sent": sent, "failed": failed}
 
 
 def consume(
