@@ -73,7 +73,9 @@ def partition(host, *others, heal: bool = False) -> None:
             f"{o.address}/32")  # fmt: skip
 
 
-def test_an_asymmetric_partition_loses_no_acknowledged_message(network, tmp_path):
+def three_hosts(network, tmp_path):
+    """etcd, the registry, broker-a's master and slave, broker-b: up, the
+    slave in the in-sync set."""
     c = Cluster(network, tmp_path, TOPIC, EXPIRY)
     urls = start_etcd(network, tmp_path)
     etcd = Etcd.from_url(urls)
@@ -93,67 +95,114 @@ def test_an_asymmetric_partition_loses_no_acknowledged_message(network, tmp_path
         assert time.monotonic() < deadline, etcd.get(isr)
         time.sleep(0.2)
 
+    return c, etcd, ctl, slave_id
+
+
+def steady(c, tmp_path):
     access = ";".join(c.access(h) for h in (c.a, c.b, c.s))
-    prefix = tmp_path / "steady"
-    sender = subprocess.Popen(
-        [sys.executable, str(CLIENT), "steady", access, TOPIC, "120", str(prefix)],
+    return subprocess.Popen(
+        [sys.executable, str(CLIENT), "steady", access, TOPIC, "120",
+         str(tmp_path / "steady")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
     )  # fmt: skip
-    try:
-        time.sleep(5)
-        partition(c.a, c.registry, c.s, *(network.hosts[f"e{i}"] for i in range(3)))
-        cut_at = time.monotonic()
-        # The quorum elects the slave once the master's lease has run out.
-        while (etcd.get("/rocketmq/c1/broker-a/leader")[0] or {}).get(
-            "node"
-        ) != slave_id:
-            assert time.monotonic() - cut_at < 30, "the slave was not elected"
-            time.sleep(0.1)
-        elected_s = time.monotonic() - cut_at
-        # The cut-off master stopped writing before that, and writes nothing
-        # although the client still reaches it.
-        end = read_commit_pos(tmp_path / "store-a")
-        time.sleep(5)
-        assert read_commit_pos(tmp_path / "store-a") == end
-        partition(c.a, c.registry, c.s, *(network.hosts[f"e{i}"] for i in range(3)),
-                  heal=True)  # fmt: skip
-        time.sleep(5)  # healed: the old master still takes nothing
-        assert read_commit_pos(tmp_path / "store-a") == end
-    finally:
-        (tmp_path / "steady.stop").touch()
-        out, _ = sender.communicate(timeout=60)
+
+
+def results(sender, tmp_path) -> dict:
+    (tmp_path / "steady.stop").touch()
+    out, _ = sender.communicate(timeout=60)
     lines = [x for x in out.splitlines() if x.startswith("RESULT ")]
     assert lines, out[-3000:]
     result = json.loads(lines[-1][len("RESULT ") :])
     (tmp_path / "steady.json").write_text(json.dumps(result))
-    acked = {body for body, _at, _broker in result["sent"]}
-    assert len(acked) > 200, (len(acked), result["failed"][:5])
+    return result
 
-    # The old master returns: refused as a master, it rejoins as the new
-    # master's slave and cuts the tail it took without a lease.
+
+def elected(etcd, slave_id: str, since: float) -> float:
+    """Seconds from ``since`` until the quorum elected ``slave_id``."""
+    while (etcd.get("/rocketmq/c1/broker-a/leader")[0] or {}).get("node") != slave_id:
+        assert time.monotonic() - since < 30, "the slave was not elected"
+        time.sleep(0.1)
+    return time.monotonic() - since
+
+
+def rejoin_and_check(c, ctl, tmp_path, result, least: int) -> tuple[set, set]:
+    """The old master rejoins as the new master's slave; every acknowledged
+    message is held by a survivor, what it cut was never acknowledged, and
+    failed sends (if any) span under 5 s. Returns (acknowledged, cut keys)."""
+    acked = {body for body, _at, _broker in result["sent"]}
+    assert len(acked) >= least, (len(acked), result["failed"][:5])
     c.a.kill()
     c.serve(c.a, tmp_path / "store-a", "broker-a", "--broker-id", "2",
             "--master-ha", f"{c.s.address}:10912", *ctl)  # fmt: skip
     c.wait_nodes({"broker-a:0", "broker-a:2", "broker-b:0"}, timeout=30)
-
     held = stored_keys(tmp_path / "store-s") | stored_keys(tmp_path / "store-b")
     lost = sorted(acked - held)
     assert not lost, (len(lost), lost[:10])
-    cuts = sorted((tmp_path / "store-a" / "ha" / "cut").glob("*.json"))
     cut_keys = set()
-    for path in cuts:
+    for path in sorted((tmp_path / "store-a" / "ha" / "cut").glob("*.json")):
         cut_keys |= {m["keys"] for m in json.loads(path.read_bytes())["listed"]}
     # What the old master took alone was never acknowledged (a client retry
     # of it may have been, on another node: then it is held there).
     assert not [k for k in cut_keys & acked if k not in held]
     failed = result["failed"]
-    # Clients hardly notice: the old master refuses (or gives no route) and
-    # the official client retries on the next queue, broker-b's.
+    # Clients hardly notice: the old master refuses, times out or gives no
+    # route, and the official client retries on the next queue, broker-b's.
     if failed:
         span = max(at for _b, at, _e in failed) - min(at for _b, at, _e in failed)
         assert span < 5, (span, failed[:5])
-    print(
-        f"elected {elected_s:.1f} s after the partition; {len(acked)} sends "
-        f"acknowledged, {len(failed)} failed; {len(cut_keys)} unacknowledged "
-        "messages cut from the old master"
-    )
+    return acked, cut_keys
+
+
+def test_an_asymmetric_partition_loses_no_acknowledged_message(network, tmp_path):
+    c, etcd, ctl, slave_id = three_hosts(network, tmp_path)
+    others = (c.registry, c.s, *(network.hosts[f"e{i}"] for i in range(3)))
+    sender = steady(c, tmp_path)
+    try:
+        time.sleep(5)
+        partition(c.a, *others)
+        cut_at = time.monotonic()
+        took = elected(etcd, slave_id, cut_at)
+        # The cut-off master stopped writing before that, and writes nothing
+        # although the client still reaches it.
+        end = read_commit_pos(tmp_path / "store-a")
+        time.sleep(5)
+        assert read_commit_pos(tmp_path / "store-a") == end
+        partition(c.a, *others, heal=True)
+        time.sleep(5)  # healed: the old master still takes nothing
+        assert read_commit_pos(tmp_path / "store-a") == end
+    finally:
+        result = results(sender, tmp_path)
+    acked, cut = rejoin_and_check(c, ctl, tmp_path, result, 200)
+    print(f"asymmetric: elected {took:.1f} s after the cut; {len(acked)} sends "
+          f"acknowledged, {len(result['failed'])} failed; {len(cut)} "
+          "unacknowledged messages cut from the old master")  # fmt: skip
+
+
+def test_a_master_host_cut_off_entirely_loses_no_acknowledged_message(
+    network, tmp_path
+):
+    """A symmetric cut: the master's host link goes down (nobody reaches it,
+    clients included), then comes back."""
+    c, etcd, ctl, slave_id = three_hosts(network, tmp_path)
+    sender = steady(c, tmp_path)
+    try:
+        time.sleep(5)
+        _ip("-n", c.a.netns, "link", "set", "eth0", "down")
+        cut_at = time.monotonic()
+        took = elected(etcd, slave_id, cut_at)
+        end = read_commit_pos(tmp_path / "store-a")
+        time.sleep(5)
+        assert read_commit_pos(tmp_path / "store-a") == end
+        _ip("-n", c.a.netns, "link", "set", "eth0", "up")
+        time.sleep(5)
+        assert read_commit_pos(tmp_path / "store-a") == end
+    finally:
+        result = results(sender, tmp_path)
+    # Nobody reaches the cut host: each send the client routes to it waits
+    # out its 3 s request timeout before the retry on broker-b succeeds (the
+    # Python client does not set the endpoint aside), until it next re-reads
+    # the route. Slow, not failed: the 5 s before the cut are acknowledged.
+    acked, cut = rejoin_and_check(c, ctl, tmp_path, result, 90)
+    print(f"symmetric: elected {took:.1f} s after the cut; {len(acked)} sends "
+          f"acknowledged, {len(result['failed'])} failed; {len(cut)} "
+          "unacknowledged messages cut from the old master")  # fmt: skip
