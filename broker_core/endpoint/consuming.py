@@ -195,6 +195,12 @@ class Consuming:
             # wait list is dropped (and the append watcher may sleep).
             self.ep.leave_poll(topic)
         self.ep.counters["received"] += len(got)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "popped group=%s topic=%s client=%s invisible_ms=%d entries=%s",
+                group, topic, client_id_of(context), invisible,
+                [(q, e.offset, e.nonce, e.attempts) for q, e in got],
+            )
         sent = 0
         try:
             yield spb.ReceiveMessageResponse(status=status(C.OK))
@@ -211,6 +217,10 @@ class Consuming:
         except (asyncio.CancelledError, GeneratorExit):
             # The stream broke: the messages not yet handed to it are released.
             rest = got[sent:]
+            log.debug(
+                "receive stream broke group=%s topic=%s sent=%d released=%s",
+                group, topic, sent, [(q, e.offset, e.nonce) for q, e in rest],
+            )
             if rest:
                 self.ep.consumer.submit(
                     self.ep.pop_locked, self.ep.pop.release, group, topic, rest
@@ -242,6 +252,10 @@ class Consuming:
             if fut.cancelled() or fut.exception() is not None:
                 return
             got = fut.result()[0]
+            log.debug(
+                "receive ended while popping group=%s topic=%s released=%s",
+                group, topic, [(q, e.offset, e.nonce) for q, e in got],
+            )
             if got:
                 self.ep.consumer.submit(
                     self.ep.pop_locked, self.ep.pop.release, group, topic, got
@@ -275,6 +289,11 @@ class Consuming:
             errors = await self.acks.submit(call)
         out = []
         for e, err in zip(request.entries, errors, strict=True):
+            if err is not None:
+                log.debug(
+                    "ack refused group=%s topic=%s handle=%s: %s",
+                    group, topic, e.receipt_handle, err,
+                )
             if err is None:
                 st = status(C.OK)
                 self.ep.counters["acked"] += 1
@@ -325,10 +344,18 @@ class Consuming:
                 backoff,
             )
         except InvalidHandle as exc:
+            log.debug(
+                "change invisible refused group=%s handle=%s: %s",
+                request.group.name, request.receipt_handle, exc,
+            )
             return spb.ChangeInvisibleDurationResponse(
                 status=status(C.INVALID_RECEIPT_HANDLE, str(exc)),
                 receipt_handle=request.receipt_handle,
             )
+        log.debug(
+            "invisible changed group=%s handle=%s -> %s (%d ms)",
+            request.group.name, request.receipt_handle, h, ms,
+        )
         return spb.ChangeInvisibleDurationResponse(
             status=status(C.OK), receipt_handle=h
         )

@@ -950,8 +950,8 @@ class PopManager:
                 if row[0] - now < min(10_000, inv // 2):
                     db.execute(
                         "UPDATE pending SET visible_at=? WHERE grp=? AND topic=? "
-                        "AND qid=? AND off=?",
-                        (now + inv, *key),
+                        "AND qid=? AND off=? AND nonce=?",
+                        (now + inv, *key, nonce),
                     )
                     n += 1
         return n

@@ -515,6 +515,10 @@ class Sending:
             call.stored += 1
             call.woken.add(msg.topic)
             self.sends.remember(msg.topic, r.msg_id, r.queue_offset)
+            log.debug(
+                "stored topic=%s id=%s queue=%d offset=%d",
+                msg.topic, r.msg_id, r.queue_id, r.queue_offset,
+            )
             st = status(C.OK)
             if r.status is SendStatus.FLUSH_DISK_TIMEOUT:
                 # Stored, not yet on disk (sync flush): RocketMQ's proxy
@@ -575,6 +579,9 @@ class Sending:
             # A retry of a send already stored: the first result, nothing
             # stored again (once it passes the same checks).
             self.ep.broker.validate(msg)
+            log.debug(
+                "retry answered topic=%s id=%s offset=%d", msg.topic, msg.msg_id, earlier
+            )
             delayed = bool(msg.properties and "TIMER_DELIVER_MS" in msg.properties)
             return (
                 spb.SendResultEntry(
