@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,29 @@ def main(argv: list[str]) -> int:
     grp.add_argument("name", nargs="?")
     grp.add_argument("--fifo", action="store_true")
     grp.add_argument("--max-delivery-attempts", type=int, default=None)
+    cred = sub.add_parser(
+        "credentials",
+        help="make a cluster's secrets, its CA and a certificate per host",
+        description=(
+            "Write into DIR what is missing of: admin.token, ha.secret, "
+            "redis.password, a private CA (ca.pem, ca-key.pem) and "
+            "hosts/NAME/cert.pem + key.pem for each --host. Run again to add "
+            "hosts; nothing that exists is replaced unless --renew names it."
+        ),
+    )
+    cred.add_argument("dir")
+    cred.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME=ADDR[,ADDR...]",
+        help="a host and the IP addresses or DNS names its certificate names",
+    )
+    cred.add_argument("--cluster", default="cluster", help="named in the CA")
+    cred.add_argument(
+        "--renew", action="append", default=[], metavar="NAME",
+        help="issue this host's certificate again",
+    )  # fmt: skip
     from broker_core.endpoint.cli import add_arguments as _serve_args
 
     _serve_args(sub.add_parser("serve", help="run the RocketMQ 5 gRPC endpoint"))
@@ -198,6 +222,8 @@ def main(argv: list[str]) -> int:
         return bench_main(rest)
     if args.cmd == "verify":
         return _verify(args)
+    if args.cmd == "credentials":
+        return _credentials(args)
     if args.cmd in ("topic", "group"):
         return _admin(args)
     info = inspect_store(Path(args.store_dir))
@@ -206,6 +232,28 @@ def main(argv: list[str]) -> int:
     else:
         _print_inspect(info)
     return 0 if info["clean"] else 1
+
+
+def _credentials(args: argparse.Namespace) -> int:
+    from broker_core.cluster.credentials import (
+        CredentialsError,
+        make_credentials,
+        parse_host,
+    )
+
+    try:
+        hosts = dict(parse_host(h) for h in args.host)
+        made = make_credentials(
+            Path(args.dir), hosts, cluster=args.cluster, renew=tuple(args.renew)
+        )
+    except (CredentialsError, OSError) as exc:
+        print(f"credentials: {exc}", file=sys.stderr)
+        return 2
+    for rel in made.written:
+        print(f"wrote {Path(args.dir) / rel}")
+    for rel in made.kept:
+        print(f"kept  {Path(args.dir) / rel}")
+    return 0
 
 
 def _admin(args: argparse.Namespace) -> int:
