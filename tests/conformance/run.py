@@ -101,6 +101,9 @@ class Ours:
              "--check-interval-ms", str(self.timing["check_interval_ms"]),
              "--no-redis-relay"],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            # Each receipt handle's life (popped, changed, acked) in the log:
+            # a scenario that differs can be read off it.
+            env={**os.environ, "LOG_LEVEL": os.environ.get("LOG_LEVEL", "DEBUG")},
         )  # fmt: skip
         wait_port(self.port, self.proc, 60)
         from broker_core import Broker

@@ -93,4 +93,14 @@ def test_same_as_apache_rocketmq(ours, lang):
         r["ours_observed"] = ours["languages"][lang]["results"][r["scenario"]]
     log = OUT_LOG.get("path")
     where = f"\nthe broker's log: {log}" if log else ""
+    if bad and log and Path(log).exists():
+        # The broker's lines about the differing scenarios' own resources
+        # (named c<lang><run>_<scenario>_...): the log is gone with the run.
+        lines = Path(log).read_text(errors="replace").splitlines()
+        for r in bad:
+            mark = f"_{r['scenario']}_"
+            mine = [x for x in lines if mark in x and f'c{lang[:2]}' in x]
+            where += f"\n--- broker lines for {r['scenario']}:\n" + "\n".join(
+                x[:400] for x in mine[-40:]
+            )
     assert not bad, json.dumps(bad, indent=1)[:6000] + where
