@@ -99,7 +99,7 @@ def test_same_as_apache_rocketmq(ours, lang):
         lines = Path(log).read_text(errors="replace").splitlines()
         for r in bad:
             mark = f"_{r['scenario']}_"
-            mine = [x for x in lines if mark in x and f'c{lang[:2]}' in x]
+            mine = [x for x in lines if mark in x and f"c{lang[:2]}" in x]
             where += f"\n--- broker lines for {r['scenario']}:\n" + "\n".join(
                 x[:400] for x in mine[-40:]
             )
