@@ -184,6 +184,13 @@ class Leadership:
     lease_ttl_s: int = 6
     #: extra fields of the ``leader`` value (addresses)
     describe: Callable[[], dict[str, Any]] = field(default=lambda: {})
+    #: this node's own ``--role`` is SYNC_MASTER: the group's mode when it
+    #: opens the name's first term
+    configured_sync: bool = False
+    #: the group's mode as the current term records it (``term``'s ``sync``):
+    #: written by the master that opened the first term, inherited by every
+    #: later term, so an elected slave knows the group is SYNC
+    sync: bool = False
     lease: int = 0
     #: the term's fencing token (the ``term`` key's mod_revision) while leading
     token: int = 0
@@ -252,8 +259,12 @@ class Leadership:
         value = {"node": self.identity, **self.describe()}
         ops = [self.etcd.put_op(leader_key, value, lease)]
         keep_term = term is not None and term.get("owner") == self.identity
+        recorded = (term or {}).get("sync")
+        mode = recorded if isinstance(recorded, bool) else self.configured_sync
         if not keep_term:
-            ops.append(self.etcd.put_op(term_key, {"owner": self.identity}))
+            ops.append(
+                self.etcd.put_op(term_key, {"owner": self.identity, "sync": mode})
+            )
         ok, revision = self.etcd.txn(
             [self.etcd.same_mod(leader_key, leader_rev),
              self.etcd.same_mod(term_key, term_rev)],
@@ -267,6 +278,7 @@ class Leadership:
                 pass
             return False
         self.lease = lease
+        self.sync = mode
         self.token = term_rev if keep_term else revision
         self.deadline_ns = sent + int(self.lease_ttl_s * LEASE_TRUST * 1e9)
         self.last_error = ""

@@ -164,6 +164,8 @@ class ClusterNode:
         self._isr_lock = threading.Lock()
         self.isr: set[str] = set()
         self.acked_hw = 0
+        #: the log's end at the last in-sync round (ASYNC: acknowledged since)
+        self._round_end = 0
         if cfg.controller:
             from broker_core.cluster.controller import Etcd, Leadership
 
@@ -171,6 +173,7 @@ class ClusterNode:
                 Etcd.from_url(cfg.controller), cfg.cluster, cfg.name,
                 self.identity, cfg.lease_ttl_s,
                 describe=lambda: {"advertise": cfg.advertise, "ha": cfg.ha_listen},
+                configured_sync=cfg.role == "SYNC_MASTER",
             )  # fmt: skip
 
     # -- role ------------------------------------------------------------------
@@ -396,6 +399,11 @@ class ClusterNode:
         fresh = set(ha.in_sync(ISR_WINDOW_S)) if ha is not None else set()
         acked = ha.acked_by_node() if ha is not None else {}
         with self._isr_lock:
+            if not self.sync:
+                # ASYNC: everything appended before the last round was
+                # acknowledged to someone; a slave joins only holding it all.
+                self.acked_hw = max(self.acked_hw, self._round_end)
+                self._round_end = self.store.max_physical_offset()
             keep = self.isr & fresh
             join = {n for n in fresh - self.isr if acked.get(n, -1) >= self.acked_hw}
             want = keep | join
@@ -405,7 +413,26 @@ class ClusterNode:
                         self.isr = want
                 except ControllerUnavailable as exc:
                     lead.last_error = str(exc)
+            back_to_sync = bool(self.isr) and lead.sync and not self.sync
+        if back_to_sync:
+            self._back_to_sync()
         return None
+
+    def _back_to_sync(self) -> None:
+        """An elected slave of a SYNC group runs ASYNC while no slave is in
+        sync with it (it takes writes alone, as RocketMQ 5's controller mode
+        with one in-sync replica); once one is, the group is SYNC again, so a
+        later failover loses no acknowledged message either."""
+        from broker_core.ha.role import Role, read_role, write_role
+
+        record = read_role(self.store.root)
+        extra = {k: v for k, v in record.items() if k not in ("role", "since")}
+        write_role(self.store.root, Role.SYNC_MASTER, **extra)
+        self.refresh_role()
+        log.warning(
+            "%s is SYNC again: %s in sync with this master",
+            self.cfg.name, ", ".join(sorted(self.isr)),
+        )  # fmt: skip
 
     def _write_ha_status(self, follower: Any = None) -> None:
         """The follower's status (this node's, by default) in
@@ -730,6 +757,7 @@ class ClusterNode:
             "leading": lead.leading,
             "term": lead.token or None,
             "lease_left_s": round(left, 2) if lead.leading else None,
+            "group_mode": ("SYNC" if lead.sync else "ASYNC") if lead.token else None,
             "error": lead.last_error or None,
         }
 

@@ -51,19 +51,23 @@ def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
 class Pair:
     """broker-a: a SYNC_MASTER and its slave, under the controller."""
 
-    def __init__(self, tmp: Path, etcd: EtcdCluster) -> None:
+    def __init__(self, tmp: Path, etcd: EtcdCluster, slave_ha: bool = False) -> None:
         self.tmp, self.etcd = tmp, etcd
         self.cluster = f"ctl-{uuid.uuid4().hex[:8]}"
         self.ha = f"127.0.0.1:{free_port()}"
+        #: the slave's own HA address (served once it is elected), if any
+        self.slave_ha = f"127.0.0.1:{free_port()}" if slave_ha else ""
         subprocess.run(
             [sys.executable, "-m", "broker_core", "topic", "create",
              str(tmp / "master"), "Later", "--type", "DELAY"],
             cwd=ROOT, check=True, capture_output=True,
         )  # fmt: skip
         self.master = self.start_master()
+        own_ha = ["--ha-listen", self.slave_ha] if slave_ha else []
         self.slave = Node(
-            tmp, "slave", *self.common(), "--broker-id", "1", "--master-ha", self.ha
-        )
+            tmp, "slave", *self.common(), "--broker-id", "1", "--master-ha", self.ha,
+            *own_ha,
+        )  # fmt: skip
         # In sync: the master's SYNC sends are acknowledged, and the slave is
         # in the in-sync set the controller keeps.
         wait_for(
@@ -166,6 +170,57 @@ def test_a_killed_master_is_replaced_by_the_quorums_choice(pair: Pair) -> None:
     )  # fmt: skip
     assert again.returncode != 0
     assert "controller refuses" in again.stderr and pair.slave_id in again.stderr
+
+
+def test_after_a_failover_the_group_is_sync_again_once_a_slave_catches_up(
+    tmp_path: Path, etcd: EtcdCluster
+) -> None:
+    """The term records the group's mode. The elected slave of a SYNC group
+    takes writes alone (ASYNC, nobody to wait for); once the old master has
+    rejoined as its slave and caught up, it is in the in-sync set and the
+    new master is SYNC again: with that slave stopped, a send is not
+    acknowledged (it used to stay ASYNC for good, so a second failover could
+    lose acknowledged messages)."""
+    pair = Pair(tmp_path, etcd, slave_ha=True)
+    old = None
+    try:
+        assert (pair.key("term") or {}).get("sync") is True
+        pair.master.proc.send_signal(signal.SIGKILL)
+        pair.master.proc.wait(10)
+        pair.master.channel.close()
+        wait_for(
+            lambda: send(pair.slave, message("Orders", uuid.uuid4().hex)) == [C.OK],
+            30, "the slave elected and taking writes alone",
+        )  # fmt: skip
+        assert read_role(pair.slave.store)["role"] == "ASYNC_MASTER"
+        term = pair.key("term") or {}
+        assert term.get("owner") == pair.slave_id and term.get("sync") is True
+        alone = acked(pair.slave, 30)
+        assert len(alone) == 30
+        # The old master rejoins as the new master's slave.
+        old = Node(tmp_path, "master", *pair.common(), "--master-ha", pair.slave_ha)
+        old_id = f"broker-a/0@127.0.0.1:{old.port}"
+        wait_for(lambda: pair.isr() == [old_id], 30, "the old master in sync")
+        wait_for(
+            lambda: read_role(pair.slave.store)["role"] == "SYNC_MASTER",
+            10, "the new master SYNC again",
+        )  # fmt: skip
+        assert read_role(pair.slave.store).get("promoted") or "promoted_at_offset" in (
+            read_role(pair.slave.store)
+        )
+        held = stored(old.store)
+        assert not [b for b in alone if b.encode() not in held]
+        assert len(acked(pair.slave, 5)) == 5  # waited for the old master
+        os.kill(old.proc.pid, signal.SIGSTOP)
+        try:
+            codes = send(pair.slave, message("Orders", uuid.uuid4().hex))
+            assert codes != [C.OK], codes
+        finally:
+            os.kill(old.proc.pid, signal.SIGCONT)
+    finally:
+        if old is not None:
+            old.stop()
+        pair.close()
 
 
 def test_a_paused_master_stops_writing_before_its_slave_takes_over(
