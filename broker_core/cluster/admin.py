@@ -14,6 +14,8 @@ rolled-back half) or 503 (a slave asked to decide).
 
 First slice, what the cluster console needs:
 
+* ``GET /metrics``: the node's figures in Prometheus' text format
+  (``cluster.metrics``);
 * ``GET /v1/node``: name, cluster, role, log end, replication (slaves of a
   master with their lag; a slave's master and its lag), the endpoint's
   counters;
@@ -399,6 +401,22 @@ class AdminServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _metrics(self) -> None:
+                from broker_core.cluster.metrics import CONTENT_TYPE, render
+
+                try:
+                    data = render(api)
+                except Exception as exc:  # noqa: BLE001 - reported, not raised
+                    log.exception("admin metrics failed")
+                    self._reply(500, {"error": f"{type(exc).__name__}: {exc}"})
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                self.wfile.write(data)
+
             def _authorized(self) -> bool:
                 given = self.headers.get("Authorization", "")
                 want = f"Bearer {api.token}"
@@ -410,6 +428,9 @@ class AdminServer:
                     return
                 url = urllib.parse.urlsplit(self.path)
                 query = dict(urllib.parse.parse_qsl(url.query))
+                if method == "GET" and url.path == "/metrics":
+                    self._metrics()
+                    return
                 if method == "POST" and (m := _OPS.match(url.path)):
                     try:
                         body = self._body(_MAX_OPS_BODY)

@@ -734,6 +734,7 @@ class ClusterNode:
             "auto_promote_after_s": self.cfg.auto_promote_after_s or None,
             "auto_promoted": self.auto_promoted,
             "controller": self._controller_status(),
+            "isr": sorted(self.isr) if self.leadership is not None else None,
             "cut_tails": self._cut_tails(),
         }
 

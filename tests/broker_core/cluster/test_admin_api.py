@@ -547,3 +547,59 @@ def test_admin_api_bounds_the_bodies_of_one_answer(endpoint, monkeypatch):
     # Asked alone, its body comes whole.
     _, one = call(base, "GET", f"/v1/messages?msg_id={cut[0]['msg_id']}&body=base64")
     assert base64.b64decode(one["messages"][0]["body_base64"]) == body
+
+
+def _scrape(base: str, token: str | None = TOKEN) -> dict[tuple, float]:
+    """``GET /metrics`` parsed with Prometheus' own parser: (name, labels
+    without cluster/node) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    req = urllib.request.Request(
+        base + "/metrics",
+        headers={"Authorization": f"Bearer {token}"} if token else {},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = tuple(
+                sorted(
+                    (k, v) for k, v in s.labels.items() if k not in ("cluster", "node")
+                )
+            )
+            out[(s.name, labels)] = s.value
+    return out
+
+
+def test_admin_api_metrics_for_prometheus(node):
+    """The node's figures in Prometheus' text format, behind the token:
+    pending halves per topic follow an operator's decision, the outcome
+    counter counts it, and the store's log end and disk are there."""
+    base, ids = node
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        _scrape(base, token=None)
+    assert refused.value.code == 401
+    m = _scrape(base)
+    assert m[("rocketmq_broker_halves_pending", (("topic", "orders"),))] == 3
+    assert m[("rocketmq_broker_info", (("role", "ASYNC_MASTER"),))] == 1
+    assert m[("rocketmq_broker_may_write", ())] == 1
+    assert m[("rocketmq_broker_commitlog_end_bytes", ())] > 0
+    assert m[("rocketmq_broker_disk_free_bytes", ())] > 0
+    assert m[("rocketmq_broker_delay_backlog", (("level", "timer"),))] == 0
+    assert m[("rocketmq_broker_cut_tail_messages", ())] == 0
+    code, out = call(base, "POST", f"/v1/halves/{ids[0]}/rollback", {"operator": "al"})
+    assert code == 200, out
+    deadline = time.monotonic() + 10
+    while True:
+        m = _scrape(base)
+        if m[("rocketmq_broker_halves_pending", (("topic", "orders"),))] == 2:
+            break
+        assert time.monotonic() < deadline, m
+        time.sleep(0.2)
+    outcome = (
+        "rocketmq_broker_transaction_outcomes_total",
+        (("outcome", "rollbacks"),),
+    )
+    assert m[outcome] == 1

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,6 +65,12 @@ class Pair:
         )  # fmt: skip
         self.master = self.start_master()
         own_ha = ["--ha-listen", self.slave_ha] if slave_ha else []
+        #: the slave's admin API (its metrics), with the slave's own HA address
+        self.slave_admin = f"127.0.0.1:{free_port()}" if slave_ha else ""
+        if slave_ha:
+            (tmp / "admin.token").write_text("metrics-token\n")
+            own_ha += ["--admin-listen", self.slave_admin,
+                       "--admin-token-file", str(tmp / "admin.token")]  # fmt: skip
         self.slave = Node(
             tmp, "slave", *self.common(), "--broker-id", "1", "--master-ha", self.ha,
             *own_ha,
@@ -210,6 +217,23 @@ def test_after_a_failover_the_group_is_sync_again_once_a_slave_catches_up(
         )
         held = stored(old.store)
         assert not [b for b in alone if b.encode() not in held]
+        # What Prometheus scrapes says the same (docs/cluster.md "Monitoring").
+        from prometheus_client.parser import text_string_to_metric_families
+
+        req = urllib.request.Request(
+            f"http://{pair.slave_admin}/metrics",
+            headers={"Authorization": "Bearer metrics-token"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            samples = {
+                (s.name, s.labels.get("role", "")): s.value
+                for f in text_string_to_metric_families(r.read().decode())
+                for s in f.samples
+            }
+        assert samples[("rocketmq_broker_info", "SYNC_MASTER")] == 1
+        assert samples[("rocketmq_broker_controller_leading", "")] == 1
+        assert samples[("rocketmq_broker_in_sync_slaves", "")] == 1
+        assert samples[("rocketmq_broker_may_write", "")] == 1
         assert len(acked(pair.slave, 5)) == 5  # waited for the old master
         os.kill(old.proc.pid, signal.SIGSTOP)
         try:
