@@ -68,6 +68,9 @@ class ReportInfo:
     #: The summary figures the list of reports shows for the latest run
     #: (``outer.inner`` for a nested one), with their change.
     headline: tuple[str, ...] = field(default=())
+    #: Words for summary keys whose name alone would mislead (the page and
+    #: the list show ``key`` as words otherwise).
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 REPORTS: dict[str, ReportInfo] = {
@@ -185,6 +188,8 @@ REPORTS: dict[str, ReportInfo] = {
             ),
             period_comparison=False,
             headline=("lag", "groups_behind", "max_lag_ms"),
+            # A snapshot at the run, not the worst lag seen over a period.
+            labels={"max_lag_ms": "oldest unconsumed message at the run (age, ms)"},
         ),
     )
 }

@@ -394,14 +394,16 @@ def headline(run: ReportRun | None) -> list[dict[str, Any]]:
         if (summary.get(key) or {}).get("changes"):
             versus, changes = label, summary[key]["changes"]
             break
+    info = REPORTS[run.report]
     return [
         {
-            "label": key.rsplit(".", 1)[-1].replace("_", " ").lower(),
+            "label": info.labels.get(key)
+            or key.rsplit(".", 1)[-1].replace("_", " ").lower(),
             "value": numbers[key],
             "change": changes.get(key),
             "versus": versus if key in changes else "",
         }
-        for key in REPORTS[run.report].headline
+        for key in info.headline
         if key in numbers
     ]
 

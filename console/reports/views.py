@@ -168,7 +168,9 @@ def _signed(value: Any) -> Any:
     return f"{int(value):+,}" if value else "0"
 
 
-def figures(summary: dict[str, Any], depth: int = 0) -> list[dict[str, Any]]:
+def figures(
+    summary: dict[str, Any], depth: int = 0, labels: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """A summary as labelled figures: [{label, value, depth}] (nested dicts
     indented under their label; lists of rows kept as short text).
 
@@ -178,6 +180,8 @@ def figures(summary: dict[str, Any], depth: int = 0) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for key, value in (summary or {}).items():
         label = str(key).replace("_", " ").capitalize() if depth == 0 else str(key)
+        if depth == 0 and labels and key in labels:
+            label = labels[key][:1].upper() + labels[key][1:]
         if key == "changes" and isinstance(value, dict):  # signed: +2, -1.5
             out.append({"label": label, "value": None, "depth": depth})
             out += [
@@ -275,7 +279,7 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
             "run_form": RunForm(report=name),
             "trend": _trend(run),
             "summary_json": json.dumps(run.summary, indent=1) if run else "",
-            "figures": figures(run.summary) if run else [],
+            "figures": figures(run.summary, labels=info.labels) if run else [],
         },
     )
 

@@ -141,6 +141,44 @@ def when(value: Any, precise: str = "") -> Any:
     )  # fmt: skip
 
 
+def _moment(value: Any) -> dt.datetime | None:
+    if value in (None, "") or (isinstance(value, int | float) and value <= 0):
+        return None
+    moment = value if isinstance(value, dt.datetime) else ms_datetime(value)
+    return moment if isinstance(moment, dt.datetime) else None
+
+
+@register.filter
+def age(value: Any) -> Any:
+    """A list cell's time as its age (``5 min ago``), the full time with its
+    zone in the title; an em dash when empty."""
+    moment = _moment(value)
+    if moment is None:
+        return "—"
+    local = timezone.localtime(moment)
+    return format_html(
+        '<time datetime="{}" title="{} {}">{}</time>',
+        moment.isoformat(), local.strftime("%Y-%m-%d %H:%M:%S"),
+        local.tzname() or "", _ago((timezone.now() - moment).total_seconds()),
+    )  # fmt: skip
+
+
+@register.filter
+def clock(value: Any) -> Any:
+    """A list cell's time of day with its zone (``21:04:05 UTC``), the date
+    and age in the title; an em dash when empty."""
+    moment = _moment(value)
+    if moment is None:
+        return "—"
+    local = timezone.localtime(moment)
+    return format_html(
+        '<time datetime="{}" title="{} · {}">{} {}</time>',
+        moment.isoformat(), local.strftime("%Y-%m-%d"),
+        _ago((timezone.now() - moment).total_seconds()),
+        local.strftime("%H:%M:%S"), local.tzname() or "",
+    )  # fmt: skip
+
+
 @register.simple_tag
 def next_check(due_ms: Any, full: bool = False) -> Any:
     """When a pending half is checked next: its due time, or, once that has

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from broker_core import Broker, Message
 from broker_core.schedule import DelayService
-from console.reports.catalog import ParamError, check_params
+from console.reports.catalog import REPORTS, ParamError, check_params
 
 from .test_views import eager  # noqa: F401  (a fixture)
 
@@ -341,3 +341,27 @@ def test_nested_names_keep_their_case() -> None:
     shown = figures({"busiest_topics": {"TxOrders": 3, "%DLQ%dlq-grp": 1, "LagT": 2}})
     labels = [f["label"] for f in shown]
     assert labels == ["Busiest topics", "TxOrders", "%DLQ%dlq-grp", "LagT"]
+
+
+def test_consumer_lag_says_its_oldest_message_is_a_snapshot() -> None:
+    """consumer_lag's max_lag_ms is the age of the oldest unconsumed message
+    when the run read the offsets, not the worst lag over a period: its
+    label says so on the report's page and in the list's headline (it read
+    "Max lag ms")."""
+    from console.reports import services
+    from console.reports.models import ReportRun
+    from console.reports.views import figures
+
+    summary = {"groups": 2, "groups_behind": 1, "lag": 174, "max_lag_ms": 24_425}
+    labels = [
+        f["label"] for f in figures(summary, labels=REPORTS["consumer_lag"].labels)
+    ]
+    assert "Oldest unconsumed message at the run (age, ms)" in labels
+    assert "Max lag ms" not in labels
+    run = ReportRun(report="consumer_lag", status="SUCCEEDED", summary=summary)
+    shown = [h["label"] for h in services.headline(run)]
+    assert shown == [
+        "lag",
+        "groups behind",
+        "oldest unconsumed message at the run (age, ms)",
+    ]

@@ -294,3 +294,33 @@ def test_an_invalid_filter_is_refused_never_dropped(client_as, halves, bad) -> N
     )  # fmt: skip
     assert _state(halves["fresh"]) is TransactionState.ROLLED_BACK
     assert _state(halves["fresh2"]) is TransactionState.PENDING
+
+
+def test_times_say_their_zone_once_and_a_discard_names_no_empty_source(
+    client_as, halves
+) -> None:
+    """The half page gives its age once (it read "3 min ago (2 minutes
+    ago)"); a discarded half's outcome has no "by ;"; the list's times carry
+    their zone (born: an age with the full time and zone in its title; last
+    check: time of day and zone)."""
+    import re
+
+    svc = get_transaction_service()
+    svc.discard(svc.locate(halves["stuck1"]), "max checks", 6)
+    page = client_as("viewer").get(f"/transactions/{halves['stuck1']}/")
+    text = page.content.decode()
+    born = re.search(r"<dt>Born</dt><dd>(.*?)</dd>", text, re.S).group(1)
+    assert re.sub(r"<[^>]+>", "", born).count(" ago") == 1, born
+    outcome = re.search(r"<dt>Outcome</dt><dd>(.*?)</dd>", text, re.S).group(1)
+    assert "discarded" in outcome and " by ;" not in outcome and " by <" not in outcome
+    assert not re.search(r" by\s*;", outcome), outcome
+
+    listed = client_as("viewer").get("/transactions/").content.decode()
+    row = re.search(
+        rf"<tr[^>]*>(?:(?!</tr>).)*{halves['stuck2']}(?:(?!</tr>).)*</tr>", listed, re.S
+    ).group(0)
+    born_cell = re.search(r'<time datetime="[^"]+" title="([^"]+)">([^<]+)</time>', row)
+    assert born_cell and born_cell.group(1).endswith(" UTC"), row
+    assert born_cell.group(2).endswith(" ago")
+    # stuck2 was checked: its last check is a time of day with the zone.
+    assert re.search(r">\d\d:\d\d:\d\d UTC</time>", row), row
