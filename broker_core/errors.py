@@ -316,6 +316,13 @@ class RouteUnavailableError(BrokerError):
     grpc_code = RmqCode.INTERNAL_SERVER_ERROR
 
 
+class CredentialsError(ValidationError):
+    """``python -m broker_core credentials``: a host given wrongly, or a
+    directory holding only half of a CA (``cluster.credentials``)."""
+
+    code = "credentials"
+
+
 class LeaseExpiredError(ReplicaReadOnlyError):
     """A master under a controller whose lease has run out (or was lost): it
     takes no appends until it leads again (``cluster.controller``); nothing

@@ -37,13 +37,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from broker_core.errors import CredentialsError
+
 #: how long a host's certificate is valid (the CA: ten times that)
 HOST_DAYS = 825
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-
-
-class CredentialsError(ValueError):
-    """A host given wrongly, or a directory that cannot hold the credentials."""
 
 
 @dataclass

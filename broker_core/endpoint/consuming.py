@@ -198,7 +198,10 @@ class Consuming:
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "popped group=%s topic=%s client=%s invisible_ms=%d entries=%s",
-                group, topic, client_id_of(context), invisible,
+                group,
+                topic,
+                client_id_of(context),
+                invisible,
                 [(q, e.offset, e.nonce, e.attempts) for q, e in got],
             )
         sent = 0
@@ -219,7 +222,10 @@ class Consuming:
             rest = got[sent:]
             log.debug(
                 "receive stream broke group=%s topic=%s sent=%d released=%s",
-                group, topic, sent, [(q, e.offset, e.nonce) for q, e in rest],
+                group,
+                topic,
+                sent,
+                [(q, e.offset, e.nonce) for q, e in rest],
             )
             if rest:
                 self.ep.consumer.submit(
@@ -254,7 +260,9 @@ class Consuming:
             got = fut.result()[0]
             log.debug(
                 "receive ended while popping group=%s topic=%s released=%s",
-                group, topic, [(q, e.offset, e.nonce) for q, e in got],
+                group,
+                topic,
+                [(q, e.offset, e.nonce) for q, e in got],
             )
             if got:
                 self.ep.consumer.submit(
@@ -292,7 +300,10 @@ class Consuming:
             if err is not None:
                 log.debug(
                     "ack refused group=%s topic=%s handle=%s: %s",
-                    group, topic, e.receipt_handle, err,
+                    group,
+                    topic,
+                    e.receipt_handle,
+                    err,
                 )
             if err is None:
                 st = status(C.OK)
@@ -346,7 +357,9 @@ class Consuming:
         except InvalidHandle as exc:
             log.debug(
                 "change invisible refused group=%s handle=%s: %s",
-                request.group.name, request.receipt_handle, exc,
+                request.group.name,
+                request.receipt_handle,
+                exc,
             )
             return spb.ChangeInvisibleDurationResponse(
                 status=status(C.INVALID_RECEIPT_HANDLE, str(exc)),
@@ -354,7 +367,10 @@ class Consuming:
             )
         log.debug(
             "invisible changed group=%s handle=%s -> %s (%d ms)",
-            request.group.name, request.receipt_handle, h, ms,
+            request.group.name,
+            request.receipt_handle,
+            h,
+            ms,
         )
         return spb.ChangeInvisibleDurationResponse(
             status=status(C.OK), receipt_handle=h

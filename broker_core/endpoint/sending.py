@@ -517,7 +517,10 @@ class Sending:
             self.sends.remember(msg.topic, r.msg_id, r.queue_offset)
             log.debug(
                 "stored topic=%s id=%s queue=%d offset=%d",
-                msg.topic, r.msg_id, r.queue_id, r.queue_offset,
+                msg.topic,
+                r.msg_id,
+                r.queue_id,
+                r.queue_offset,
             )
             st = status(C.OK)
             if r.status is SendStatus.FLUSH_DISK_TIMEOUT:
@@ -580,7 +583,10 @@ class Sending:
             # stored again (once it passes the same checks).
             self.ep.broker.validate(msg)
             log.debug(
-                "retry answered topic=%s id=%s offset=%d", msg.topic, msg.msg_id, earlier
+                "retry answered topic=%s id=%s offset=%d",
+                msg.topic,
+                msg.msg_id,
+                earlier,
             )
             delayed = bool(msg.properties and "TIMER_DELIVER_MS" in msg.properties)
             return (

@@ -141,10 +141,14 @@ def test_impossible_receipt_handles_are_invalid_handles(ep, handle):
     assert not codes & {C.INTERNAL_ERROR, C.INTERNAL_SERVER_ERROR}
 
 
-def send_plain(stub, topic: str, props: dict | None = None, tag: str = "") -> int:
+def send_plain(
+    stub, topic: str, props: dict | None = None, tag: str = "", keys: list | None = None
+) -> int:
     m = pb.Message(
         topic=pb.Resource(name=topic),
-        system_properties=pb.SystemProperties(tag=tag, body_encoding=pb.IDENTITY),
+        system_properties=pb.SystemProperties(
+            tag=tag, keys=keys or [], body_encoding=pb.IDENTITY
+        ),
         body=b"x",
         user_properties=props or {},
     )
@@ -178,6 +182,15 @@ def test_a_huge_tag_or_key_is_a_size_refusal(ep):
     assert send_plain(stub, "Plain", tag="t" * 40_000) == (
         C.MESSAGE_PROPERTIES_TOO_LARGE
     )
+    # Keys too: one huge key, and many keys that are only together too large.
+    assert send_plain(stub, "Plain", keys=["k" * 40_000]) == (
+        C.MESSAGE_PROPERTIES_TOO_LARGE
+    )
+    assert send_plain(stub, "Plain", keys=[f"k{i:05d}" * 100 for i in range(100)]) == (
+        C.MESSAGE_PROPERTIES_TOO_LARGE
+    )
+    # ... and a message within the limit still goes through.
+    assert send_plain(stub, "Plain", tag="t" * 100, keys=["k" * 100]) == C.OK
 
 
 def test_a_huge_sql92_filter_is_refused_at_once(ep):
