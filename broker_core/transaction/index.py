@@ -348,7 +348,11 @@ class PendingIndex:
                 "SELECT at, kind, source, operator, transport, target, answer, "
                 "latency_ms, "
                 "check_no, detail, log_offset FROM events WHERE half_offset = ? "
-                "ORDER BY log_offset",
+                # In time order: a check's record is written once it is
+                # answered, after the outcome its answer led to (a producer
+                # commits, then the check returns), but it happened first (its
+                # time is when it was sent); within a millisecond, log order.
+                "ORDER BY at, log_offset",
                 (half_offset,),
             )
             .fetchall()

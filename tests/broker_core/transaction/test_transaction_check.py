@@ -483,3 +483,24 @@ def test_a_check_that_reached_the_fallback_counts(svc):
     d = svc.get_half(r.transaction_id)
     assert d.info.check_count == 1 and d.history[0].check_no == 1
     assert svc.metrics().checks_timeout == 1
+
+
+def test_a_check_is_listed_before_the_outcome_its_answer_led_to(svc, broker):
+    """The producer commits while the check-back is still in flight (as a
+    gRPC producer does: EndTransaction, then the check's answer): the commit's
+    record is written before the check's, but the history lists the check
+    first, as it happened (it showed the answer above its check)."""
+    c = svc.send_half("pg", order(1))
+
+    def producer(req):
+        time.sleep(0.01)
+        svc.end_transaction(req.transaction_id, "pg", "COMMIT")
+        return "COMMIT"
+
+    svc.checkers.set_default(CallableTransport(Recorder(producer)))
+    svc.run_check()
+    d = svc.get_half(c.transaction_id)
+    assert d.info.state is TransactionState.COMMITTED
+    assert [e.kind for e in d.history] == ["CHECK", "COMMIT"]
+    check, commit = d.history
+    assert check.log_offset > commit.log_offset  # written after, listed before
