@@ -17,10 +17,15 @@ run: setup-run migrate admin demo-data admin-token
 	@$(BIN)/python manage.py print_urls
 	@exec $(BIN)/python -m console.core.supervise
 
+# Both phases always run (a failure in the first does not hide the second's
+# results); the last line says how each ended, and make fails if either did.
 test: setup conformance-runners
 	@$(MAKE) --no-print-directory lint typecheck
-	BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
-	@$(MAKE) --no-print-directory test-postgres
+	@main=0; pg=0; \
+	BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS) || main=$$?; \
+	$(MAKE) --no-print-directory test-postgres || pg=$$?; \
+	echo "make test: main suite exit $$main, PostgreSQL console suite exit $$pg"; \
+	[ $$main -eq 0 ] && [ $$pg -eq 0 ]
 
 # The console suite once more on PostgreSQL, the production database: the server
 # at TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/postgres) when
