@@ -138,3 +138,29 @@ def test_rows_per_page_selector_pages_and_rolls_back_nothing(
     assert page.locator(".flash").count() == 0  # no bulk POST, no error
     assert page.locator("[data-testid=half-list] tbody tr").count() == 13
     assert "1–13 of 13" in page.locator("nav.pager").inner_text()
+
+
+def test_admin_resumes_a_discarded_half_and_commits_it(
+    page, users, sign_in, stuck, broker
+) -> None:
+    """Resume check on a discarded half, then Commit with the typed
+    confirmation: the message reaches its topic once."""
+    from console.brokerlink import get_transaction_service
+
+    svc = get_transaction_service()
+    svc.discard(svc.locate(stuck), "max checks", 7)
+    sign_in(page, "admin")
+    page.goto(f"/transactions/{stuck}/")
+    assert "discarded" in page.locator("[data-testid=half-state]").inner_text()
+    page.get_by_label("Resume reason").fill("checker fixed, INC-8")
+    page.get_by_role("button", name="Resume check").click()
+    assert "pending" in page.locator("[data-testid=half-state]").inner_text()
+    assert svc.state(stuck).value == "PENDING"
+
+    page.get_by_label("Type COMMIT to confirm").fill("COMMIT")
+    page.get_by_label("Commit reason").fill("invoice paid, INC-8")
+    page.get_by_role("button", name="Commit").click()
+    assert "committed" in page.locator("[data-testid=half-state]").inner_text()
+    assert svc.state(stuck).value == "COMMITTED"
+    delivered = broker.pull("probe", "payments", 0, 0, 32).messages
+    assert [m.keys for m in delivered] == ["invoice-42"]
