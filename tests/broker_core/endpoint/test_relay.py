@@ -3,6 +3,8 @@ Redis relay to the producer's Telemetry stream."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 import uuid
@@ -244,10 +246,30 @@ def test_the_endpoint_listens_again_after_redis_restarts(tmp_path):
             assert "no gRPC endpoint subscribed" not in str(got.value)
             assert "gRPC endpoint:" in str(got.value)
             check_all()
+        # Frozen (SIGSTOP) past the connection's health check, then thawed:
+        # the first relayed check after it reaches the endpoint.
+        os.kill(rds.pid, signal.SIGSTOP)
+        try:
+            time.sleep(7)
+        finally:
+            os.kill(rds.pid, signal.SIGCONT)
+        thawed = time.time()
+        wait_subscribed(channel)
+        deadline = thawed + 20
+        while True:
+            with pytest.raises(NoProducerOnlineError) as got:
+                RedisRelayTransport(url, channel).check(request)
+            if "no gRPC endpoint subscribed" not in str(got.value):
+                break
+            assert time.time() < deadline, "the endpoint never answered again"
+            time.sleep(0.2)
+        print(f"the endpoint answered {time.time() - thawed:.2f} s after the thaw")
+        assert "gRPC endpoint:" in str(got.value)
+        check_all()
         # Every check was recorded in the halves' histories.
         for tid in halves:
             checks = [h for h in tx.get_half(tid).history if h.kind == "CHECK"]
-            assert len(checks) == 5, checks  # one per run
+            assert len(checks) == 6, checks  # one per run
             assert all("not counted" in (h.detail or "") for h in checks)
     finally:
         tx.close()
