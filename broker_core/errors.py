@@ -338,3 +338,66 @@ class ReplicationError(StoreError):
     was applied)."""
 
     code = "replication"
+
+
+class StateTableDamagedError(StoreError):
+    """An entry of the transaction state table fails its CRC: the table is
+    derived from the log and is folded again when the service reopens."""
+
+    code = "state_table_damaged"
+
+
+class CheckBackError(TransactionError):
+    """A check-back that produced no valid answer (network, bad reply); its
+    ``failure`` is the kind recorded in the half's history."""
+
+    code = "check_back_failed"
+    failure = "error"
+
+
+class CheckTimeoutError(CheckBackError):
+    """A check-back that reached a producer or webhook which did not answer
+    in time."""
+
+    code = "check_back_timeout"
+    failure = "timeout"
+
+
+class NoProducerOnlineError(CheckBackError):
+    """A check-back that reached nobody: no producer of the group is online.
+
+    The check is recorded (failure ``no_producer``) but does not count against
+    ``check_max``: only a check delivered to a producer does."""
+
+    code = "no_producer_online"
+    failure = "no_producer"
+
+
+# -- signals between layers --------------------------------------------------
+# Not faults of the broker's API (no ``code``/``http_status``/``grpc_code``):
+# each is caught by the layer next to the one that raises it, which answers
+# for it (a stale receipt handle, a busy pop state, an admin API status).
+
+
+class InvalidHandle(Exception):
+    """A receipt handle that is malformed, stale or unknown."""
+
+
+class Busy(Exception):
+    """Another process holds the pop state's write lock (``wait=False`` calls)."""
+
+
+class CodecError(ValueError):
+    """A value that cannot cross the admin API (an unknown tag or type)."""
+
+
+class AdminError(Exception):
+    """An answer other than 200: ``code`` is the HTTP status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class StaleMasterError(ValueError):
+    """This store would be a second master of its name (``cluster.node``)."""

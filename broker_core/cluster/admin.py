@@ -72,8 +72,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from broker_core.clients import client_rows
-from broker_core.cluster.admin_store import AdminError, StoreOperations, operator_of
+from broker_core.cluster.admin_store import StoreOperations, operator_of
 from broker_core.cluster.node_ops import NodeOps, run_remote
+from broker_core.errors import AdminError
 
 log = logging.getLogger(__name__)
 

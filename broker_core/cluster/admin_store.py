@@ -20,6 +20,7 @@ from typing import Any
 from broker_core import browse, offset_reset
 from broker_core.clients import client_rows
 from broker_core.errors import (
+    AdminError,
     FilterSyntaxError,
     InvalidOffsetError,
     InvalidQueueError,
@@ -44,14 +45,6 @@ BASE64_BUDGET_BYTES = 8 << 20
 #: The largest ``preview_bytes`` (as the console's page shows at most).
 PREVIEW_MAX = 64 * 1024
 BODY_MODES = ("preview", "none", "base64")
-
-
-class AdminError(Exception):
-    """An answer other than 200: ``code`` is the HTTP status."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def int_param(

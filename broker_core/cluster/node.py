@@ -49,12 +49,9 @@ from broker_core.cluster.registry import (
     RouteRegistry,
     TopicQueues,
 )
+from broker_core.errors import StaleMasterError
 
 log = logging.getLogger(__name__)
-
-
-class StaleMasterError(ValueError):
-    """This store would be a second master of its name (module doc)."""
 
 
 ROUTE_TTL_S = 1.0

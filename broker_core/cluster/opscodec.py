@@ -25,12 +25,9 @@ from enum import Enum
 from typing import Any
 
 from broker_core import errors
+from broker_core.errors import CodecError
 
 _TAGS = ("__t", "__e", "__b", "__tu", "__d", "__m")
-
-
-class CodecError(ValueError):
-    """A value that cannot cross the admin API (an unknown tag or type)."""
 
 
 @functools.cache

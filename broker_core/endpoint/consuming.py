@@ -15,8 +15,6 @@ from broker_core.endpoint.coalesce import Coalescer
 from broker_core.endpoint.config import REPOLL_S
 from broker_core.endpoint.pop import (
     SHARDING_KEY,
-    Busy,
-    InvalidHandle,
     encode_handle,
     now_ms,
 )
@@ -31,7 +29,7 @@ from broker_core.endpoint.wire import (
     status,
     ts_ms,
 )
-from broker_core.errors import ValidationError
+from broker_core.errors import Busy, InvalidHandle, ValidationError
 from broker_core.validation import validate_read_topic
 
 if TYPE_CHECKING:

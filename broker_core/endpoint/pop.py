@@ -50,7 +50,7 @@ from typing import Any
 
 from broker_core.broker import Broker
 from broker_core.endpoint import retrytopic as RT
-from broker_core.errors import StorageIOError, StoreError
+from broker_core.errors import Busy, InvalidHandle, StorageIOError, StoreError
 from broker_core.filter import TAG, build_matcher
 from broker_core.message import MessageExt, MessageInner, PullStatus
 from broker_core.metadata import atomic_write_json
@@ -109,14 +109,6 @@ def request_reset(
     }
     atomic_write_json(path, body)
     return path
-
-
-class InvalidHandle(Exception):
-    """A receipt handle that is malformed, stale or unknown."""
-
-
-class Busy(Exception):
-    """Another process holds the pop state's write lock (``wait=False`` calls)."""
 
 
 @dataclass(slots=True)

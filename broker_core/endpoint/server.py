@@ -37,15 +37,12 @@ from broker_core.endpoint.config import (
 )
 from broker_core.endpoint.consuming import Consuming
 from broker_core.endpoint.namespace import globalize, header_ns, localize
-from broker_core.endpoint.pop import (
-    Busy,
-    PopManager,
-)
+from broker_core.endpoint.pop import PopManager
 from broker_core.endpoint.routing import Routing
 from broker_core.endpoint.sending import Sending
 from broker_core.endpoint.transactions import GrpcCheckTransport, Transactions
 from broker_core.endpoint.wire import C, client_id_of, local_utc_offset_min, status
-from broker_core.errors import ValidationError
+from broker_core.errors import Busy, ValidationError
 
 log = logging.getLogger("broker_core.endpoint")
 
@@ -695,7 +692,7 @@ async def serve(
         from broker_core.cluster.node import ClusterNode
 
         endpoint.node = ClusterNode(broker.store, cfg.node)
-        from broker_core.cluster.node import StaleMasterError
+        from broker_core.errors import StaleMasterError
 
         try:
             endpoint.node.check_not_stale()

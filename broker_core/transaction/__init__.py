@@ -1,15 +1,17 @@
 """Transactional messages: halves, exactly-once end-transaction, check-back,
 discard and resume, and the pending-transaction index (see docs/transactions.md)."""
 
+from broker_core.errors import (
+    CheckBackError,
+    CheckTimeoutError,
+    NoProducerOnlineError,
+)
 from broker_core.transaction.service import TransactionService
 from broker_core.transaction.transports import (
     CallableTransport,
-    CheckBackError,
     CheckerRegistry,
     CheckRequest,
-    CheckTimeoutError,
     CheckTransport,
-    NoProducerOnlineError,
     SupportsCheck,
     WebhookTransport,
     register_transport_kind,

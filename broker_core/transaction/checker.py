@@ -21,7 +21,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
-from broker_core.errors import TransactionError
+from broker_core.errors import CheckBackError, TransactionError
 from broker_core.message import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QID,
@@ -30,7 +30,7 @@ from broker_core.message import (
 )
 from broker_core.transaction import records as R
 from broker_core.transaction import statetable as S
-from broker_core.transaction.transports import CheckBackError, CheckRequest
+from broker_core.transaction.transports import CheckRequest
 from broker_core.transaction.types import (
     CheckAnswer,
     CheckRunResult,

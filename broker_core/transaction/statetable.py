@@ -20,15 +20,7 @@ import zlib
 from pathlib import Path
 
 from broker_core.diskio import reserve
-from broker_core.errors import StoreError
-
-
-class StateTableDamagedError(StoreError):
-    """An entry of the transaction state table fails its CRC: the table is
-    derived from the log and is folded again when the service reopens."""
-
-    code = "state_table_damaged"
-
+from broker_core.errors import StateTableDamagedError
 
 # Entry: state u8 | check count u8 | source u8 | pad | CRC32 of the rest u32 |
 #        commit message offset q | op offset q

@@ -27,7 +27,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from broker_core.errors import TransactionError
+from broker_core.errors import (
+    CheckBackError,
+    CheckTimeoutError,
+)
 from broker_core.transaction.types import CheckAnswer, TransactionResolution
 
 SIGNATURE_HEADER = "X-Broker-Signature"
@@ -35,32 +38,6 @@ TIMESTAMP_HEADER = "X-Broker-Timestamp"
 MAX_ANSWER_BYTES = 64 * 1024
 #: a webhook check-back's timeout when its group sets none (``timeout_s``)
 WEBHOOK_TIMEOUT_S = 5.0
-
-
-class CheckBackError(TransactionError):
-    """A check-back that produced no valid answer (network, bad reply); its
-    ``failure`` is the kind recorded in the half's history."""
-
-    code = "check_back_failed"
-    failure = "error"
-
-
-class CheckTimeoutError(CheckBackError):
-    """A check-back that reached a producer or webhook which did not answer
-    in time."""
-
-    code = "check_back_timeout"
-    failure = "timeout"
-
-
-class NoProducerOnlineError(CheckBackError):
-    """A check-back that reached nobody: no producer of the group is online.
-
-    The check is recorded (failure ``no_producer``) but does not count against
-    ``check_max``: only a check delivered to a producer does."""
-
-    code = "no_producer_online"
-    failure = "no_producer"
 
 
 @dataclass(frozen=True, slots=True)
