@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 
 # The record layout is owned by ``record``; the host-width bits are part of it.
 from broker_core.record import (
+    HEADER_SIZE,
     MAGIC_V1,
+    SYSFLAG_AT,
+    V4_BODY_LEN_AT,
     format_host,
     header_layout,
 )
@@ -217,7 +220,7 @@ class MessageExt:
         h = self._h
         if not h:
             raw = self._raw
-            hs = header_layout(_SYSFLAG.unpack_from(raw, 36)[0])
+            hs = header_layout(_SYSFLAG.unpack_from(raw, SYSFLAG_AT)[0])
             h = self._h = hs.unpack_from(raw, 0)
             self._body_at = hs.size
         return h
@@ -269,8 +272,9 @@ class MessageExt:
     @property
     def body(self) -> bytes:
         raw = self._raw
-        if not raw[39] & 0x30:  # IPv4 hosts (sysflag's low byte): fixed layout
-            return raw[88 : 88 + _SYSFLAG.unpack_from(raw, 84)[0]]
+        if not raw[SYSFLAG_AT + 3] & 0x30:  # IPv4 hosts (sysflag's low byte)
+            n = _SYSFLAG.unpack_from(raw, V4_BODY_LEN_AT)[0]
+            return raw[HEADER_SIZE : HEADER_SIZE + n]
         h = self._hdr()
         at = self._body_at
         return self._raw[at : at + h[16]]

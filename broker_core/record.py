@@ -58,6 +58,10 @@ MIN_RECORD_SIZE = HEADER_SIZE + 3
 QUEUE_OFFSET_AT = 20
 PHYSICAL_OFFSET_AT = 28
 STORE_TIMESTAMP_AT = 56
+# Read straight from a record: its sysflag (which says the hosts' layout), and,
+# with IPv4 hosts (the fixed layout, ``HEADER``), where its body's length is.
+SYSFLAG_AT = 36
+V4_BODY_LEN_AT = HEADER_SIZE - 4
 
 # The record CRC property (after RocketMQ's ``enabledAppendPropCRC``): the last
 # 20 bytes of the properties are "__CRC32#", 0x01, ten digits least significant

@@ -82,6 +82,7 @@ from broker_core.record import (
     PROPS_LEN,
     offset_msg_id,
     parse_host,
+    prop_crc,
     starts_record,
 )
 from broker_core.scrub import Scrubber
@@ -650,8 +651,7 @@ class MessageStore:
                         head,
                         body,
                         suffix,
-                        b"__CRC32#\x01%s\x02"
-                        % f"{crc32(head, scrc) & 0x7FFFFFFF:010d}"[::-1].encode(),
+                        prop_crc(crc32(head, scrc) & 0x7FFFFFFF),
                     )
                     offsets.append(pos)
                     sizes.append(total)

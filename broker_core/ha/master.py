@@ -343,7 +343,8 @@ class HAServer:
             chk = check_record(seg.view, pos, min(seg.size, end - seg.base), False)
             if chk.status in (RecordCheck.OK, RecordCheck.BLANK, RecordCheck.SKIP):
                 phys = int.from_bytes(
-                    seg.view[pos + PHYSICAL_OFFSET_AT : pos + 36], "big"
+                    seg.view[pos + PHYSICAL_OFFSET_AT : pos + PHYSICAL_OFFSET_AT + 8],
+                    "big",
                 )
                 if chk.status is not RecordCheck.OK or phys == start:
                     return None

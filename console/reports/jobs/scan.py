@@ -140,7 +140,8 @@ def find_boundary(buf: Any, base: int, start: int, end: int) -> int | None:
     """Return the first record boundary in ``buf[start:end]``, None if none.
 
     Position 0 of a segment is always a boundary; elsewhere a boundary is a
-    magic at ``p + 4`` whose physical-offset field (``p + 28``) equals
+    magic at ``p + 4`` whose physical-offset field
+    (``p + record.PHYSICAL_OFFSET_AT``) equals
     ``base + p``. A body would have to embed a record header naming its own
     offset to fool this; the hop that follows would then still stop at the
     first inconsistent record.
@@ -158,9 +159,10 @@ def find_boundary(buf: Any, base: int, start: int, end: int) -> int | None:
             if at < 0:
                 break
             p = at - 4
+            phys = p + record.PHYSICAL_OFFSET_AT
             if (
-                p + 36 <= len(buf)
-                and struct.unpack_from(_Q, buf, p + 28)[0] == base + p
+                phys + 8 <= len(buf)
+                and struct.unpack_from(_Q, buf, phys)[0] == base + p
             ):
                 best = p
                 break
