@@ -7,11 +7,12 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.requirements-$(shell sha1sum requirements.txt 2>/dev/null | cut -c1-12)
+TEST_STAMP := $(VENV)/.test-requirements-$(shell cat requirements.txt tests/requirements.txt 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: conformance conformance-runners run test test-postgres test-fast setup setup-run system-packages test-packages venv redis node-client migrate admin admin-token seed demo-data lint typecheck clean
+.PHONY: conformance conformance-runners run test test-postgres test-fast setup setup-run system-packages test-packages venv test-venv redis node-client migrate admin admin-token seed demo-data lint typecheck clean
 
 run: setup-run migrate admin demo-data admin-token
 	@$(BIN)/python manage.py print_urls
@@ -19,11 +20,19 @@ run: setup-run migrate admin demo-data admin-token
 
 # Both phases always run (a failure in the first does not hide the second's
 # results); the last line says how each ended, and make fails if either did.
-test: setup conformance-runners
-	@$(MAKE) --no-print-directory lint typecheck
-	@main=0; pg=0; \
-	BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS) || main=$$?; \
-	$(MAKE) --no-print-directory test-postgres || pg=$$?; \
+# A private Redis or PostgreSQL that this run started (nothing answered on its
+# port before) is stopped at the end; one that was already running is left.
+test:
+	@redis_was=0; pg_was=0; \
+	(exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && redis_was=1; \
+	(exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null && pg_was=1; \
+	main=0; pg=0; \
+	if $(MAKE) --no-print-directory setup conformance-runners lint typecheck; then \
+	  BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS) || main=$$?; \
+	  $(MAKE) --no-print-directory test-postgres || pg=$$?; \
+	else main=2; pg=2; fi; \
+	[ $$redis_was = 1 ] || $(BIN)/python -m console.core.ensure_redis --stop; \
+	[ $$pg_was = 1 ] || $(BIN)/python -m console.core.ensure_postgres --stop; \
 	echo "make test: main suite exit $$main, PostgreSQL console suite exit $$pg"; \
 	[ $$main -eq 0 ] && [ $$pg -eq 0 ]
 
@@ -33,18 +42,18 @@ test: setup conformance-runners
 # Spark, service and slow tests ran above; they do not depend on the database.
 # This run reaches each test's store through a node's admin API (CONSOLE_VIA_ADMIN),
 # as a console deployed apart from its node does (BROKER_ADMIN_URL).
-test-postgres: venv
+test-postgres: test-venv
 	@url=$$($(BIN)/python -m console.core.ensure_postgres) && echo "console suite on $$url" && \
 	DATABASE_URL=$$url CONSOLE_VIA_ADMIN=1 BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest tests/console -q \
 	  -m "not spark and not services and not slow" $(PYTEST_ARGS)
 
 # Everything but the crash, browser, Spark, protocol and service groups.
-test-fast: venv
+test-fast: test-venv
 	$(BIN)/python -m pytest -m "not slow and not crash and not browser and not spark and not protocol and not services" $(PYTEST_ARGS)
 
 # What running needs (make run); setup adds what the tests need (make test).
 setup-run: system-packages venv redis
-setup: setup-run test-packages node-client
+setup: setup-run test-venv test-packages node-client
 
 # apt-get only what is missing. Running needs redis-server, a Java 17+ runtime
 # (Spark) and Python; the tests also need Chromium, Node.js, a JDK with Maven,
@@ -84,6 +93,13 @@ $(STAMP): requirements.txt
 	$(BIN)/python -m pip install -q -r requirements.txt
 	@rm -f $(VENV)/.requirements-*; touch $@
 
+# The test tools on top (tests/requirements.txt): make test, never make run.
+test-venv: $(TEST_STAMP)
+
+$(TEST_STAMP): $(STAMP) tests/requirements.txt
+	$(BIN)/python -m pip install -q -r tests/requirements.txt
+	@rm -f $(VENV)/.test-requirements-*; touch $@
+
 # The official Node.js RocketMQ client, for the protocol tests beside the Python one.
 NODE_CLIENT := rocketmq-client-nodejs@1.0.8
 node-client:
@@ -92,7 +108,7 @@ node-client:
 
 # The conformance runners of the official Java and Go clients (Maven Central,
 # the Go module proxy), built once; the Python and Node.js ones need no build.
-conformance-runners: venv node-client
+conformance-runners: test-venv node-client
 	@bash tests/conformance/runners/java/build.sh
 	@bash tests/conformance/runners/go/build.sh
 
@@ -139,11 +155,11 @@ demo-data: migrate
 	  $(BIN)/python manage.py seed_demo; \
 	fi
 
-lint: venv
+lint: test-venv
 	$(BIN)/ruff check broker_core console tests bench
 	$(BIN)/ruff format --check broker_core console tests bench
 
-typecheck: venv
+typecheck: test-venv
 	$(BIN)/mypy broker_core
 
 clean:

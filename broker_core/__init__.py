@@ -4,6 +4,9 @@ delayed delivery, filters and the RocketMQ 5 gRPC endpoint.
 It imports no Django, Celery or PySpark: adapters to those live in ``console``.
 """
 
+#: this broker's version (``pyproject.toml`` says the same; a test checks it)
+__version__ = "0.1.0"
+
 from broker_core.broker import Broker, SendHook
 from broker_core.dispatch import DispatchRequest
 from broker_core.message import (

@@ -39,9 +39,9 @@ from broker_core.msgid import UniqKeyGenerator
 from broker_core.record import (
     decode_offset_msg_id,
     intact,
+    names_queue_record,
     offset_msg_id,
     parse_host,
-    starts_record,
 )
 from broker_core.store import MessageStore, PutItem
 from broker_core.tags import parse_subscription, tags_code
@@ -78,6 +78,7 @@ class Broker:
         self._rr: dict[str, itertools.count[int]] = {}
         self._valid_topics: set[str] = set()
         self._hooks: list[SendHook] = []
+        self._hook_names: set[str] = set()
         self._born_ip, self._born_port = parse_host(_BORN_HOST)
         self._id_prefix = offset_msg_id(store.store_ip, store.store_port, 0)[:16]
 
@@ -110,12 +111,23 @@ class Broker:
     ) -> None:
         self.close()
 
-    def add_send_hook(self, hook: SendHook) -> None:
-        """Let ``hook`` rewrite every client message before it is stored.
+    def add_send_hook(self, hook: SendHook, name: str = "") -> bool:
+        """Let ``hook`` rewrite every client message before it is stored;
+        with a ``name``, only once per broker (False if a hook of that name
+        is installed already).
 
         A hook with a ``needs(topic, encoded_properties)`` attribute is called
         only for the messages for which that returns True."""
+        if name:
+            if name in self._hook_names:
+                return False
+            self._hook_names.add(name)
         self._hooks.append(hook)
+        return True
+
+    def has_send_hook(self, name: str) -> bool:
+        """Whether a hook was installed under ``name`` (``add_send_hook``)."""
+        return name in self._hook_names
 
     # -- sending -------------------------------------------------------------
     def _prepare(self, m: Message, uniq: str, now: int) -> PutItem:
@@ -314,12 +326,12 @@ class Broker:
         pos = offset
         if flt.match_all and sql is None:
             units = cq.read_units(offset, max_messages)
-            msgs = self._fast_read(units)
+            msgs = self._fast_read(units, queue_id, offset)
             if len(msgs) < len(units) or len(units) < min(max_messages, hi - offset):
                 # A unit was stepped over or read as the end: a damaged record,
                 # or damaged units (rebuilt from the log here, read again).
                 units = store.get_queue_units(topic, queue_id, offset, max_messages)
-                msgs = self._fast_read(units)
+                msgs = self._fast_read(units, queue_id, offset)
             pos += len(units)
         else:
             budget = max(max_messages * 16, 512)
@@ -356,36 +368,42 @@ class Broker:
         status = PullStatus.FOUND if msgs else PullStatus.NO_MATCHED_MSG
         return PullResult(msgs, pos, status, lo, hi)
 
-    def _fast_read(self, units: list[tuple[int, int, int]]) -> list[MessageExt]:
-        """The records of ``units``, each checked (a damaged one is stepped
-        over): copied straight out of the segment when one holds them all."""
+    def _fast_read(
+        self, units: list[tuple[int, int, int]], queue_id: int, first: int
+    ) -> list[MessageExt]:
+        """The records of ``units`` (queue offsets ``first``...), each checked
+        to be the record written at its queue offset of ``queue_id`` (a
+        damaged one, or a unit naming another record, is stepped over):
+        copied straight out of the segment when one holds them all."""
         if not units:
             return []
         store = self.store
         seg = store.commitlog.segments.segment(units[0][0])
         if seg is None or units[0][0] < 0 or units[-1][0] >= seg.base + seg.size:
-            return [m for m in map(self._checked, units) if m is not None]
+            found = (self._checked(u, queue_id, first + i) for i, u in enumerate(units))
+            return [m for m in found if m is not None]
         # One segment holds them all: copy each record straight out, checked
         # first (a damaged one is stepped over).
         view, base = seg.view, seg.base
         trusted = store.state.trusted_from
         msgs = [
             MessageExt(bytes(view[p - base : p - base + n]))
-            for p, n, _code in units
-            if (
-                starts_record(view, p - base, n, p)
-                if p >= trusted
-                else intact(view, p - base, n, p)
-            )
+            for q, (p, n, _code) in enumerate(units, first)
+            if names_queue_record(view, p - base, n, p, queue_id, q)
+            and (p >= trusted or intact(view, p - base, n, p))
         ]
         return msgs
 
-    def _checked(self, unit: tuple[int, int, int]) -> MessageExt | None:
-        """Decode a unit's record, or None if it is damaged (see ``quarantine/``)."""
+    def _checked(
+        self, unit: tuple[int, int, int], queue_id: int, q: int
+    ) -> MessageExt | None:
+        """Decode a unit's record, or None if it is damaged (see ``quarantine/``)
+        or not the record written at queue offset ``q`` of ``queue_id``."""
         try:
-            return self.store.commitlog.decode_at(unit[0], unit[1])
+            m = self.store.commitlog.decode_at(unit[0], unit[1])
         except MessageNotFoundError:
             return None
+        return m if (m.queue_id, m.queue_offset) == (queue_id, q) else None
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Persist a group's next offset on a queue (``MessageStore.commit_offset``)."""

@@ -12,7 +12,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_core.errors import InvalidQueueError
+from broker_core.errors import BrokerError, InvalidQueueError
 from broker_core.message import MessageExt
 from broker_core.store import MessageStore
 
@@ -102,6 +102,28 @@ def offset_for_time(store: MessageStore, topic: str, queue_id: int, at_ms: int) 
         else:
             lo = mid + 1
     return lo
+
+
+def stored_per_second(store: MessageStore, window_ms: int, now_ms: int) -> float:
+    """Messages stored per second over the ``window_ms`` before ``now_ms``, in
+    every queue of every topic (system topics included), counted from the
+    queues: each busy queue's units since then (a binary search by store
+    time); a queue whose last message is older is read once."""
+    since = now_ms - window_ms
+    count = 0
+    for cfg in store.list_topics():
+        for qid in range(cfg.queue_nums):
+            try:
+                lo, hi = queue_bounds(store, cfg.topic_name, qid)
+                if hi <= lo:
+                    continue
+                last = read_queue(store, cfg.topic_name, qid, hi - 1, 1)
+                if not last or last[0].store_timestamp < since:
+                    continue
+                count += hi - offset_for_time(store, cfg.topic_name, qid, since)
+            except BrokerError:
+                continue  # a queue gone or damaged under the count
+    return count * 1000 / window_ms
 
 
 @dataclass(slots=True)

@@ -223,6 +223,8 @@ def main(argv: list[str]) -> int:
     if args.cmd == "verify":
         return _verify(args)
     if args.cmd == "credentials":
+        if rest:
+            ap.error(f"credentials: unknown arguments: {' '.join(rest)}")
         return _credentials(args)
     if args.cmd in ("topic", "group"):
         return _admin(args)
@@ -253,6 +255,8 @@ def _credentials(args: argparse.Namespace) -> int:
         print(f"wrote {Path(args.dir) / rel}")
     for rel in made.kept:
         print(f"kept  {Path(args.dir) / rel}")
+    for rel in made.tightened:
+        print(f"mode  {Path(args.dir) / rel}: was readable by others, now 0600")
     return 0
 
 

@@ -164,6 +164,16 @@ class TopicExistsError(BrokerError):
     http_status = 409
 
 
+class GroupNotConsumingError(BrokerError):
+    """A consumer group that does not consume the topic on this node (no
+    committed offset, no client subscribed): an offset reset for it is
+    refused (a typo would otherwise create offsets for a group nobody runs)."""
+
+    code = "group_not_consuming"
+    http_status = 404
+    grpc_code = RmqCode.ILLEGAL_CONSUMER_GROUP
+
+
 class MessageNotFoundError(BrokerError):
     code = "message_not_found"
     http_status = 404

@@ -290,6 +290,30 @@ def starts_record(buf: memoryview | bytes, pos: int, size: int, offset: int) -> 
     return total == size and phys == offset and magic in _MAGICS
 
 
+def names_queue_record(
+    buf: memoryview | bytes,
+    pos: int,
+    size: int,
+    offset: int,
+    queue_id: int,
+    queue_offset: int,
+) -> bool:
+    """``starts_record``, and the record is the one at ``queue_offset`` of
+    queue ``queue_id`` (as written in its header): a unit damaged into the
+    position of another whole record is caught too (it served that record
+    twice, and its own never)."""
+    if pos < 0 or pos + size > len(buf) or size < MIN_RECORD_SIZE:
+        return False
+    total, magic, _c, qid, _f, qoff, phys, _s = _HEAD8.unpack_from(buf, pos)
+    return (
+        total == size
+        and phys == offset
+        and magic in _MAGICS
+        and qid == queue_id
+        and qoff == queue_offset
+    )
+
+
 def intact(buf: memoryview | bytes, pos: int, size: int, offset: int) -> bool:
     """Whether the record a queue unit points at is whole: the read-path check.
 
@@ -334,7 +358,10 @@ def find_record(
     resynchronising step after a damaged record.
     """
     find = mm.find  # type: ignore[attr-defined]
-    stop = limit if search_end is None else min(limit, search_end + 4)
+    # The magic is a record's bytes 4..8: one starting at search_end - 1 has
+    # it end at search_end + 7 (the bound was + 4: records starting in the
+    # last 3 bytes before search_end were never found).
+    stop = limit if search_end is None else min(limit, search_end + 7)
     best = -1
     for magic in _MAGICS:
         needle = struct.pack(">i", magic)

@@ -220,6 +220,14 @@ class Segment:
         if stop > pos:
             self.discard(pos, stop)
 
+    def unlinked(self) -> bool:
+        """Whether the file was deleted (or renamed over) since it was mapped:
+        this process still reads and writes it, nobody opening the store will."""
+        try:
+            return os.fstat(self._fd).st_nlink == 0
+        except OSError:
+            return False  # closed meanwhile: nothing to say
+
     def close(self) -> None:
         """Unmap and close; further access raises."""
         try:

@@ -67,6 +67,12 @@ class SegmentQueue:
             self._segments[base] = seg
             return seg
 
+    def unlinked(self) -> list[int]:
+        """Return the base offsets of the mapped segments whose files are gone
+        from the directory (deleted under this process: ``Segment.unlinked``)."""
+        with self._lock:
+            return sorted(b for b, seg in self._segments.items() if seg.unlinked())
+
     def flush(self, start: int, end: int) -> None:
         """Flush every mapped segment that holds bytes of ``[start, end)``."""
         if end <= start:

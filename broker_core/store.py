@@ -80,10 +80,10 @@ from broker_core.record import (
     MAGIC_V2,
     PROP_CRC_SIZE,
     PROPS_LEN,
+    names_queue_record,
     offset_msg_id,
     parse_host,
     prop_crc,
-    starts_record,
 )
 from broker_core.scrub import Scrubber
 from broker_core.shared import (
@@ -217,7 +217,7 @@ class MessageStore:
             if self.recovery_info is not None:
                 self.topic_registry.adopt_orphan_queues()
             self.topic_registry.ensure_system_topics()
-            self._repair_dispatch()
+            self.repair_dispatch()
         self.flusher = FlushService(
             self.parts,
             FlushHooks(
@@ -235,7 +235,7 @@ class MessageStore:
     # -- topics (``TopicRegistry``) -------------------------------------------
     def refresh_topics(self) -> None:
         """Reload topic configs if another process changed them (one mapped read)."""
-        self._check_open()
+        self.check_open()
         if self.state.topics_version != self.topic_registry.version:
             self.topic_registry.reload()
 
@@ -252,7 +252,7 @@ class MessageStore:
         message_type: str = MessageType.NORMAL.value,
     ) -> TopicConfig:
         """Create a topic (``TopicRegistry.create``)."""
-        self._check_open()
+        self.check_open()
         return self.topic_registry.create(
             topic, read_queue_nums, write_queue_nums, perm, message_type
         )
@@ -266,19 +266,19 @@ class MessageStore:
         message_type: str | None = None,
     ) -> TopicConfig:
         """Change a topic's settings (``TopicRegistry.update``)."""
-        self._check_open()
+        self.check_open()
         return self.topic_registry.update(
             topic, read_queue_nums, write_queue_nums, perm, message_type
         )
 
     def delete_topic(self, topic: str) -> None:
         """Delete a topic's config, queues and offsets; its records stay."""
-        self._check_open()
+        self.check_open()
         self.topic_registry.delete(topic)
 
     def list_topics(self) -> list[TopicConfig]:
         """Return every topic's configuration, sorted by name."""
-        self._check_open()
+        self.check_open()
         return self.topic_registry.all()
 
     def get_topic(self, topic: str) -> TopicConfig:
@@ -295,7 +295,7 @@ class MessageStore:
         ``InvalidGroupError``, ``TopicNotFoundError``, ``InvalidQueueError`` and
         ``InvalidOffsetError`` (negative or past the queue's max offset).
         """
-        self._check_open()
+        self.check_open()
         validate_group(group)
         cfg = self.get_topic(topic)
         if not 0 <= queue_id < cfg.queue_nums:
@@ -312,7 +312,7 @@ class MessageStore:
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         """Return the committed offset of a group on a queue, or -1 if none."""
-        self._check_open()
+        self.check_open()
         validate_group(group)
         return self.consumer_offsets.get(group, topic, queue_id)
 
@@ -398,12 +398,14 @@ class MessageStore:
         self.build_index()
 
     # -- appending -----------------------------------------------------------
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise ``StoreClosedError`` once the store is closed."""
         if self.closed:
             raise StoreClosedError("the store is closed")
 
-    def _repair_dispatch(self) -> None:
-        """Write the queue units a killed appender left out (append lock held)."""
+    def repair_dispatch(self) -> None:
+        """Write the queue units a killed appender left out (append lock held:
+        the replication layer calls it before reading the commit position)."""
         state = self.state
         start, end = state.dispatched_pos, state.commit_pos
         if start >= end:
@@ -413,6 +415,13 @@ class MessageStore:
         )
         recovery.dispatch_queues(self.parts, start, end)
         state.dispatched_pos = end
+
+    def forget_append_cache(self) -> None:
+        """Drop what the append path remembers of the log's end and of the
+        queues it checked (append lock held): after the log was cut under it
+        (``ha.replica.truncate``)."""
+        self._trusted_ends.clear()
+        self._own_end = -1
 
     def put_inner(self, msg: MessageInner) -> PutResult:
         """Append one fully specified message; see ``put_inner_batch``."""
@@ -596,7 +605,7 @@ class MessageStore:
                 )
             pos = qunpack(mm, COMMIT_AT)[0]
             if qunpack(mm, DISPATCHED_AT)[0] != pos:
-                self._repair_dispatch()
+                self.repair_dispatch()
                 pos = qunpack(mm, COMMIT_AT)[0]
             registry = self.topic_registry
             if qunpack(mm, TOPICS_V_AT)[0] != registry.version:
@@ -686,12 +695,12 @@ class MessageStore:
         ``put_inner`` may be called. Dispatchers run after the lock is released,
         not inside: a dispatcher that puts would otherwise wait for this lock.
         """
-        self._check_open()
+        self.check_open()
         dispatch = self.dispatch
         outer = dispatch.active
         with self.state.append_lock:
             if self.state.dispatched_pos != self.state.commit_pos:
-                self._repair_dispatch()
+                self.repair_dispatch()
             dispatch.active = True
             try:
                 yield
@@ -726,7 +735,7 @@ class MessageStore:
 
     def read_message(self, offset: int) -> MessageExt:
         """Return the record at log ``offset``; ``MessageNotFoundError`` if none."""
-        self._check_open()
+        self.check_open()
         return self.commitlog.read_message(offset, self.state.dispatched_pos)
 
     def iter_messages(
@@ -736,7 +745,7 @@ class MessageStore:
 
         ``start`` below the first segment begins at the first segment.
         """
-        self._check_open()
+        self.check_open()
         stop = (
             self.state.dispatched_pos
             if end is None
@@ -757,12 +766,14 @@ class MessageStore:
 
         For ``SCHEDULE_TOPIC_XXXX`` the tag code is the delivery timestamp (ms).
         """
-        self._check_open()
+        self.check_open()
         cq = self.cqs.get(topic, queue_id)
         units = cq.read_units(start, count)
         for _ in range(4):  # each round rebuilds one damaged run
             bad = [
-                i for i, (p, n, _c) in enumerate(units) if not self._names_record(p, n)
+                i
+                for i, (p, n, _c) in enumerate(units)
+                if not self._names_record(p, n, queue_id, start + i)
             ]
             if bad:
                 at = start + bad[0]
@@ -776,13 +787,17 @@ class MessageStore:
             units = cq.read_units(start, count)
         return units
 
-    def _names_record(self, phys: int, size: int) -> bool:
-        """Whether a unit names a record that starts at ``phys`` with ``size``
-        (a placeholder of a damaged record, size 1, counts as naming it)."""
+    def _names_record(self, phys: int, size: int, queue_id: int, q: int) -> bool:
+        """Whether the unit at queue offset ``q`` of queue ``queue_id`` names
+        the record that starts at ``phys`` with ``size`` and was written at
+        that queue offset (a placeholder of a damaged record, size 1, counts
+        as naming it)."""
         if size == 1 or 0 <= phys < self.commitlog.first_offset():
             return True  # a placeholder, or a record gone with its segment
         seg = self.commitlog.segments.segment(phys) if phys >= 0 else None
-        return seg is not None and starts_record(seg.view, phys - seg.base, size, phys)
+        return seg is not None and names_queue_record(
+            seg.view, phys - seg.base, size, phys, queue_id, q
+        )
 
     #: How far ``repair_units`` walks from a damaged unit to a good neighbour.
     REPAIR_WALK = 1 << 16
@@ -805,7 +820,7 @@ class MessageStore:
         low = self.commitlog.first_offset()
         while first > lo_q and q - first < self.REPAIR_WALK:
             ((p, n, _c),) = cq.read_units(first - 1, 1) or [(-1, 0, 0)]
-            if n != 1 and self._names_record(p, n):
+            if n != 1 and self._names_record(p, n, queue_id, first - 1):
                 low = p + n
                 break
             first -= 1
@@ -813,7 +828,7 @@ class MessageStore:
         high = self.state.dispatched_pos
         while last < hi_q and last - q < self.REPAIR_WALK:
             ((p, n, _c),) = cq.read_units(last, 1) or [(-1, 0, 0)]
-            if n != 1 and self._names_record(p, n):
+            if n != 1 and self._names_record(p, n, queue_id, last):
                 high = p
                 break
             last += 1
@@ -871,7 +886,7 @@ class MessageStore:
             log.exception("consumer offsets could not be written at close")
         with self.state.append_lock:
             try:
-                self._repair_dispatch()
+                self.repair_dispatch()
                 self.flusher.flush_log()
                 self.flush_derived()
             except StoreError:

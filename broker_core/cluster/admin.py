@@ -99,6 +99,21 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _clients_file(root: Any) -> dict[str, Any]:
+    try:
+        data = json.loads((root / "clients.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def file_counters(root: Any) -> dict[str, int]:
+    """The endpoint's counters in ``<store>/clients.json`` (its workers'
+    summed), rewritten within about a second of a change."""
+    counters = _clients_file(root).get("counters")
+    return dict(counters) if isinstance(counters, dict) else {}
+
+
 class StoreNode:
     """What the admin API needs of a node, for ``serve --admin-only``: the
     store and its transaction and delay services opened in a process of their
@@ -125,20 +140,12 @@ class StoreNode:
         self.tx = TransactionService(broker, **settings)
         self.delays = DelayService(broker)
 
-    def _clients_file(self) -> dict[str, Any]:
-        try:
-            data = json.loads((self.store.root / "clients.json").read_text())
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
     @property
     def counters(self) -> dict[str, int]:
-        counters = self._clients_file().get("counters")
-        return dict(counters) if isinstance(counters, dict) else {}
+        return file_counters(self.store.root)
 
     def client_rows(self) -> list[dict[str, Any]]:
-        clients = self._clients_file().get("clients")
+        clients = _clients_file(self.store.root).get("clients")
         return list(clients) if isinstance(clients, list) else []
 
     def writable(self) -> bool:
@@ -168,8 +175,6 @@ class AdminServer:
             raise ValueError("the admin API needs a token (--admin-token-file)")
         self.ep = ep
         self.token = token
-        #: messages, offset resets, delay cancels, clients (``admin_store``)
-        self.ops = StoreOperations(ep)
 
         #: the console's operations (``POST /v1/ops/<name>``, ``node_ops``);
         #: a test may give the console's own ``NodeOps`` instead
@@ -180,15 +185,29 @@ class AdminServer:
         # endpoint (its workers merged) writes instead.
         worker = getattr(getattr(ep, "cfg", None), "worker", None) is not None
         from_file = worker or isinstance(ep, StoreNode)
+        #: the counters of every worker (``--workers``): the merged file's
+        self._worker = worker
         clients = NodeOps.clients_file(ep.store.root) if from_file else live_clients
         attempts = getattr(getattr(ep, "cfg", None), "max_attempts", None)
+
+        def topics_changed() -> None:
+            # Registered again at once: routes follow a topic made here
+            # without waiting for the next heartbeat.
+            node = getattr(ep, "node", None)
+            if node is not None:
+                node.announce()
+
         self.node_ops = node_ops or NodeOps(
             lambda: ep.broker,
             lambda: ep.tx,
             lambda: ep.delays,
             clients,
             **({"max_delivery_attempts": attempts} if attempts else {}),
+            topics_changed=topics_changed,
         )
+        #: messages, offset resets, delay cancels, clients (``admin_store``):
+        #: the REST paths over the same operations
+        self.ops = StoreOperations(ep, self.node_ops)
         self._promoting = threading.Lock()
         host, _, port = listen.rpartition(":")
         server = ThreadingHTTPServer((host, int(port)), self._handler())
@@ -220,7 +239,11 @@ class AdminServer:
     def node(self) -> dict[str, Any]:
         ep = self.ep
         counters = dict(ep.counters)
-        if not isinstance(ep, StoreNode):
+        if self._worker:
+            # One of ``serve --workers N``: its own counters are a share; the
+            # file sums every worker's.
+            counters = file_counters(ep.store.root)
+        elif not isinstance(ep, StoreNode):
             # Its group commits (SendMessage calls and acks per job on its
             # threads); the admin API alone has the endpoint's file only.
             counters |= {
@@ -263,21 +286,18 @@ class AdminServer:
         }
 
     def decide(self, tid: str, verb: str, body: dict[str, Any]) -> dict[str, Any]:
-        from broker_core.errors import TransactionError, UnknownTransactionError
+        """``POST /v1/halves/<id>/<verb>``: the console's own decision
+        (``NodeOps.commit``/``rollback``/``resume``); a refusal answers the
+        library error's own status."""
+        from broker_core.errors import BrokerError
 
         if not self.ep.writable():
             raise AdminError(503, "this node is a slave: decide on its master")
         operator = operator_of(body)
-        tx = self.ep.tx
-        action = {"commit": tx.commit, "rollback": tx.rollback, "resume": tx.resume}[
-            verb
-        ]
         try:
-            result = action(tid, operator=operator)
-        except UnknownTransactionError as exc:
-            raise AdminError(404, str(exc)) from exc
-        except TransactionError as exc:  # decided otherwise, or not allowed
-            raise AdminError(409, str(exc)) from exc
+            result = getattr(self.node_ops, verb)(tid, operator)
+        except BrokerError as exc:
+            raise AdminError(exc.http_status, str(exc)) from exc
         return {"transaction_id": tid, "verb": verb, "result": _jsonable(result)}
 
     def promote(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -346,7 +366,10 @@ class AdminServer:
         return {"topics": out}
 
     def put_topic(self, body: dict[str, Any]) -> dict[str, Any]:
-        from broker_core.errors import ValidationError
+        """``POST /v1/topics``: create the topic or change its queue counts,
+        as the console's Topics pages do (``NodeOps``, which announces it)."""
+        from broker_core.errors import BrokerError, ValidationError
+        from broker_core.metadata import PERM_READ, PERM_WRITE
         from broker_core.validation import validate_topic
 
         if not self.ep.writable():
@@ -360,17 +383,16 @@ class AdminServer:
             raise AdminError(400, str(exc)) from exc
         if not (1 <= reads <= 1024 and 1 <= writes <= 1024):
             raise AdminError(400, "queue counts are 1 to 1024")
-        store = self.ep.store
-        if store.topic_config(topic) is None:
-            self.ep.broker.create_topic(topic, reads, writes)
-            done = "created"
-        else:
-            self.ep.broker.update_topic(
-                topic, read_queue_nums=reads, write_queue_nums=writes
-            )
-            done = "updated"
-        if self.ep.node is not None:
-            self.ep.node.announce()
+        ops = self.node_ops
+        try:
+            if self.ep.store.topic_config(topic) is None:
+                ops.create_topic(topic, reads, writes, PERM_READ | PERM_WRITE, "NORMAL")
+                done = "created"
+            else:
+                ops.update_topic(topic, read_queue_nums=reads, write_queue_nums=writes)
+                done = "updated"
+        except BrokerError as exc:
+            raise AdminError(exc.http_status, str(exc)) from exc
         return {"topic": topic, "read_queues": reads, "write_queues": writes,
                 "result": done}  # fmt: skip
 
@@ -392,6 +414,16 @@ class AdminServer:
 
             def log_message(self, fmt: str, *args: Any) -> None:
                 log.debug("admin %s " + fmt, self.client_address[0], *args)
+
+            def handle(self) -> None:
+                # A client that goes away before its answer is written (a
+                # probe without the token, a scrape that timed out) is no
+                # fault of this node: no traceback in the serve log.
+                try:
+                    super().handle()
+                except (ConnectionError, ssl.SSLEOFError) as exc:
+                    self.close_connection = True
+                    log.debug("admin %s went away: %r", self.client_address[0], exc)
 
             def _reply(self, code: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload, default=str).encode()

@@ -17,23 +17,31 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from broker_core import browse, offset_reset
+from broker_core import browse
 from broker_core.clients import client_rows
 from broker_core.errors import (
     AdminError,
+    BrokerError,
     FilterSyntaxError,
+    GroupNotConsumingError,
     InvalidOffsetError,
     InvalidQueueError,
-    RecallError,
     TopicNotFoundError,
     ValidationError,
 )
-from broker_core.lag import subscribed_queues
 from broker_core.search import MessageQuery
 from broker_core.search import search_messages as core_search
 from broker_core.validation import validate_group
 
 log = logging.getLogger(__name__)
+
+#: the field of a reset's body each refusal of ``NodeOps.apply_reset`` is about
+_RESET_FIELDS: tuple[tuple[type[BrokerError], str], ...] = (
+    (TopicNotFoundError, "topic"),
+    (GroupNotConsumingError, "group"),
+    (InvalidQueueError, "queue_id"),
+    (InvalidOffsetError, "offset"),
+)
 
 #: Messages at most per ``GET /v1/messages``; with ``body=base64`` fewer, so
 #: that one answer stays within a few times the largest message.
@@ -82,8 +90,11 @@ def operator_of(body: Mapping[str, Any]) -> str:
 class StoreOperations:
     """The store operations of the admin API over the endpoint ``ep``."""
 
-    def __init__(self, ep: Any) -> None:
+    def __init__(self, ep: Any, node_ops: Any) -> None:
         self.ep = ep
+        #: the console's operations (``NodeOps``): a write here is the same
+        #: call as ``POST /v1/ops/<name>``
+        self.node_ops = node_ops
 
     def _require_master(self, what: str) -> None:
         if not self.ep.writable():
@@ -216,26 +227,16 @@ class StoreOperations:
         if (to_ms is None) == (to_offset is None):
             raise AdminError(400, "timestamp, offset: give exactly one")
         queue_id = int_param(body, "queue_id", None, 0)
-        store = self.ep.store
-        if store.topic_config(topic) is None:
-            raise AdminError(404, f"topic: no topic {topic!r} on this node")
-        clients = self.ep.client_rows()
-        if not any(
-            g == group and t == topic
-            for g, t, _q, _c in subscribed_queues(store, clients)
-        ):
-            raise AdminError(
-                404, f"group: {group!r} does not consume {topic!r} on this node"
-            )
         try:
-            changes = offset_reset.preview_reset(
-                store, group, topic, to_offset=to_offset, to_ms=to_ms, queue_id=queue_id
+            changes = self.node_ops.apply_reset(
+                group, topic, to_offset, to_ms, queue_id
             )
-        except InvalidOffsetError as exc:
-            raise AdminError(400, f"offset: {exc}") from exc
-        except InvalidQueueError as exc:
-            raise AdminError(400, f"queue_id: {exc}") from exc
-        offset_reset.apply_reset(self.ep.broker, group, topic, changes)
+        except BrokerError as exc:  # no topic or group here (404), bad offset
+            # The body's field at fault first, as this API's other refusals.
+            field = next(
+                (f for cls, f in _RESET_FIELDS if isinstance(exc, cls)), "reset"
+            )
+            raise AdminError(exc.http_status, f"{field}: {exc}") from exc
         log.info(
             "admin: %s reset %s on %s to %s (%s)",
             operator,
@@ -259,8 +260,8 @@ class StoreOperations:
         self._require_master("cancel delayed messages")
         operator = operator_of(body)
         try:
-            result = self.ep.delays.recall(msg_id)
-        except RecallError as exc:  # unknown (404), delivered or recalled (409)
+            result = self.node_ops.recall(msg_id)
+        except BrokerError as exc:  # unknown (404), delivered or recalled (409)
             raise AdminError(exc.http_status, str(exc)) from exc
         log.info(
             "admin: %s cancelled delayed message %s (%s)",

@@ -4,9 +4,10 @@ Scraped with the node's admin token (Prometheus: ``authorization:
 {credentials_file: /etc/broker/admin.token}``), from the admin port of every
 node (``serve --admin-listen``) and of ``serve --admin-only``. Each scrape
 reads the node as ``GET /v1/node`` does, plus the transaction gauges and
-counters, the delay backlog and the store's disk; nothing is kept between
-scrapes (the counters are the node's own since it started, or, for the
-transaction counters, since its index was built from the log).
+counters, the delay backlog, the store's disk and the consume queues it can
+check (``store_damaged``); nothing is kept between scrapes (the counters
+are the node's own since it started, or, for the transaction counters, since
+its index was built from the log).
 
 Names start with ``rocketmq_broker_``; every series carries ``cluster`` and
 ``node`` labels (empty for a node outside a cluster). What each alert in
@@ -16,6 +17,7 @@ docs/cluster.md "Monitoring" watches is listed there.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +25,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from broker_core.errors import BrokerError
+from broker_core.validation import SCHEDULE_TOPIC, TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +93,10 @@ class NodeCollector(Collector):
             cut,
         )
         yield from self._transactions(keys, vals)
-        yield from self._delays(keys, vals)
+        stats = self._delay_stats()
+        damaged = self._damaged_queues(role, stats)
+        yield from self._delays(stats, damaged, keys, vals)
+        yield from self._damage(damaged, keys, vals)
 
     @staticmethod
     def _replication(
@@ -196,31 +204,144 @@ class NodeCollector(Collector):
             checks.add_metric([*vals, name], getattr(m, f"checks_{name}"))
         yield checks
 
-    def _delays(self, keys: list[str], vals: list[str]) -> Iterator[Metric]:
+    def _delay_stats(self) -> Any:
         delays = getattr(self.api.ep, "delays", None)
         if delays is None:
-            return
+            return None
         try:
-            stats = delays.stats()
+            return delays.stats()
         except Exception as exc:  # noqa: BLE001 - the rest of the scrape stands
             log.warning("metrics: delay figures unavailable: %s", exc)
+            return None
+
+    @staticmethod
+    def _delays(
+        stats: Any,
+        damaged: dict[tuple[str, int], str] | None,
+        keys: list[str],
+        vals: list[str],
+    ) -> Iterator[Metric]:
+        if stats is None:
             return
         backlog = GaugeMetricFamily(
-            P + "delay_backlog", "Scheduled messages not yet delivered, per level.",
+            P + "delay_backlog",
+            "Scheduled messages not yet delivered, per level (NaN: the level's "
+            "queue is damaged, see store_damaged).",
             labels=[*keys, "level"],
-        )  # fmt: skip
+        )
         overdue = GaugeMetricFamily(
             P + "delay_overdue_seconds",
-            "How long the oldest due message of a level has waited (0: none).",
+            "How long the oldest due message of a level has waited (0: none, "
+            "or no message with a known due time).",
             labels=[*keys, "level"],
         )
         for lv in stats.levels:
-            backlog.add_metric([*vals, str(lv.level)], lv.backlog)
-            overdue.add_metric([*vals, str(lv.level)], lv.oldest_overdue_ms / 1000)
-        backlog.add_metric([*vals, "timer"], stats.timers.pending)
-        overdue.add_metric([*vals, "timer"], stats.timers.oldest_overdue_ms / 1000)
+            bad = damaged is not None and (SCHEDULE_TOPIC, lv.queue_id) in damaged
+            n = math.nan if bad else lv.backlog
+            backlog.add_metric([*vals, str(lv.level)], n)
+            overdue.add_metric([*vals, str(lv.level)], _overdue_s(lv))
+        bad = damaged is not None and (TIMER_TOPIC, 0) in damaged
+        backlog.add_metric([*vals, "timer"], math.nan if bad else stats.timers.pending)
+        overdue.add_metric([*vals, "timer"], _overdue_s(stats.timers))
         yield backlog
         yield overdue
+
+    def _damaged_queues(
+        self, role: str, stats: Any
+    ) -> dict[tuple[str, int], str] | None:
+        """Consume queues whose figures cannot be trusted, (topic, queue id)
+        -> why: ``unreadable`` (reading it fails), ``missing`` (its files were
+        deleted under this process, which still reads its own mapping; the
+        next open finds nothing), ``short`` (a group's committed offset, or a
+        delay level's delivered offset, lies beyond the queue's end: units
+        were lost, a deleted directory or files cut short, and its depth and
+        backlog read as 0 or less than the truth).
+
+        Only queues with something to compare are checked (committed
+        offsets, the delay levels, and the queues this process has read): a
+        queue lost before anything consumed from it is found by ``verify``.
+        None if the check itself failed.
+        """
+        store = self.api.ep.store
+        found: dict[tuple[str, int], str] = {}
+
+        def end_of(topic: str, qid: int) -> int | None:
+            try:
+                return int(store.max_offset(topic, qid))
+            except (OSError, BrokerError) as exc:
+                found[(topic, qid)] = "unreadable"
+                log.warning("metrics: consume queue %s/%d unreadable: %s",
+                            topic, qid, exc)  # fmt: skip
+                return None
+
+        try:
+            store.refresh_topics()  # a topic deleted elsewhere: its queues forgotten
+            for (topic, qid), cq in list(store.cqs.queues.items()):
+                if cq.segments.unlinked():
+                    found[(topic, qid)] = "missing"
+            for lv in stats.levels if stats is not None else ():
+                if lv.units_lost > 0 or lv.offset > lv.max_offset:
+                    found.setdefault((SCHEDULE_TOPIC, lv.queue_id), "short")
+            if stats is not None and stats.timers.units_lost > 0:
+                found.setdefault((TIMER_TOPIC, 0), "short")
+            if stats is None and getattr(self.api.ep, "delays", None) is not None:
+                # The delay figures failed: a level's queue may be why.
+                levels = range(len(store.config.delay_levels_ms))
+                for topic, q in [
+                    *((SCHEDULE_TOPIC, q) for q in levels),
+                    (TIMER_TOPIC, 0),
+                ]:
+                    if (topic, q) not in found:
+                        end_of(topic, q)
+            # A slave's offsets are its master's, synced ahead of its own log.
+            if role != "SLAVE":
+                for key, queues in store.all_offsets().items():
+                    topic, _, _group = key.partition("@")
+                    if store.topic_config(topic) is None:
+                        continue
+                    for q, committed in queues.items():
+                        if (topic, int(q)) in found:
+                            continue
+                        end = end_of(topic, int(q))
+                        if end is not None and int(committed) > end:
+                            found[(topic, int(q))] = "short"
+        except Exception as exc:  # noqa: BLE001 - the rest of the scrape stands
+            log.warning("metrics: store damage check failed: %s", exc)
+            return None
+        return found
+
+    @staticmethod
+    def _damage(
+        damaged: dict[tuple[str, int], str] | None, keys: list[str], vals: list[str]
+    ) -> Iterator[Metric]:
+        total = GaugeMetricFamily(
+            P + "store_damaged",
+            "Consume queues found damaged (0: none found, NaN: the check "
+            "failed); each is listed in queue_damaged.",
+            labels=keys,
+        )
+        total.add_metric(vals, math.nan if damaged is None else len(damaged))
+        yield total
+        if damaged is None:
+            return
+        each = GaugeMetricFamily(
+            P + "queue_damaged",
+            "1 per damaged consume queue, with why: unreadable, missing (its "
+            "files deleted under the running node) or short (offsets beyond "
+            "its end: units lost).",
+            labels=[*keys, "topic", "queue", "reason"],
+        )
+        for (topic, qid), why in sorted(damaged.items()):
+            each.add_metric([*vals, topic, str(qid), why], 1)
+        yield each
+
+
+def _overdue_s(figures: Any) -> float:
+    """Seconds the oldest due message has waited: only from a real due time
+    (``next_due_ms`` above 0), never from the epoch."""
+    if not figures.next_due_ms or figures.next_due_ms <= 0:
+        return 0.0
+    return max(0, figures.oldest_overdue_ms) / 1000
 
 
 def render(api: Any) -> bytes:

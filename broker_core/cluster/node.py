@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 
 ROUTE_TTL_S = 1.0
 ROLE_POLL_S = 0.5
+#: how long a SYNC group's master running ASYNC holds appends for a slave
+#: that is near its log end to reach it (``_join_sync``)
+JOIN_WAIT_S = 0.3
 
 
 @dataclass
@@ -133,6 +136,7 @@ class ClusterNode:
                 "--master-ha, or promote it first (python -m broker_core promote)"
             )
         self._role = ""
+        self._role_lock = threading.Lock()
         self.refresh_role()
         if cfg.master_ha:
             # A slave from the first request on (start() writes the file).
@@ -160,6 +164,8 @@ class ClusterNode:
         #: to a client; a slave joins the set only once it has that much
         self._isr_lock = threading.Lock()
         self.isr: set[str] = set()
+        #: the in-sync set waited on but not yet in etcd (its write failed)
+        self._isr_unpublished = False
         self.acked_hw = 0
         #: the log's end at the last in-sync round (ASYNC: acknowledged since)
         self._round_end = 0
@@ -184,8 +190,11 @@ class ClusterNode:
     def refresh_role(self) -> str:
         from broker_core.ha.role import read_role
 
-        self._role = str(read_role(self.store.root)["role"])
-        return self._role
+        # Under the role lock: a read of the file from before a switch must
+        # not overwrite the role the switch set (``_join_sync``).
+        with self._role_lock:
+            self._role = str(read_role(self.store.root)["role"])
+            return self._role
 
     @property
     def is_master(self) -> bool:
@@ -395,40 +404,74 @@ class ClusterNode:
             return None
         fresh = set(ha.in_sync(ISR_WINDOW_S)) if ha is not None else set()
         acked = ha.acked_by_node() if ha is not None else {}
+        if ha is not None and lead.sync and not self.sync:
+            # A SYNC group's elected slave, taking writes alone.
+            near = {n for n in fresh if acked.get(n, -1) >= self._round_end}
+            self._round_end = self.store.max_physical_offset()
+            if near:
+                self._join_sync(near)
+            return None
         with self._isr_lock:
             if not self.sync:
-                # ASYNC: everything appended before the last round was
+                # ASYNC group: everything appended before the last round was
                 # acknowledged to someone; a slave joins only holding it all.
                 self.acked_hw = max(self.acked_hw, self._round_end)
                 self._round_end = self.store.max_physical_offset()
             keep = self.isr & fresh
             join = {n for n in fresh - self.isr if acked.get(n, -1) >= self.acked_hw}
             want = keep | join
-            if want != self.isr:
+            if want != self.isr or self._isr_unpublished:
                 try:
                     if lead.write_in_sync(sorted(want)):
                         self.isr = want
+                        self._isr_unpublished = False
                 except ControllerUnavailable as exc:
                     lead.last_error = str(exc)
-            back_to_sync = bool(self.isr) and lead.sync and not self.sync
-        if back_to_sync:
-            self._back_to_sync()
         return None
 
-    def _back_to_sync(self) -> None:
+    def _join_sync(self, near: set[str]) -> None:
         """An elected slave of a SYNC group runs ASYNC while no slave is in
         sync with it (it takes writes alone, as RocketMQ 5's controller mode
         with one in-sync replica); once one is, the group is SYNC again, so a
-        later failover loses no acknowledged message either."""
+        later failover loses no acknowledged message either.
+
+        Under ASYNC every append was acknowledged at once, so a slave is in
+        sync only holding the whole log. With appends held (briefly: the slave
+        was already near the end), the slave must hold the log's end; then
+        this master is SYNC before any further append, and only then is the
+        slave published in etcd (electable). The other way round, a failover
+        between publishing and switching elected a slave without the last
+        acknowledged messages."""
+        from broker_core.cluster.controller import ControllerUnavailable
         from broker_core.ha.role import Role, read_role, write_role
 
-        record = read_role(self.store.root)
-        extra = {k: v for k, v in record.items() if k not in ("role", "since")}
-        write_role(self.store.root, Role.SYNC_MASTER, **extra)
-        self.refresh_role()
+        ha, lead = self.ha_server, self.leadership
+        have: set[str] = set()
+        with self.store.exclusive_appends():
+            end = self.store.max_physical_offset()
+            ha.wait_nodes(near, end, JOIN_WAIT_S)
+            acked = ha.acked_by_node()
+            have = {n for n in near if acked.get(n, -1) >= end}
+            if not have:
+                return  # not there yet: the next round tries again
+            record = read_role(self.store.root)
+            extra = {k: v for k, v in record.items() if k not in ("role", "since")}
+            with self._role_lock, self._isr_lock:
+                write_role(self.store.root, Role.SYNC_MASTER, **extra)
+                self._role = Role.SYNC_MASTER.value
+                # Waited on from the next append; electable once in etcd.
+                self.isr = have
+                self._isr_unpublished = True
+                self.acked_hw = max(self.acked_hw, end)
+        with self._isr_lock:
+            try:
+                if lead.write_in_sync(sorted(self.isr)):
+                    self._isr_unpublished = False
+            except ControllerUnavailable as exc:
+                lead.last_error = str(exc)  # the next round writes it
         log.warning(
-            "%s is SYNC again: %s in sync with this master",
-            self.cfg.name, ", ".join(sorted(self.isr)),
+            "%s is SYNC again: %s in sync with this master (log end %d)",
+            self.cfg.name, ", ".join(sorted(have)), end,
         )  # fmt: skip
 
     def _write_ha_status(self, follower: Any = None) -> None:

@@ -18,18 +18,21 @@ from __future__ import annotations
 
 import inspect
 import json
+import platform
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import broker_core
 from broker_core import browse, offset_reset
 from broker_core.clients import client_rows
 from broker_core.cluster import opscodec
 from broker_core.endpoint.config import EndpointConfig
-from broker_core.errors import BrokerError, StoreError
+from broker_core.errors import BrokerError, GroupNotConsumingError, StoreError
 from broker_core.groups import GroupConfig
 from broker_core.lag import QueueLag, consumer_lag, lag_of, subscribed_queues
 from broker_core.message import (
@@ -108,12 +111,17 @@ class NodeOps:
         delays: Callable[[], Any],
         clients: Callable[[str | None], list[dict[str, Any]]],
         max_delivery_attempts: int = EndpointConfig.max_attempts,
+        topics_changed: Callable[[], None] | None = None,
     ) -> None:
         self._broker = broker
         self._tx = tx
         self._delays = delays
         self._clients = clients
         self._max_delivery_attempts = max_delivery_attempts
+        #: called after a topic is created, changed or deleted (a cluster
+        #: node registers again at once: routes follow without waiting for
+        #: its next heartbeat)
+        self._topics_changed = topics_changed or (lambda: None)
 
     @staticmethod
     def clients_file(store_root: str | Path) -> Callable[[str | None], list[dict]]:
@@ -250,15 +258,20 @@ class NodeOps:
         perm: int,
         message_type: str,
     ) -> TopicConfig:
-        return self._broker().create_topic(
+        cfg = self._broker().create_topic(
             name, read_queue_nums, write_queue_nums, perm, message_type
         )
+        self._topics_changed()
+        return cfg
 
     def update_topic(self, name: str, **changes: Any) -> TopicConfig:
-        return self._broker().update_topic(name, **changes)
+        cfg = self._broker().update_topic(name, **changes)
+        self._topics_changed()
+        return cfg
 
     def delete_topic(self, name: str) -> None:
         self._broker().delete_topic(name)
+        self._topics_changed()
 
     def queue_ranges(self, name: str) -> list[dict[str, int]]:
         """Each queue's min and max offset."""
@@ -381,6 +394,19 @@ class NodeOps:
         to_ms: int | None = None,
         queue_id: int | None = None,
     ) -> list[ResetChange]:
+        """What a reset would change on each queue (``offset_reset``).
+        Raises ``TopicNotFoundError``, ``GroupNotConsumingError`` (the group
+        has no committed offset and no client subscribed to ``topic`` here)
+        and the reset's own ``ValidationError``s."""
+        store = self._broker().store
+        store.get_topic(topic)
+        if not any(
+            g == group and t == topic
+            for g, t, _q, _c in subscribed_queues(store, self._clients(None))
+        ):
+            raise GroupNotConsumingError(
+                f"{group!r} does not consume {topic!r} on this node"
+            )
         return offset_reset.preview_reset(
             self._broker().store,
             group,
@@ -432,7 +458,8 @@ class NodeOps:
         }
 
     def node_runtime(self) -> dict[str, Any]:
-        """What a single node's page shows: the store's disk (the
+        """What a single node's page shows: the broker's version, the
+        messages stored per second over the last minute, the store's disk (the
         filesystem's size, free bytes and fill, the fill at which appends are
         refused, the log's bytes), its configuration, its counts of topics,
         groups and online clients, and the endpoint's counters."""
@@ -448,7 +475,11 @@ class NodeOps:
         config = asdict(store.config)
         config.pop("delay_levels_ms", None)  # message_delay_level says it
         clients = self._clients(None)
+        now_ms = int(time.time() * 1000)
         return {
+            "version": broker_core.__version__,
+            "python": platform.python_version(),
+            "stored_per_s_1m": browse.stored_per_second(store, 60_000, now_ms),
             "path": str(store.root),
             "disk_total_bytes": total,
             "disk_free_bytes": free,

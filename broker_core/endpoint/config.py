@@ -12,6 +12,8 @@ REPOLL_S = 1.0
 
 #: How long a restarted endpoint remembers the clients its last run saw.
 CLIENT_MEMORY_S = 600
+#: ``clients.json`` is rewritten for changed counters alone at most this often.
+COUNTERS_WRITE_S = 1.0
 
 
 @dataclass

@@ -65,8 +65,6 @@ from broker_core.tags import parse_subscription
 SHARDING_KEY = "__SHARDINGKEY"
 RESETS_DIR = Path("grpc") / "resets"
 DB_NAME = Path("grpc") / "pop.db"
-#: The single-process state file of earlier versions, imported once.
-LEGACY_JSON = Path("grpc") / "pop.json"
 #: How long one pop's filtered reads go on scanning (seconds; see ``pop``).
 POP_SCAN_S = 0.05
 #: Message bodies kept per process (read once from the log, handed out later).
@@ -225,7 +223,6 @@ class PopManager:
             self._set_aside_if_damaged(str(exc))
             conns = self._open()
         self._conns = conns
-        self._import_legacy()
         self.apply_resets()
         return conns
 
@@ -350,43 +347,6 @@ class PopManager:
             conns[2].execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     # -- persistence ---------------------------------------------------------
-    def _import_legacy(self) -> None:
-        """Take over ``grpc/pop.json`` of a store last served by a version that
-        kept pop state in the process: cursors, and pending offsets with their
-        attempts (visible at once: their deadlines were not kept)."""
-        legacy = self.store.root / LEGACY_JSON
-        if not legacy.exists():
-            return
-        with self._write() as db:
-            try:
-                data = json.loads(legacy.read_text())
-            except FileNotFoundError:
-                return  # another endpoint process took it
-            except (OSError, ValueError):
-                data = {}
-            queues_rows, pending_rows = [], []
-            for group, topics in data.items():
-                for topic, queues in topics.items():
-                    for qid_s, q in queues.items():
-                        qid = int(qid_s)
-                        queues_rows.append((group, topic, qid, int(q["cursor"])))
-                        for off_s, attempts in q.get("pending", {}).items():
-                            m = self._read(topic, qid, int(off_s))
-                            if m is not None:
-                                group_of = m.properties.get(SHARDING_KEY)
-                                pending_rows.append(
-                                    (group, topic, qid, int(off_s), int(attempts),
-                                     _nonce(), group_of)
-                                )  # fmt: skip
-            db.executemany(
-                "INSERT OR REPLACE INTO queues VALUES (?,?,?,?,-1)", queues_rows
-            )
-            db.executemany(
-                "INSERT OR REPLACE INTO pending VALUES (?,?,?,?,?,0,?,?)", pending_rows
-            )
-            legacy.rename(legacy.with_name("pop.json.imported"))
-        log.info("pop state imported from %s", legacy)
-
     def apply_resets(self) -> int:
         """Apply the offset resets requested since the last look (oldest first)."""
         directory = self.store.root / RESETS_DIR

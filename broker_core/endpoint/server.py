@@ -33,6 +33,7 @@ from broker_core.endpoint.coalesce import Lanes
 from broker_core.endpoint.config import (
     APPEND_WATCH_S,
     CLIENT_MEMORY_S,
+    COUNTERS_WRITE_S,
     EndpointConfig,
 )
 from broker_core.endpoint.consuming import Consuming
@@ -106,6 +107,9 @@ class Endpoint:
         #: cluster membership and replication (``ClusterNode``); None: alone
         self.node: Any = None
         self._master_services = False
+        #: the counters ``clients.json`` holds, and when they were written
+        self._counters_written: dict[str, int] = {}
+        self._counters_written_at = 0.0
         self.counters = {
             "sent": 0,
             "received": 0,
@@ -421,22 +425,32 @@ class Endpoint:
             if c.online and c.queue is None and now - c.last_heartbeat > 60:
                 c.online = False
                 self.clients_dirty = True
-        if not (self.clients_dirty or force):
+        counters = dict(self.counters) | {
+            # Group commit: SendMessage calls and acks per job on the threads.
+            "send_jobs": self.sending.group.jobs,
+            "send_calls": self.sending.group.items,
+            "ack_jobs": self.consuming.acks.jobs,
+            "ack_calls": self.consuming.acks.items,
+        }
+        # The counters are read from this file by the admin API alone
+        # (``serve --admin-only``) and worker 0's (``--workers``): written when
+        # they changed too, at most every COUNTERS_WRITE_S (nothing is added
+        # to the sends and acks that count: the comparison is here).
+        counted = (
+            counters != self._counters_written
+            and now - self._counters_written_at >= COUNTERS_WRITE_S
+        )
+        if not (self.clients_dirty or force or counted):
             return None
         self.clients_dirty = False
+        self._counters_written = counters
+        self._counters_written_at = now
         return {
             "updated_at": now,
             "endpoint": f"{self.cfg.host}:{self.cfg.port}",
             "clients": [c.as_json() for c in self.clients.values()],
             "consumers": self.pop.stats() if pop_stats is None else pop_stats,
-            "counters": dict(self.counters)
-            | {
-                # Group commit: SendMessage calls and acks per job on the threads.
-                "send_jobs": self.sending.group.jobs,
-                "send_calls": self.sending.group.items,
-                "ack_jobs": self.consuming.acks.jobs,
-                "ack_calls": self.consuming.acks.items,
-            },
+            "counters": counters,
         }
 
     def write_clients(self, data: dict[str, Any] | None) -> None:

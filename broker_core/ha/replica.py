@@ -108,14 +108,14 @@ def apply_chunk(store: MessageStore, start: int, data: bytes | memoryview) -> in
     their checks; ``StoreError`` for a disk fault (the bytes past the commit
     position are then overwritten by the next chunk or cut by recovery).
     """
-    store._check_open()
+    store.check_open()
     end, units = check_chunk(
         data, start, store.config.segment_size, store.config.delay_ms
     )
     state = store.state
     with state.append_lock:
         if state.dispatched_pos != state.commit_pos:
-            store._repair_dispatch()
+            store.repair_dispatch()
         if state.commit_pos != start:
             raise ReplicationError(
                 f"a chunk at {start} does not continue the log at {state.commit_pos}"
@@ -184,11 +184,11 @@ def truncate(store: MessageStore, end: int) -> bool:
     ``logPos`` is past it (a cache of the log: the delay service rebuilds it
     from the log). Returns False if the log already ends at or before ``end``.
     """
-    store._check_open()
+    store.check_open()
     state = store.state
     with state.append_lock:
         if state.dispatched_pos != state.commit_pos:
-            store._repair_dispatch()
+            store.repair_dispatch()
         if state.commit_pos <= end:
             return False
         log.warning("replica log cut from %d to %d", state.commit_pos, end)
@@ -200,8 +200,7 @@ def truncate(store: MessageStore, end: int) -> bool:
                 store.cqs.get(topic, qid).truncate_beyond(end)
             store.index.truncate_beyond(end)
             state.reset(end, min(state.flushed_pos, end), min(state.indexed_pos, end))
-        store._trusted_ends.clear()
-        store._own_end = -1
+        store.forget_append_cache()
         store.commitlog.flush(max(0, end - end % store.config.segment_size), end)
         recovery.write_progress(parts)
         truncate_epochs(store.root, end)

@@ -256,7 +256,7 @@ class SlaveFollower:
             raise ReplicationError(f"master speaks protocol {challenge.get('version')}")
         with store.state.append_lock:
             if store.state.dispatched_pos != store.state.commit_pos:
-                store._repair_dispatch()
+                store.repair_dispatch()
             log_end = store.state.commit_pos
         nonce = new_nonce()
         hello: dict[str, Any] = {

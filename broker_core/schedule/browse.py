@@ -54,7 +54,13 @@ class ScheduleBrowser:
         raise UnknownScheduledMessageError(f"no scheduled message with id {msg_id!r}")
 
     def _level_head(self, p: Progress, level: int) -> tuple[int, int] | None:
-        """Return (queue offset, due ms) of a level's first pending message."""
+        """Return (queue offset, due ms) of a level's first pending message
+        with a known due time.
+
+        A unit whose due time reads 0 (the placeholder of a damaged record, or
+        a zeroed tag field) has none: it is stepped over, so the level's next
+        due and overdue come from real due times, never from the epoch.
+        """
         q = level - 1
         off = p.level_offset(level)
         cancelled = p.cancelled.get(level, ())
@@ -63,7 +69,7 @@ class ScheduleBrowser:
             if not units:
                 break
             for _phys, _size, due in units:
-                if off not in cancelled:
+                if off not in cancelled and due > 0:
                     return off, due
                 off += 1
         return None
@@ -94,6 +100,7 @@ class ScheduleBrowser:
                     backlog=max(0, hi - off - len(p.cancelled.get(level, ()))),
                     next_due_ms=nxt,
                     oldest_overdue_ms=max(0, now - nxt) if nxt is not None else 0,
+                    units_lost=max(0, p.lost.get(level, 0) - hi),
                 )
             )
         counts = [0, 0, 0, 0]
@@ -104,7 +111,9 @@ class ScheduleBrowser:
                 if p.timer_is_done(qoff):
                     continue
                 pending += 1
-                if first is None or due < first:
+                # A timer without its due time (0: the property missing) is
+                # counted, but no due time or overdue is made of it.
+                if due > 0 and (first is None or due < first):
                     first = due
                 ahead = due - now
                 i = (
@@ -125,6 +134,7 @@ class ScheduleBrowser:
             due_next_hour=counts[1],
             due_next_day=counts[2],
             due_later=counts[3],
+            units_lost=max(0, p.lost.get(0, 0) - self.store.max_offset(TIMER_TOPIC, 0)),
         )
         per_minute = {m * _MINUTE: n for m, n in sorted(p.delivered.items())}
         last = p.delivered.get(now // _MINUTE - 1, 0)

@@ -4,8 +4,10 @@
 next consume-queue offset of ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``) and
 adds what RocketMQ lacks: recalled level offsets, the timer queue's done set
 (a low-water mark plus the offsets above it already delivered or recalled),
-per-minute delivery counts, and ``logPos``, the commit-log position up to which
-every delivered copy and recall marker is reflected in the file.
+per-minute delivery counts, ``logPos``, the commit-log position up to which
+every delivered copy and recall marker is reflected in the file, and
+``unitsLostUpTo`` (only when a level's queue was found shorter than its
+delivered offset: ``Progress.lost``).
 
 The file is a cache of what the log says: each delivered copy and each recall
 marker carries ``DELAY_SRC``, so whatever happened after ``logPos`` (a process
@@ -126,6 +128,11 @@ class Progress:
     timer_done: RangeSet = field(default_factory=RangeSet)
     log_pos: int = -1
     delivered: dict[int, int] = field(default_factory=dict)
+    #: level (0: the timer queue) -> the offset it had delivered up to when
+    #: its queue was found ending below that (units lost: a deleted or cut
+    #: consume queue; the offset was then moved back to the end). Kept while
+    #: the queue ends below it, so every process's figures show the loss.
+    lost: dict[int, int] = field(default_factory=dict)
 
     # -- levels --------------------------------------------------------------
     def level_offset(self, level: int) -> int:
@@ -178,6 +185,7 @@ class Progress:
 
     # -- persistence ---------------------------------------------------------
     def to_json(self) -> dict[str, object]:
+        lost = {str(k): v for k, v in sorted(self.lost.items())}
         return {
             "offsetTable": {str(k): v for k, v in sorted(self.offsets.items())},
             "cancelled": {
@@ -189,6 +197,7 @@ class Progress:
             "deliveredPerMinute": {
                 str(k): v for k, v in sorted(self.delivered.items())
             },
+            **({"unitsLostUpTo": lost} if lost else {}),
         }
 
     @classmethod
@@ -207,6 +216,7 @@ class Progress:
             timer_done=RangeSet(done),
             log_pos=int(data.get("logPos", -1)),  # type: ignore[call-overload]
             delivered={k: int(v) for k, v in table("deliveredPerMinute").items()},  # type: ignore[call-overload]
+            lost={k: int(v) for k, v in table("unitsLostUpTo").items()},  # type: ignore[call-overload]
         )
         return p
 

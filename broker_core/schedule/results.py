@@ -68,6 +68,10 @@ class LevelStats:
     next_due_ms: int | None
     #: How long the head has been due (ms), 0 if nothing is overdue.
     oldest_overdue_ms: int
+    #: How far the level had delivered beyond the queue's end now
+    #: (``Progress.lost``): at least this many units were lost with a deleted
+    #: or cut consume queue, and ``backlog`` is not known. 0: none seen.
+    units_lost: int = 0
 
     @property
     def progress(self) -> float:
@@ -92,6 +96,8 @@ class TimerStats:
     due_next_hour: int
     due_next_day: int
     due_later: int
+    #: As ``LevelStats.units_lost``, for the timer queue.
+    units_lost: int = 0
 
 
 @dataclass(slots=True)

@@ -251,6 +251,10 @@ def schedule_properties(
     return {PROPERTY_TIMER_DELAY_MS: str(value)}
 
 
+#: the name ``install_send_hook`` installs its hook under (once per broker)
+HOOK_NAME = "schedule"
+
+
 def install_send_hook(broker: Broker, max_delay_ms: int | None = None) -> None:
     """Make ``broker.send`` park scheduled messages; idempotent per broker.
 
@@ -259,7 +263,7 @@ def install_send_hook(broker: Broker, max_delay_ms: int | None = None) -> None:
     delays beyond ``max_delay_ms`` (default: the store's ``timer_max_delay_s``)
     are refused with ``InvalidDelayError``.
     """
-    if getattr(broker, "_schedule_hook", False):
+    if broker.has_send_hook(HOOK_NAME):
         return
     store = broker.store
     if store.topic_config(TIMER_TOPIC) is None:
@@ -270,5 +274,6 @@ def install_send_hook(broker: Broker, max_delay_ms: int | None = None) -> None:
             pass
     if max_delay_ms is None:
         max_delay_ms = store.config.timer_max_delay_s * 1000
-    broker.add_send_hook(make_send_hook(store.config.delay_levels_ms, max_delay_ms))
-    broker._schedule_hook = True  # type: ignore[attr-defined]
+    broker.add_send_hook(
+        make_send_hook(store.config.delay_levels_ms, max_delay_ms), name=HOOK_NAME
+    )

@@ -197,8 +197,13 @@ class DelayService:
                 log.warning(
                     "delay level %d offset %d outside [%d, %d]", level, off, lo, hi
                 )
+                if off > hi:
+                    # Delivered beyond the queue's end: its units were lost.
+                    p.lost[level] = max(p.lost.get(level, 0), off)
                 off = min(max(off, lo), hi)
             p.offsets[level] = off
+            if p.lost.get(level, hi) <= hi:
+                p.lost.pop(level, None)  # the queue reaches it again
             dead = p.cancelled.get(level)
             if dead:
                 dead.intersection_update(range(off, hi))
@@ -206,7 +211,11 @@ class DelayService:
         if p.timer_low < lo:
             p.set_timer_low(lo)
         if p.timer_low > hi:
+            log.warning("timer queue done up to %d beyond its end %d", p.timer_low, hi)
+            p.lost[0] = max(p.lost.get(0, 0), p.timer_low)  # 0: the timers
             p.timer_low, p.timer_done = hi, RangeSet()
+        if p.lost.get(0, hi) <= hi:
+            p.lost.pop(0, None)
 
     def _replay(self, start: int) -> None:
         """Apply every delivered copy and recall marker from log offset ``start``."""

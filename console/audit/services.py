@@ -79,8 +79,14 @@ def audited(
 
     A failure is recorded with its message and the exception re-raised, so the
     record exists whatever the caller does next. ``note`` words a success that
-    deserves one (a second commit that changed nothing).
+    deserves one (a second commit that changed nothing). On a node picked for
+    the request (the Cluster page's actions, or the node picker), the object
+    is ``<node>/<object_id>``: one format whichever page acted.
     """
+    from console.cluster.scope import chosen_node
+
+    if node := chosen_node():
+        object_id = f"{node}/{object_id}"
     try:
         result = fn()
     except Exception as exc:

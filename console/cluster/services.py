@@ -20,6 +20,7 @@ from typing import Any
 
 from django.conf import settings
 
+from broker_core.cluster.node_ops import NodeUnavailableError
 from console.audit.services import audited
 
 #: One admin read's timeout (``CLUSTER_ADMIN_TIMEOUT_S`` overrides it).
@@ -31,9 +32,10 @@ WRITE_TIMEOUT_S = 30.0
 MAX_PARALLEL = 32
 
 
-class NodeUnavailable(Exception):
+class NodeUnavailable(NodeUnavailableError):
     """A node's admin API did not answer, or answered with an error (then
-    ``status`` is the HTTP status)."""
+    ``status`` is the HTTP status): the library's ``NodeUnavailableError``
+    (what ``RemoteNodeOps`` raises), with the status of the answer."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
@@ -132,7 +134,7 @@ def remote_node_ops(base: str) -> Any:
     """The ``NodeOps`` of the node whose admin API is at ``base``: the token
     of ``CLUSTER_ADMIN_TOKEN_FILE``, a read's and a write's timeouts.
     Raises ``NodeUnavailableError`` (a ``BrokerError``) without a token."""
-    from broker_core.cluster.node_ops import NodeUnavailableError, RemoteNodeOps
+    from broker_core.cluster.node_ops import RemoteNodeOps
 
     try:
         token = _token()
@@ -480,27 +482,21 @@ def _delay_rows(node: str, answer: dict[str, Any]) -> list[dict[str, Any]]:
 def decide(node: str, transaction_id: str, verb: str, actor: Any, reason: str,
            request: Any = None) -> Any:  # fmt: skip
     """Commit, roll back or resume (a discarded half checked again) a half on
-    the master of ``node`` that holds it, audited (object ``<node>/<transaction
-    id>``)."""
+    the master of ``node`` that holds it: the Transactions pages' own action
+    (``transactions.services.perform``) on that node, audited as there
+    (object ``<node>/<transaction id>``). Raises ``NodeUnavailable`` without a
+    live master, the node's ``BrokerError`` otherwise."""
+    from console.cluster.scope import showing
+    from console.transactions.services import perform
+
     if verb not in ("commit", "rollback", "resume"):
         raise ValueError(f"unknown decision {verb!r}")
-    target = _find(node)
-    if target is None or not target.is_master:
-        raise NodeUnavailable(f"{node} has no live master")
-    return audited(
-        lambda: admin_call(
-            target.admin,
-            "POST",
-            f"/v1/halves/{transaction_id}/{verb}",
-            {"operator": actor.get_username()},
-        ),  # fmt: skip
-        actor=actor,
-        request=request,
-        action=f"transaction.{verb}",
-        object_type="transaction",
-        object_id=f"{node}/{transaction_id}",
-        reason=reason,
-    )
+    _master(node)
+    with showing(node):
+        return perform(
+            verb, actor=actor, transaction_id=transaction_id, reason=reason,
+            request=request,
+        )  # fmt: skip
 
 
 def promote(node_key: str, role: str, actor: Any, reason: str, force: bool = False,
@@ -533,33 +529,38 @@ def promote(node_key: str, role: str, actor: Any, reason: str, force: bool = Fal
 def put_topic(nodes: list[str], topic: str, queues: int, actor: Any,
               request: Any = None) -> dict[str, str]:  # fmt: skip
     """Create (or resize) ``topic`` with ``queues`` read and write queues on
-    each named master; audited per node (``<node>/<topic>``). Returns node ->
-    "created"/"updated" or the reason it failed."""
+    each named master: the Topics pages' own actions on each node, audited as
+    there (``<node>/<topic>``). Returns node -> "created"/"updated" or the
+    reason it failed."""
+    from broker_core.errors import BrokerError, TopicExistsError
+    from broker_core.metadata import PERM_READ, PERM_WRITE
+    from console.cluster.scope import showing
+    from console.topics import services as topics
+
     out: dict[str, str] = {}
     for name in nodes:
         try:
-            target = _find(name)
+            _master(name)
         except NodeUnavailable as exc:
             out[name] = str(exc)
             continue
-        if target is None or not target.is_master:
-            out[name] = "no live master"
-            continue
-        body = {"topic": topic, "read_queues": queues, "write_queues": queues}
-        try:
-            done = audited(
-                lambda t=target, b=body: admin_call(t.admin, "POST", "/v1/topics", b),
-                actor=actor,
-                request=request,
-                action="topic.create",
-                object_type="topic",
-                object_id=f"{name}/{topic}",
-                after=lambda r: r,
-            )
-        except NodeUnavailable as exc:
-            out[name] = f"failed: {exc}"
-        else:
-            out[name] = done["result"]
+        with showing(name):
+            try:
+                try:
+                    topics.create_topic(
+                        actor=actor, name=topic, read_queue_nums=queues,
+                        write_queue_nums=queues, perm=PERM_READ | PERM_WRITE,
+                        message_type="NORMAL", request=request,
+                    )  # fmt: skip
+                    out[name] = "created"
+                except TopicExistsError:
+                    topics.update_topic(
+                        actor=actor, name=topic, read_queue_nums=queues,
+                        write_queue_nums=queues, request=request,
+                    )  # fmt: skip
+                    out[name] = "updated"
+            except BrokerError as exc:
+                out[name] = f"failed: {exc}"
     return out
 
 
@@ -676,59 +677,34 @@ def reset_offset(
     request: Any = None,
 ) -> list[dict[str, Any]]:
     """Reset ``group``'s committed offsets on ``topic`` on the master of
-    ``node`` to an offset or a time (its ``POST /v1/consumers/<group>/reset``),
-    audited as ``consumer_group.reset_offset`` on ``<node>/<group>``. Returns
-    each queue's change (``current``, ``target``, ...)."""
-    target = _master(node)
-    body: dict[str, Any] = {"operator": actor.get_username(), "topic": topic,
-                            "reason": reason}  # fmt: skip
-    if to_offset is not None:
-        body["offset"] = to_offset
-    if to_ms is not None:
-        body["timestamp"] = to_ms
-    if queue_id is not None:
-        body["queue_id"] = queue_id
-    path = f"/v1/consumers/{urllib.parse.quote(group, safe='')}/reset"
-    answer = audited(
-        lambda: admin_call(target.admin, "POST", path, body),
-        actor=actor,
-        request=request,
-        action="consumer_group.reset_offset",
-        object_type="consumer_group",
-        object_id=f"{node}/{group}",
-        reason=reason,
-        after=lambda r: {
-            "topic": topic,
-            "to_offset": to_offset,
-            "to_ms": to_ms,
-            "offsets": {str(c["queue_id"]): c["target"] for c in r["changes"]},
-            "were": {str(c["queue_id"]): c["current"] for c in r["changes"]},
-        },
-    )
-    return list(answer["changes"])
+    ``node`` to an offset or a time: the consumer group page's own reset
+    (``consumers.services.reset_offsets``) on that node, audited as there
+    (``<node>/<group>@<topic>``). Returns each queue's change (``queue_id``,
+    ``current``, ``target``, ...)."""
+    from dataclasses import asdict
+
+    from console.cluster.scope import showing
+    from console.consumers.services import reset_offsets
+
+    _master(node)
+    with showing(node):
+        made = reset_offsets(
+            actor=actor, group=group, topic=topic, reason=reason,
+            to_offset=to_offset, to_ms=to_ms, queue_id=queue_id, request=request,
+        )  # fmt: skip
+    return [asdict(c) for c in made]
 
 
 def cancel_delayed(node: str, msg_id: str, *, actor: Any, reason: str,
-                   request: Any = None) -> dict[str, Any]:  # fmt: skip
+                   request: Any = None) -> Any:  # fmt: skip
     """Cancel a delayed message on the master of ``node`` before it is
-    delivered (its ``POST /v1/delays/<id>/cancel``), audited as
-    ``delay.cancel`` on ``<node>/<message id>``."""
-    target = _master(node)
-    path = f"/v1/delays/{urllib.parse.quote(msg_id, safe='')}/cancel"
-    return audited(
-        lambda: admin_call(
-            target.admin,
-            "POST",
-            path,
-            {"operator": actor.get_username(), "reason": reason},
-        ),
-        actor=actor,
-        request=request,
-        action="delay.cancel",
-        object_type="scheduled_message",
-        object_id=f"{node}/{msg_id}",
-        reason=reason,
-        after=lambda r: {
-            k: r.get(k) for k in ("kind", "level", "due_ms", "real_topic")
-        },  # fmt: skip
-    )
+    delivered: the delay pages' own cancel (``delays.services.
+    cancel_scheduled``) on that node, audited as there (``<node>/<id>``)."""
+    from console.cluster.scope import showing
+    from console.delays.services import cancel_scheduled
+
+    _master(node)
+    with showing(node):
+        return cancel_scheduled(
+            actor=actor, msg_id=msg_id, reason=reason, request=request
+        )

@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from broker_core.errors import BrokerError
 from console.cluster import node_detail, services
 from console.cluster.forms import CancelForm, ResetForm, SearchForm
 from console.ui.forms import to_ms
@@ -137,7 +138,7 @@ def reset(request: HttpRequest) -> HttpResponse:
             reason=d["reason"], to_offset=d["offset"], to_ms=to_ms(d["at"]),
             queue_id=d["queue_id"], request=request,
         )  # fmt: skip
-    except services.NodeUnavailable as exc:
+    except (services.NodeUnavailable, BrokerError) as exc:
         messages.error(request, f"Reset of {d['group']} on {d['node']} failed: {exc}")
     else:
         moved = ", ".join(f"queue {c['queue_id']} -> {c['target']}" for c in changes)
@@ -161,7 +162,7 @@ def cancel(request: HttpRequest) -> HttpResponse:
     try:
         services.cancel_delayed(d["node"], d["msg_id"], actor=request.user,
                                 reason=d["reason"], request=request)  # fmt: skip
-    except services.NodeUnavailable as exc:
+    except (services.NodeUnavailable, BrokerError) as exc:
         messages.error(request, f"Cancel of {d['msg_id']} on {d['node']} failed: {exc}")
     else:
         messages.success(
@@ -204,7 +205,7 @@ def decide(request: HttpRequest, node: str, transaction_id: str, verb: str):
     try:
         services.decide(node, transaction_id, verb, request.user,
                         request.POST.get("reason", ""), request)  # fmt: skip
-    except (services.NodeUnavailable, ValueError) as exc:
+    except (services.NodeUnavailable, BrokerError, ValueError) as exc:
         messages.error(request, f"{verb} of {transaction_id} on {node} failed: {exc}")
     else:
         done = {"commit": "Committed", "rollback": "Rolled back",

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
-from broker_core.errors import TopicNotFoundError
+from broker_core.errors import BrokerError, TopicNotFoundError
 from broker_core.groups import GroupConfig
 from broker_core.lag import CONSUMER_TYPES
 from broker_core.offset_reset import ResetChange
@@ -126,9 +126,15 @@ def reset_offsets(
     ops = node_ops()
     # The offsets before, for the audit; the node works the reset out again
     # when it makes it and answers what it changed.
-    changes = preview_reset(
-        group, topic, to_offset=to_offset, to_ms=to_ms, queue_id=queue_id
-    )
+    try:
+        before: dict[str, int] | None = {
+            str(c.queue_id): c.current
+            for c in preview_reset(
+                group, topic, to_offset=to_offset, to_ms=to_ms, queue_id=queue_id
+            )
+        }
+    except BrokerError:
+        before = None  # refused: the reset below says why, audited as failed
     made = audited(
         lambda: ops.apply_reset(
             group, topic, to_offset=to_offset, to_ms=to_ms, queue_id=queue_id
@@ -139,7 +145,7 @@ def reset_offsets(
         object_type="consumer_group",
         object_id=f"{group}@{topic}",
         reason=reason,
-        before={str(c.queue_id): c.current for c in changes},
+        before=before,
         after=lambda cs: {
             "to_offset": to_offset,
             "to_ms": to_ms,

@@ -8,7 +8,8 @@ when it answers; otherwise, when that URL names this machine, a private
 cluster is created under ``var/postgres`` (Debian's ``postgresql`` package,
 run as the ``postgres`` user, trust authentication on 127.0.0.1 only) and
 started on the URL's port. pytest-django creates and drops its own test
-database there.
+database there. ``--stop`` stops that private cluster (``make test`` does when
+it started it).
 """
 
 from __future__ import annotations
@@ -71,6 +72,21 @@ def _start_private(parsed: ParseResult, var_dir: Path) -> None:
     )  # fmt: skip
 
 
+def stop(var_dir: Path) -> str:
+    """Stop the private cluster under ``var_dir/postgres``, if it runs."""
+    data = (var_dir / "postgres" / "data").resolve()
+    if not (data / "postmaster.pid").exists():
+        return "not running"
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    done = subprocess.run(
+        [*as_postgres, _bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        return f"not stopped: {(done.stderr or done.stdout).strip()}"
+    return "stopped"
+
+
 def ensure(url: str, var_dir: Path) -> str:
     """Return the URL of a database on an answering server (``broker_console``)."""
     ensure_server(
@@ -87,5 +103,8 @@ def ensure(url: str, var_dir: Path) -> str:
 
 if __name__ == "__main__":
     root = Path(__file__).resolve().parents[2]
+    if sys.argv[1:] == ["--stop"]:
+        print(f"private PostgreSQL {stop(root / 'var')}", file=sys.stderr)
+        sys.exit(0)
     print(ensure(os.environ.get("TEST_POSTGRES_URL", DEFAULT_URL), root / "var"))
     sys.exit(0)

@@ -2,15 +2,18 @@
 
 Run as ``python -m console.core.ensure_redis`` by ``make run`` and ``make test``.
 A private server keeps its files under ``var/redis`` and is started only when
-REDIS_URL names this machine.
+REDIS_URL names this machine. ``--stop`` stops that private server (``make
+test`` does when it started it: nothing answered before the run).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import ParseResult
 
@@ -52,11 +55,35 @@ def ensure(url: str, var_dir: Path) -> str:
     )
 
 
+def stop(var_dir: Path) -> str:
+    """Stop the private server of ``var_dir`` (its pid file), if it runs."""
+    pidfile = (var_dir / "redis" / "redis.pid").resolve()
+    try:
+        pid = int(pidfile.read_text().strip())
+        # A pid file left by a server gone long ago may name another process.
+        if b"redis-server" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return "not running"
+        os.kill(pid, signal.SIGTERM)
+    except (OSError, ValueError):
+        return "not running"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return f"stopped (pid {pid})"
+        time.sleep(0.1)
+    return f"still running (pid {pid}) 10 s after SIGTERM"
+
+
 def main() -> None:
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     var_dir = Path(
         os.environ.get("VAR_DIR", Path(__file__).resolve().parents[2] / "var")
     )
+    if sys.argv[1:] == ["--stop"]:
+        print(f"private redis {stop(var_dir)}", file=sys.stderr)
+        return
     state = ensure(url, var_dir)
     print(f"redis {state} at {url}", file=sys.stderr)
 

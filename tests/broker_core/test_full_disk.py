@@ -264,13 +264,8 @@ def _query_route(port: int, topic: str):
 def test_endpoint_with_the_official_client_on_a_full_disk(
     endpoint_fs: Path, tmp_path: Path
 ) -> None:
-    from tests.broker_core.endpoint.test_protocol import (
-        free_port,
-        result,
-        spawn,
-        start_server,
-        stop_server,
-    )
+    from tests.endpoint_server import result, spawn, start_server, stop_server
+    from tests.support import free_port
 
     store = endpoint_fs / "store"
     port = free_port()

@@ -73,3 +73,37 @@ def test_a_zeroed_run_of_units_is_rebuilt_while_open(tmp_path: Path) -> None:
         assert cq.read_bytes()[: 300 * 20] == before[: 300 * 20]
         units = b.store.get_queue_units("Z", 0, 0, 300)
         assert [u[1] > 1 for u in units] == [True] * 300
+
+
+@pytest.mark.parametrize("source", ["same queue", "other queue"])
+def test_a_unit_naming_another_whole_record_is_rebuilt(
+    tmp_path: Path, source: str
+) -> None:
+    """Unit 3 overwritten with a unit naming another whole record (unit 5 of
+    its queue, or unit 3 of another queue): the record there starts with the
+    unit's size and offset, so only its queue id and queue offset tell. It
+    was served twice and message-3 never; now the unit is rebuilt from the
+    log and every message comes once, on every read path and after a reopen."""
+    with Broker.open(tmp_path, **SETTINGS) as b:
+        for i in range(10):
+            b.send(Message("Q", b"message-%d" % i, queue_id=0))
+            b.send(Message("Q", b"other-%d" % i, queue_id=1))
+        q0 = tmp_path / "consumequeue" / "Q" / "0" / f"{0:020d}"
+        data = bytearray(q0.read_bytes())
+        if source == "same queue":
+            data[3 * 20 : 4 * 20] = data[5 * 20 : 6 * 20]
+        else:
+            q1 = (tmp_path / "consumequeue" / "Q" / "1" / f"{0:020d}").read_bytes()
+            data[3 * 20 : 4 * 20] = q1[3 * 20 : 4 * 20]
+        with open(q0, "r+b") as fh:
+            fh.write(bytes(data))
+        want = [b"message-%d" % i for i in range(10)]
+        got = b.pull("G", "Q", 0, 0, 32)
+        assert [m.body for m in got.messages] == want
+        assert [m.queue_offset for m in got.messages] == list(range(10))
+        tagged = b.pull(
+            "G", "Q", 0, 0, 32, expression="a IS NULL", expression_type="SQL92"
+        )
+        assert [m.body for m in tagged.messages] == want
+    with Broker.open(tmp_path, **SETTINGS) as b:
+        assert [m.body for m in b.pull("G", "Q", 0, 0, 32).messages] == want

@@ -253,11 +253,8 @@ def screenshot() -> Callable[[Any, str], Path]:
 def grpc_endpoint(broker: Any, tmp_path: Path) -> Iterator[str]:
     """A real ``python -m broker_core serve`` on the console's store; yields
     its address and stops it (SIGTERM, clean exit) at the end."""
-    from tests.broker_core.endpoint.test_protocol import (
-        free_port,
-        start_server,
-        stop_server,
-    )
+    from tests.endpoint_server import start_server, stop_server
+    from tests.support import free_port
 
     port = free_port()
     server = start_server(broker.store.root, port, tmp_path / "endpoint.log")

@@ -5,18 +5,25 @@ conflicts and unknown ids get their status codes."""
 from __future__ import annotations
 
 import json
+import math
+import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from broker_core import Broker, Message
+from broker_core.message import MessageInner
+from broker_core.schedule import DelayService
 from broker_core.transaction import TransactionService
+from broker_core.validation import SCHEDULE_TOPIC, TIMER_TOPIC
 
 pytestmark = [pytest.mark.services]
 
@@ -64,35 +71,43 @@ def node(tmp_path):
 class _Served:
     """``serve`` with its admin API on free ports, in its own process."""
 
-    def __init__(self, proc, grpc, admin):
+    def __init__(self, proc, grpc, admin, log=None):
         self.proc = proc
         self.access = f"127.0.0.1:{grpc}"
         self.base = f"http://127.0.0.1:{admin}"
+        self.log = log
 
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=20)
 
 
-def _serve(tmp_path, store):
+def _serve(tmp_path, store, *extra, log=None, admin=True):
+    """``serve`` on ``store`` (``extra``: more options, e.g. ``--admin-only``;
+    without ``admin``, the gRPC endpoint alone); its output goes to ``log``
+    if given."""
     (tmp_path / "token").write_text(TOKEN + "\n")
-    grpc, admin = _port(), _port()
+    grpc, port = _port(), _port()
+    admin_args = ["--admin-listen", f"127.0.0.1:{port}", "--admin-token-file",
+                  str(tmp_path / "token")] if admin else []  # fmt: skip
+    out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "broker_core", "serve", "--store", str(store),
-         "--listen", f"127.0.0.1:{grpc}", "--admin-listen", f"127.0.0.1:{admin}",
-         "--admin-token-file", str(tmp_path / "token"), "--no-redis-relay",
-         "--no-topic-type-check"],  # cluster_client sends halves, delays
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+         "--listen", f"127.0.0.1:{grpc}", *admin_args, "--no-redis-relay",
+         "--no-topic-type-check", *extra],  # cluster_client sends halves, delays
+        cwd=ROOT, stdout=out, stderr=subprocess.STDOUT if log else out,
     )  # fmt: skip
     deadline = time.monotonic() + 30
     while True:
         try:
-            socket.create_connection(("127.0.0.1", admin), timeout=1).close()
+            socket.create_connection(
+                ("127.0.0.1", port if admin else grpc), timeout=1
+            ).close()
             break
         except OSError:
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
-    return _Served(proc, grpc, admin)
+    return _Served(proc, grpc, port, log)
 
 
 def test_admin_api_lists_and_decides_halves(node):
@@ -603,3 +618,268 @@ def test_admin_api_metrics_for_prometheus(node):
         (("outcome", "rollbacks"),),
     )
     assert m[outcome] == 1
+
+
+def _gauge(m: dict[tuple, float], name: str, **labels: str) -> float | None:
+    return m.get(("rocketmq_broker_" + name, tuple(sorted(labels.items()))))
+
+
+def test_admin_api_metrics_never_report_overdue_from_the_epoch(tmp_path):
+    """Heads of delay levels whose due time reads 0 (a unit's tag field
+    zeroed; a damaged record's placeholder, rebuilt while serving) and a
+    timer without its due time: every message is due in an hour or more, so
+    nothing is overdue, not the ~1.8e9 seconds since the epoch. Served by
+    ``serve --admin-only``, which delivers nothing: the heads stay."""
+    store = tmp_path / "store"
+    with Broker.open(str(store)) as b:
+        delays = DelayService(b)
+        for i in range(3):
+            delays.send_delayed(Message("orders", b"2h-%d" % i), level=18)
+        for i in range(2):
+            delays.send_delayed(Message("orders", b"1h-%d" % i), level=17)
+        delays.send_delayed(Message("orders", b"timer"), delay_ms=3_600_000)
+        b.store.put_inner(MessageInner(TIMER_TOPIC, 0, b"its due time lost"))
+        [(phys, _size, _due)] = b.store.get_queue_units(SCHEDULE_TOPIC, 16, 0, 1)
+        delays.close()
+    # Level 18 (queue 17): the due time of its first unit zeroed.
+    with open(
+        store / "consumequeue" / SCHEDULE_TOPIC / "17" / f"{0:020d}", "r+b"
+    ) as fh:
+        fh.seek(12)  # offset q | size i | tag code q
+        fh.write(bytes(8))
+    # Level 17 (queue 16): its first record's queue offset damaged; its unit
+    # then names no record and is rebuilt as a placeholder (due time 0).
+    with open(store / "commitlog" / f"{0:020d}", "r+b") as fh:
+        fh.seek(phys + 20)
+        fh.write(struct.pack(">q", 999))
+    log = tmp_path / "serve.log"
+    served = _serve(tmp_path, store, "--admin-only", log=log)
+    try:
+        m = _scrape(served.base)
+        _, out = call(served.base, "GET", "/v1/delays")
+    finally:
+        served.stop()
+    for level in ("17", "18", "timer"):
+        assert _gauge(m, "delay_overdue_seconds", level=level) == 0, (level, m)
+    assert _gauge(m, "delay_backlog", level="18") == 3
+    assert _gauge(m, "delay_backlog", level="17") == 2
+    assert _gauge(m, "delay_backlog", level="timer") == 2
+    assert "named no record" in log.read_text()  # the placeholder was made
+    # The next due times are the real ones of the messages after the heads.
+    hour = 3_600_000
+    levels = {lv["level"]: lv for lv in out["levels"]}
+    assert levels[18]["next_due_ms"] > out["now_ms"] + hour
+    assert levels[17]["next_due_ms"] > out["now_ms"] + hour - 60_000
+    assert levels[17]["oldest_overdue_ms"] == levels[18]["oldest_overdue_ms"] == 0
+    assert out["timers"]["next_due_ms"] > out["now_ms"] + hour - 60_000
+
+
+def test_admin_api_metrics_show_a_damaged_store(tmp_path):
+    """Consume-queue directories deleted while the node was down (a group
+    had committed on one, a delay level had delivered from the other): their
+    depths read 0, so the damage is reported (``store_damaged``,
+    ``queue_damaged`` with why) and the level's backlog is NaN, not a silent
+    0; likewise the timer queue's. A directory deleted under the running
+    node, which still reads its mapping, is ``missing``. The delivering node
+    moves the delivered offsets back to the queues' ends; the admin API
+    alone (``make run``), started after it, still sees the loss."""
+    store = tmp_path / "store"
+    with Broker.open(str(store)) as b:
+        b.create_topic("events", 2)
+        b.send_batch([Message("events", b"e%d" % i, queue_id=i % 2) for i in range(20)])
+        _consume(b, "g", "events", 0, 6)
+        _consume(b, "g", "events", 1, 4)
+        delays = DelayService(b)
+        now = int(time.time() * 1000)
+        for i in range(4):
+            delays.send_delayed(Message("orders", b"d%d" % i), level=3)
+        delays.send_delayed(Message("orders", b"timer"), delay_ms=1000)
+        done = delays.deliver_due(now_ms=now + 60_000)
+        assert (done.levels_delivered, done.timers_delivered) == (4, 1)
+        for i in range(2):
+            delays.send_delayed(Message("orders", b"later%d" % i), level=3)
+        delays.close()
+    cq = store / "consumequeue"
+    shutil.rmtree(cq / "events" / "0")
+    shutil.rmtree(cq / SCHEDULE_TOPIC / "2")  # level 3
+    shutil.rmtree(cq / TIMER_TOPIC / "0")
+
+    def damaged(m):
+        return {
+            (lb["topic"], lb["queue"], lb["reason"])
+            for (name, labels), v in m.items()
+            if name == "rocketmq_broker_queue_damaged" and v == 1
+            for lb in [dict(labels)]
+        }
+
+    served = _serve(tmp_path, store, "--embedded-timers")  # it delivers delays
+    try:
+        m = _scrape(served.base)
+        assert _gauge(m, "store_damaged") == 3, m
+        assert damaged(m) == {("events", "0", "short"),
+                              (SCHEDULE_TOPIC, "2", "short"),
+                              (TIMER_TOPIC, "0", "short")}  # fmt: skip
+        assert math.isnan(_gauge(m, "delay_backlog", level="3"))
+        assert math.isnan(_gauge(m, "delay_backlog", level="timer"))
+        assert _gauge(m, "delay_backlog", level="4") == 0
+
+        shutil.rmtree(cq / "events" / "1")  # under the running node
+        m = _scrape(served.base)
+        assert _gauge(m, "store_damaged") == 4, m
+        assert ("events", "1", "missing") in damaged(m)
+    finally:
+        served.stop()
+    saved = json.loads((store / "config" / "delayOffset.json").read_text())
+    assert saved["offsetTable"]["3"] == 0 and saved["timerLow"] == 0
+    assert saved["unitsLostUpTo"] == {"0": 1, "3": 4}
+
+    served = _serve(tmp_path, store, "--admin-only")
+    try:
+        m = _scrape(served.base)
+    finally:
+        served.stop()
+    assert damaged(m) == {("events", "0", "short"), ("events", "1", "short"),
+                          (SCHEDULE_TOPIC, "2", "short"),
+                          (TIMER_TOPIC, "0", "short")}  # fmt: skip
+    assert _gauge(m, "store_damaged") == 4
+    assert math.isnan(_gauge(m, "delay_backlog", level="3"))
+
+
+def test_admin_api_metrics_on_a_whole_store_report_no_damage(node):
+    base, _ids = node
+    m = _scrape(base)
+    assert _gauge(m, "store_damaged") == 0
+    assert not [k for k in m if k[0] == "rocketmq_broker_queue_damaged"]
+
+
+def _raw_send(stub, topic: str, n: int) -> None:
+    """``n`` sends as bare gRPC calls: no heartbeat, no telemetry, so the
+    endpoint's client table does not change."""
+    import uuid
+
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as spb
+
+    for _ in range(n):
+        msg = pb.Message(
+            topic=pb.Resource(name=topic),
+            system_properties=pb.SystemProperties(
+                message_id=uuid.uuid4().hex, body_encoding=pb.IDENTITY
+            ),
+            body=b"counted",
+        )
+        r = stub.SendMessage(
+            spb.SendMessageRequest(messages=[msg]),
+            metadata=(("x-mq-client-id", "raw-sender"),),
+            timeout=30,
+        )
+        assert [e.status.code for e in r.entries] == [pb.Code.OK], r
+
+
+def test_admin_api_alone_follows_the_endpoint_counters(tmp_path):
+    """``make run``'s layout: the endpoint serves gRPC, the admin API runs
+    alone beside it (``--admin-only``) and reads the endpoint's counters from
+    ``clients.json``. Sends that change no client still reach ``/metrics``
+    within a couple of seconds, each time."""
+    import grpc
+    from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
+
+    store = tmp_path / "store"
+    with Broker.open(str(store)) as b:
+        b.create_topic("events", 1)
+    endpoint = _serve(tmp_path, store, admin=False)
+    admin = _serve(tmp_path, store, "--admin-only")
+    channel = grpc.insecure_channel(endpoint.access)
+    try:
+        stub = sgrpc.MessagingServiceStub(channel)
+        for want in (3, 5):
+            _raw_send(stub, "events", want - (3 if want == 5 else 0))
+            deadline = time.monotonic() + 10
+            while True:
+                m = _scrape(admin.base)
+                if _gauge(m, "endpoint_events_total", event="sent") == want:
+                    break
+                assert time.monotonic() < deadline, (want, m)
+                time.sleep(0.2)
+    finally:
+        channel.close()
+        admin.stop()
+        endpoint.stop()
+
+
+def test_admin_api_of_workers_counts_every_worker(tmp_path):
+    """``serve --workers 2``: worker 0 serves the admin API; its counters
+    are every worker's (``clients.json`` sums them), not worker 0's share."""
+    import grpc
+    from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
+
+    from tests.broker_core.ha._hahelpers import redis_up
+    from tests.endpoint_server import start_server, stop_server
+
+    if not redis_up():
+        pytest.skip("no Redis on 127.0.0.1:6379 (make redis)")
+    store = tmp_path / "store"
+    with Broker.open(str(store)) as b:
+        b.create_topic("events", 1)
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    port, pinned, admin = _port(), _port(), _port()
+    while len({port, pinned, pinned + 1, admin}) < 4:
+        pinned = _port()
+    proc = start_server(
+        store, port, tmp_path / "server.log",
+        ("--worker-ports", str(pinned), "--admin-listen", f"127.0.0.1:{admin}",
+         "--admin-token-file", str(tmp_path / "token")),
+        workers=2,
+    )  # fmt: skip
+    try:
+        for worker, n in ((0, 2), (1, 3)):  # each worker's own port
+            with grpc.insecure_channel(f"127.0.0.1:{pinned + worker}") as channel:
+                _raw_send(sgrpc.MessagingServiceStub(channel), "events", n)
+        deadline = time.monotonic() + 10
+        while True:
+            m = _scrape(f"http://127.0.0.1:{admin}")
+            if _gauge(m, "endpoint_events_total", event="sent") == 5:
+                break
+            assert time.monotonic() < deadline, m
+            time.sleep(0.2)
+    finally:
+        assert stop_server(proc) == 0
+
+
+def test_endpoint_writes_changed_counters_at_most_once_a_second(endpoint):
+    """Counters alone rewrite ``clients.json``, but not more than once a
+    second: the check is on the half-second persist loop, not on the sends."""
+    _base, ep = endpoint
+    assert ep.clients_snapshot() is not None  # the first, at start
+    assert ep.clients_snapshot() is None  # nothing changed
+    ep.counters["sent"] += 1  # as a send does
+    assert ep.clients_snapshot() is None  # within the second
+    time.sleep(1.05)
+    snap = ep.clients_snapshot()
+    assert snap is not None and snap["counters"]["sent"] == 1
+    time.sleep(1.05)
+    assert ep.clients_snapshot() is None  # nothing changed since
+
+
+def test_admin_api_shrugs_off_clients_that_go_away(tmp_path):
+    """Connections dropped before their answer (no token, then a reset or a
+    close): nothing but the answers' debug lines, no traceback in the serve
+    log; the API goes on answering."""
+    log = tmp_path / "serve.log"
+    served = _serve(tmp_path, tmp_path / "store", log=log)
+    try:
+        url = urllib.parse.urlsplit(served.base)
+        for i in range(20):
+            s = socket.create_connection((url.hostname, url.port))
+            if i % 2:  # close with a reset
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                             struct.pack("ii", 1, 0))  # fmt: skip
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.close()
+        time.sleep(1)
+        assert call(served.base, "GET", "/v1/node")[0] == 200
+    finally:
+        served.stop()
+    text = log.read_text()
+    for word in ("Traceback", "BrokenPipeError", "ConnectionResetError"):
+        assert word not in text, text[-3000:]

@@ -7,15 +7,8 @@ import subprocess
 
 import pytest
 
-from tests.broker_core.endpoint.test_protocol import (
-    PY,
-    ROOT,
-    free_port,
-    result,
-    spawn,
-    stop_server,
-    wait_port,
-)
+from tests.endpoint_server import PY, ROOT, result, spawn, stop_server, wait_port
+from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow]
 

@@ -23,11 +23,8 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
-from tests.broker_core.endpoint.test_protocol import (
-    free_port,
-    start_server,
-    stop_server,
-)
+from tests.endpoint_server import start_server, stop_server
+from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow]
 

@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.broker_core.endpoint.test_protocol import (
-    free_port,
-    result,
-    spawn,
-    start_server,
-    stop_server,
-)
+from tests.endpoint_server import result, spawn, start_server, stop_server
+from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow]
 

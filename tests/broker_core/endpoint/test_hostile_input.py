@@ -20,13 +20,8 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
-from tests.broker_core.endpoint.test_protocol import (
-    PY,
-    ROOT,
-    free_port,
-    stop_server,
-    wait_port,
-)
+from tests.endpoint_server import PY, ROOT, stop_server, wait_port
+from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow]
 
@@ -172,6 +167,23 @@ def test_reserved_property_names_are_refused(ep, name):
     assert send_plain(ep["stub"], "Plain", {name: "1"}) == (
         C.ILLEGAL_MESSAGE_PROPERTY_KEY
     )
+
+
+def test_every_reserved_property_name_is_refused_one_by_one(ep):
+    """Each name of the reserved set (RocketMQ's ``MessageConst`` names, the
+    ones it sets outside that set, this broker's own) and the client-only
+    prefix, sent alone as a user property: every one is refused with
+    RocketMQ's code, and a name that only resembles one goes through."""
+    from broker_core.validation import RESERVED_PREFIX, RESERVED_PROPERTIES
+
+    names = sorted(RESERVED_PROPERTIES) + [RESERVED_PREFIX + "x"]
+    got = {n: send_plain(ep["stub"], "Plain", {n: "1"}) for n in names}
+    accepted = sorted(
+        n for n, code in got.items() if code != C.ILLEGAL_MESSAGE_PROPERTY_KEY
+    )
+    assert not accepted, accepted
+    assert len(got) > 80
+    assert send_plain(ep["stub"], "Plain", {"tags": "1", "KEYS_": "1"}) == C.OK
 
 
 def test_a_huge_tag_or_key_is_a_size_refusal(ep):

@@ -13,12 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker_core.endpoint.test_protocol import (
-    ROOT,
-    free_port,
-    start_server,
-    stop_server,
-)
+from tests.endpoint_server import ROOT, start_server, stop_server
+from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow]
 

@@ -80,28 +80,3 @@ def test_a_handle_from_one_manager_is_acknowledged_by_another(tmp_path) -> None:
         assert other.stats() == {"G@T": {"pending": 0, "inflight": 0}}
         a.close()
         other.close()
-
-
-def test_pop_json_of_an_earlier_version_is_imported(tmp_path) -> None:
-    """A store last served with the per-process ``grpc/pop.json``: its cursor
-    and its pending offsets (with their attempts) carry over, once."""
-    import json
-
-    with Broker.open(tmp_path / "store") as b:
-        b.create_topic("T", read_queue_nums=1)
-        for i in range(5):
-            b.send(Message("T", b"m%d" % i, queue_id=0))
-        legacy = b.store.root / "grpc" / "pop.json"
-        legacy.parent.mkdir(parents=True, exist_ok=True)
-        # m0 and m2 acknowledged, m1 pending after two deliveries, read up to 3
-        legacy.write_text(
-            json.dumps({"G": {"T": {"0": {"cursor": 3, "pending": {"1": 2}}}}})
-        )
-        pm = PopManager(b)
-        got = [
-            (e.msg.body, e.attempts)
-            for _q, e in pm.pop("G", "T", 10, 60_000, "*", "TAG")
-        ]
-        assert got == [(b"m1", 3), (b"m3", 1), (b"m4", 1)]
-        assert not legacy.exists() and legacy.with_name("pop.json.imported").exists()
-        pm.close()

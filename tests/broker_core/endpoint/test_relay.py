@@ -12,14 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker_core.endpoint.test_protocol import (
-    PY,
-    ROOT,
-    free_port,
-    result,
-    spawn,
-    stop_server,
-)
+from tests.endpoint_server import PY, ROOT, result, spawn, stop_server
+from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow, pytest.mark.services]
 

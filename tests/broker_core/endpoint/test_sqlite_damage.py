@@ -22,13 +22,8 @@ import pytest
 from broker_core import Broker, Message, sqlite_wal
 from broker_core.endpoint.pop import PopManager
 from broker_core.verify import verify_store
-from tests.broker_core.endpoint.test_protocol import (
-    free_port,
-    result,
-    spawn,
-    start_server,
-    stop_server,
-)
+from tests.endpoint_server import result, spawn, start_server, stop_server
+from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow]
 

@@ -15,13 +15,8 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
 from broker_core import Broker
-from tests.broker_core.endpoint.test_protocol import (
-    PY,
-    ROOT,
-    free_port,
-    stop_server,
-    wait_port,
-)
+from tests.endpoint_server import PY, ROOT, stop_server, wait_port
+from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol]
 

@@ -22,12 +22,9 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
 from broker_core.endpoint.config import REPOLL_S
 from tests.broker_core.endpoint.test_nonblocking import MD, _send, receive_request
-from tests.broker_core.endpoint.test_protocol import (
-    free_port,
-    start_server,
-    stop_server,
-)
 from tests.conftest import ROOT
+from tests.endpoint_server import start_server, stop_server
+from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow]
 

@@ -21,9 +21,8 @@ import time
 import pytest
 
 from broker_core.endpoint.workers import announced
-from tests.broker_core.endpoint.test_protocol import (
+from tests.endpoint_server import (
     ROOT,
-    free_port,
     pid_alive,
     result,
     spawn,
@@ -31,6 +30,7 @@ from tests.broker_core.endpoint.test_protocol import (
     stop_server,
     wait_workers,
 )
+from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow]
 

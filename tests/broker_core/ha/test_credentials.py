@@ -133,7 +133,7 @@ def test_the_grpc_endpoint_serves_tls_with_the_hosts_certificate(
     from rocketmq.grpc_protocol import service_pb2 as spb
     from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
-    from tests.broker_core.endpoint.test_protocol import stop_server, wait_port
+    from tests.endpoint_server import stop_server, wait_port
     from tests.support import free_port
 
     mine, theirs = tmp_path / "mine", tmp_path / "theirs"
@@ -168,3 +168,115 @@ def test_the_grpc_endpoint_serves_tls_with_the_hosts_certificate(
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         assert stop_server(proc) == 0
+
+
+def test_runs_at_once_on_one_directory_make_one_ca_that_signed_every_host(
+    tmp_path: Path,
+) -> None:
+    """Six runs started together, each adding its own host: they take turns
+    (a lock), so there is one CA, its key is its certificate's, every host's
+    certificate is issued by it and no temporary file is left behind."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    d = tmp_path / "creds"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "broker_core",
+                "credentials",
+                str(d),
+                "--host",
+                f"h{i}=10.0.0.{i + 1}",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i in range(6)
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    ca = x509.load_pem_x509_certificate((d / "ca.pem").read_bytes())
+    key = serialization.load_pem_private_key((d / "ca-key.pem").read_bytes(), None)
+    der, spki = (
+        serialization.Encoding.DER,
+        serialization.PublicFormat.SubjectPublicKeyInfo,
+    )
+    assert ca.public_key().public_bytes(der, spki) == key.public_key().public_bytes(
+        der, spki
+    )
+    for i in range(6):
+        cert = x509.load_pem_x509_certificate((d / f"hosts/h{i}/cert.pem").read_bytes())
+        cert.verify_directly_issued_by(ca)
+    assert not [p.name for p in d.rglob("*.tmp")]
+
+
+def test_what_it_keeps_it_checks_first(tmp_path: Path) -> None:
+    d = tmp_path / "creds"
+    assert credentials(str(d), "--host", "a0=127.0.0.1").returncode == 0
+
+    # A secret readable by others is tightened, and said so.
+    (d / "ha.secret").chmod(0o644)
+    run = credentials(str(d), "--host", "a0=127.0.0.1")
+    assert run.returncode == 0, run.stderr
+    assert stat.S_IMODE((d / "ha.secret").stat().st_mode) == 0o600
+    assert "ha.secret: was readable by others, now 0600" in run.stdout
+
+    # A secret replaced by a link (to a file an attacker reads) is refused:
+    # neither kept nor written through.
+    elsewhere = tmp_path / "stolen"
+    (d / "admin.token").unlink()
+    (d / "admin.token").symlink_to(elsewhere)
+    run = credentials(str(d), "--host", "a0=127.0.0.1")
+    assert run.returncode == 2 and "symbolic link" in run.stderr, run.stderr
+    assert not elsewhere.exists()
+    (d / "admin.token").unlink()
+
+    # A CA key that is no key, then another CA's key: refused, no traceback.
+    good_key = (d / "ca-key.pem").read_bytes()
+    (d / "ca-key.pem").write_bytes(b"-----BEGIN PRIVATE KEY-----\ngarbage\n")
+    run = credentials(str(d), "--host", "a0=127.0.0.1")
+    assert run.returncode == 2 and "not a readable PEM private key" in run.stderr
+    assert "Traceback" not in run.stderr
+    other = tmp_path / "other"
+    assert credentials(str(other), "--host", "a0=127.0.0.1").returncode == 0
+    (d / "ca-key.pem").write_bytes((other / "ca-key.pem").read_bytes())
+    run = credentials(str(d), "--host", "a0=127.0.0.1")
+    assert run.returncode == 2 and "do not belong together" in run.stderr, run.stderr
+    (d / "ca-key.pem").write_bytes(good_key)
+
+    # A host certificate from another CA: refused until renewed.
+    for f in ("cert.pem", "key.pem"):
+        (d / "hosts/a0" / f).write_bytes((other / "hosts/a0" / f).read_bytes())
+    run = credentials(str(d), "--host", "a0=127.0.0.1")
+    assert run.returncode == 2 and "--renew a0" in run.stderr, run.stderr
+    run = credentials(str(d), "--host", "a0=127.0.0.1", "--renew", "a0")
+    assert run.returncode == 0, run.stderr
+    assert credentials(str(d), "--host", "a0=127.0.0.1").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--host", "a0=a..b"],
+        ["--host", "a0=1.2.3.999"],
+        ["--host", "a0=*"],
+        ["--host", "a0=*.com"],
+        ["--host", "a0=fe80::1%eth0"],
+        ["--host", "a0=" + "x" * 64 + ".test"],
+        ["--host", "a0=bad\nname"],
+        ["--host", "a0\n=127.0.0.1"],
+        ["--host", "a0=127.0.0.1", "--cluster", "c" * 51],
+        ["--host", "a0=127.0.0.1", "--hots", "b0=10.0.0.2"],
+    ],
+)
+def test_bad_input_is_refused_with_its_reason(tmp_path: Path, args: list[str]) -> None:
+    run = credentials(str(tmp_path / "creds"), *args)
+    assert run.returncode == 2, run.stdout
+    assert run.stderr.strip() and "Traceback" not in run.stderr, run.stderr
+    assert not (tmp_path / "creds" / "ca.pem").exists()

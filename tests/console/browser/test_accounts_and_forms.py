@@ -102,6 +102,16 @@ def test_an_operator_searches_jumps_sends_cancels_and_deletes(
     shown = page.locator("table.grid tbody").inner_text()
     assert "ord-10" in shown and "ord-11" in shown and "ord-9" not in shown
 
+    # A test message from the topic's page: stored with its tags and keys.
+    page.goto("/topics/orders/")
+    page.get_by_label("Body").fill("hello from the console")
+    page.get_by_label("Tags").fill("TagA")
+    page.get_by_label("Keys").fill("console-1")
+    page.get_by_role("button", name="Send", exact=True).click()
+    assert "Sent " in flash(page) and "to queue 0 at offset 12" in flash(page)
+    sent = broker.query_by_key("orders", "console-1")
+    assert [(m.body, m.tags) for m in sent] == [(b"hello from the console", "TagA")]
+
     # Cancel the scheduled message before it is due: a reason, then confirm.
     page.goto("/delays/scheduled/")
     row = page.locator("tr", has=page.get_by_text(later.msg_id))

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.broker_core.endpoint.test_protocol import result, spawn
+from tests.endpoint_server import result, spawn
 
 pytestmark = [
     pytest.mark.browser,

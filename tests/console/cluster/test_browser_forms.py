@@ -79,3 +79,28 @@ def test_an_operator_searches_resets_and_cancels_across_the_cluster(
     picker.select_option("broker-b")
     page.locator("[data-testid=pick-node]").click()
     assert page.locator("[data-testid=node-picker]").input_value() == "broker-b"
+
+
+def test_an_operator_resumes_a_discarded_half_on_its_node(
+    nodes, page, users, sign_in
+) -> None:
+    """The Cluster page's discarded list: Resume (with its reason) on the node
+    that holds the half; it is pending there again and leaves the list."""
+    from broker_core.transaction import TransactionService, TransactionState
+
+    nodes.start("broker-a")
+    b = nodes.start("broker-b")
+    tx = TransactionService(b)
+    tid = tx.send_half("PID_shop", Message("orders", b"x")).transaction_id
+    tx.close()
+    svc = nodes.endpoints["broker-b:0"].tx
+    assert svc.discard(svc.locate(tid), "max checks", 0) == "discarded"
+    sign_in(page, "operator")
+    page.goto("/cluster/")
+    row = page.locator(f"[data-testid=cluster-discarded] tr[data-tid='{tid}']")
+    resume = row.locator("form", has=page.get_by_role("button", name="Resume"))
+    resume.get_by_label(f"Reason to resume {tid}").fill("checker fixed, CHG-9")
+    resume.get_by_role("button", name="Resume").click()
+    assert f"Resumed {tid} on broker-b." in flash(page)
+    assert svc.state(tid) == TransactionState.PENDING
+    assert page.locator("[data-testid=cluster-discarded]").count() == 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,17 +26,12 @@ from broker_core import Broker
 from broker_core.cluster import RouteRegistry
 from console.audit.models import AuditRecord
 from tests.console.cluster.conftest import REGISTRY_URL, TOKEN
+from tests.support import free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.django_db]
 
 ROOT = Path(__file__).resolve().parents[3]
 EXPIRY_S = 3.0
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(cond, timeout: float, what: str):  # type: ignore[no-untyped-def]
@@ -54,7 +48,7 @@ class _Node:
     def __init__(
         self, tmp: Path, cluster: str, key: str, *extra: str, store: str = ""
     ) -> None:
-        self.grpc, self.admin = _port(), _port()
+        self.grpc, self.admin = free_port(), free_port()
         self.store = tmp / (store or key.replace(":", "-"))
         self.log = tmp / f"{key}-{self.grpc}.log"
         name, _, bid = key.partition(":")
@@ -108,12 +102,12 @@ def pair(tmp_path, settings):  # type: ignore[no-untyped-def]
     settings.CLUSTER_ADMIN_TOKEN_FILE = str(tmp_path / "admin.token")
     with Broker.open(str(tmp_path / "broker-a-0")) as b:
         b.create_topic("orders", 2, 2)
-    ha = _port()
+    ha = free_port()
     secret = ("--ha-secret-file", str(tmp_path / "ha.secret"))
     master = _Node(tmp_path, cluster, "broker-a:0", "--ha-listen", f"127.0.0.1:{ha}",
                    *secret)  # fmt: skip
     slave = _Node(tmp_path, cluster, "broker-a:1", "--master-ha", f"127.0.0.1:{ha}",
-                  "--ha-listen", f"127.0.0.1:{_port()}", *secret)  # fmt: skip
+                  "--ha-listen", f"127.0.0.1:{free_port()}", *secret)  # fmt: skip
     registry = RouteRegistry(REGISTRY_URL, cluster, EXPIRY_S)
     try:
         _wait(lambda: {n.key for n in registry.nodes()} == {"broker-a:0", "broker-a:1"},
@@ -225,7 +219,7 @@ def test_the_old_master_never_serves_beside_the_promoted_one(pair, tmp_path):
 
     # Restarted as a master, it will not serve.
     again = _Node(tmp_path, registry.cluster, "broker-a:0", "--ha-listen",
-                  f"127.0.0.1:{_port()}", "--ha-secret-file",
+                  f"127.0.0.1:{free_port()}", "--ha-secret-file",
                   str(tmp_path / "ha.secret"), store="broker-a-0")  # fmt: skip
     _Node.extra.append(again)
     assert again.proc.wait(timeout=60) != 0
@@ -267,7 +261,7 @@ def test_a_slave_promotes_itself_once_its_master_is_gone(tmp_path):
     (tmp_path / "ha.secret").write_text("auto-promote-secret\n")
     with Broker.open(str(tmp_path / "broker-a-0")) as b:
         b.create_topic("orders", 2, 2)
-    ha = _port()
+    ha = free_port()
     secret = ("--ha-secret-file", str(tmp_path / "ha.secret"))
     registry = RouteRegistry(REGISTRY_URL, cluster, EXPIRY_S)
     master = _Node(tmp_path, cluster, "broker-a:0", "--ha-listen",
@@ -305,7 +299,8 @@ def test_a_slave_promotes_itself_once_its_master_is_gone(tmp_path):
         assert len(found) == 6
 
         again = _Node(tmp_path, cluster, "broker-a:0", "--ha-listen",
-                      f"127.0.0.1:{_port()}", *secret, store="broker-a-0")  # fmt: skip
+                      f"127.0.0.1:{free_port()}", *secret,
+                      store="broker-a-0")  # fmt: skip
         _Node.extra.append(again)
         assert again.proc.wait(timeout=60) != 0
         assert "already has a live master" in again.log.read_text()
@@ -324,7 +319,7 @@ def test_a_slave_started_before_its_master_does_not_promote_itself(tmp_path):
     (tmp_path / "ha.secret").write_text("cold-start-secret\n")
     registry = RouteRegistry(REGISTRY_URL, cluster, EXPIRY_S)
     slave = _Node(tmp_path, cluster, "broker-a:1", "--master-ha",
-                  f"127.0.0.1:{_port()}", "--auto-promote-after", "1",
+                  f"127.0.0.1:{free_port()}", "--auto-promote-after", "1",
                   "--ha-secret-file", str(tmp_path / "ha.secret"))  # fmt: skip
     try:
         _wait(lambda: _try(slave, "/v1/node"), 60, "the slave up")

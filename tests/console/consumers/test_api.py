@@ -54,7 +54,17 @@ def test_reset(api_as, group, broker) -> None:
         format="json",
     )
     assert bad.status_code == 400 and bad.json()["code"] == "invalid_offset"
-    assert AuditRecord.objects.filter(action="consumer_group.reset_offset").count() == 1
+    # The refused reset is audited too, as failed (as the Cluster page's).
+    resets = AuditRecord.objects.filter(action="consumer_group.reset_offset")
+    assert sorted(r.status for r in resets) == ["failed", "success"]
+    # A group that does not consume the topic here: refused, not created.
+    nobody = api_as("operator").post(
+        url.replace("etl", "nobody"),
+        {"topic": "events", "to_offset": 0, "reason": "a typo"},
+        format="json",
+    )
+    assert nobody.status_code == 404 and nobody.json()["code"] == "group_not_consuming"
+    assert broker.committed_offset("nobody", "events", 0) == -1
 
 
 # --- group settings -----------------------------------------------------------

@@ -20,11 +20,8 @@ from broker_core.cluster import opscodec
 from broker_core.cluster.node_ops import NodeUnavailableError
 from broker_core.errors import FilterSyntaxError, UnknownTransactionError
 from broker_core.transaction import TransactionService
-from tests.broker_core.endpoint.test_protocol import (
-    free_port,
-    start_server,
-    stop_server,
-)
+from tests.endpoint_server import start_server, stop_server
+from tests.support import free_port
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 

@@ -68,6 +68,9 @@ def test_a_dead_console_process_comes_back_and_the_broker_keeps_serving(
         "CLUSTER_ADMIN_TOKEN_FILE": str(token),
         "WEB_WORKERS": "1",
         "WORKER_CONCURRENCY": "1",
+        # beat counts as down 3.5 intervals after its last tick (35 s at the
+        # default 10 s): 10.5 s here, for the beat stop below
+        "BEAT_HEARTBEAT_INTERVAL": "3",
         "PYTHONUNBUFFERED": "1",
     }
     subprocess.run(
@@ -197,16 +200,22 @@ def test_a_dead_console_process_comes_back_and_the_broker_keeps_serving(
                 wait(lambda: listening(web_port), 30, "the web port again")
         sent_before = sent[0]
         wait(lambda: sent[0] > sent_before + 5, 30, "more sends")
-        # The timers worker stopped: /healthz names it (and only it) while it
-        # is down, and it comes back.
-        subprocess.run([*ctl, "stop", "worker"], check=True, capture_output=True)
-        health = wait(
-            lambda: (lambda r: r if r[0] == 503 else None)(console_get("/healthz")),
-            30, "/healthz to name the stopped worker",
-        )  # fmt: skip
-        assert health[1]["down"] == ["worker"], health
-        subprocess.run([*ctl, "start", "worker"], check=True, capture_output=True)
-        wait(lambda: console_get("/healthz")[0] == 200, 60, "/healthz up again")
+
+        def named_while_stopped(name: str, timeout: float) -> None:
+            """``name`` stopped: /healthz names it, and only it, while it is
+            down; started again: /healthz is 200."""
+            subprocess.run([*ctl, "stop", name], check=True, capture_output=True)
+            health = wait(
+                lambda: (lambda r: r if r[0] == 503 else None)(console_get("/healthz")),
+                timeout, f"/healthz to name the stopped {name}",
+            )  # fmt: skip
+            assert health[1]["down"] == [name], health
+            subprocess.run([*ctl, "start", name], check=True, capture_output=True)
+            wait(lambda: console_get("/healthz")[0] == 200, 60, "/healthz up again")
+
+        named_while_stopped("worker", 30)
+        # Beat: once its last tick is older than three and a half intervals.
+        named_while_stopped("beat", 60)
         # The endpoint stops (an outage): the console still sees the store
         # through the admin API, and its health names the endpoint.
         stop.set()

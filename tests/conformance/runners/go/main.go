@@ -365,7 +365,14 @@ func receiveLoop(c rmq.SimpleConsumer, invisible time.Duration, until time.Time,
 		// the server derives the poll from the call's deadline (the client's own is await +
 		// request timeout = 12 s). A deadline just past the window (never under 6 s: Apache's
 		// proxy polls at least 5 s) keeps a poll from running far past it.
-		d := time.Until(until) + time.Second
+		// The server keeps 1 s of the deadline for its answer: 1.5 s past the window makes
+		// the last poll end after it, never just before (a call started with a few
+		// milliseconds left would poll receiveCallMin more and watch past the window).
+		left := time.Until(until)
+		if left < time.Second {
+			break
+		}
+		d := left + 1500*time.Millisecond
 		d = max(receiveCallMin, min(d, awaitDuration+requestTimeout))
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		mvs, err := c.Receive(ctx, 16, invisible)
