@@ -73,7 +73,7 @@ from typing import Any
 
 from broker_core.clients import client_rows
 from broker_core.cluster.admin_store import StoreOperations, operator_of
-from broker_core.cluster.node_ops import NodeOps, run_remote
+from broker_core.cluster.node_ops import NodeOps, run_remote, store_runtime
 from broker_core.errors import AdminError
 
 log = logging.getLogger(__name__)
@@ -256,6 +256,7 @@ class AdminServer:
             "log_end": ep.store.max_physical_offset(),
             # As the endpoint's clients.json: its counters.
             "counters": counters,
+            "runtime": store_runtime(ep.store),
         }
         if ep.node is not None:
             out.update(ep.node.status())

@@ -458,34 +458,17 @@ class NodeOps:
         }
 
     def node_runtime(self) -> dict[str, Any]:
-        """What a single node's page shows: the broker's version, the
-        messages stored per second over the last minute, the store's disk (the
-        filesystem's size, free bytes and fill, the fill at which appends are
-        refused, the log's bytes), its configuration, its counts of topics,
-        groups and online clients, and the endpoint's counters."""
+        """What a single node's page shows: ``store_runtime`` (version, rate,
+        disk), the store's path and log end, its configuration, its counts of
+        topics, groups and online clients."""
         from dataclasses import asdict
 
-        broker = self._broker()
-        store = broker.store
-        guard = store.disk_guard
-        try:
-            used, free, total = guard.usage()
-        except OSError:
-            used, free, total = 0.0, 0, 0
+        store = self._broker().store
         config = asdict(store.config)
         config.pop("delay_levels_ms", None)  # message_delay_level says it
         clients = self._clients(None)
-        now_ms = int(time.time() * 1000)
-        return {
-            "version": broker_core.__version__,
-            "python": platform.python_version(),
-            "stored_per_s_1m": browse.stored_per_second(store, 60_000, now_ms),
+        return store_runtime(store) | {
             "path": str(store.root),
-            "disk_total_bytes": total,
-            "disk_free_bytes": free,
-            "disk_used": used if total else None,
-            "disk_limit": float(guard.ratio),
-            "log_start": store.commitlog.first_offset(),
             "log_end": store.max_physical_offset(),
             "topics": sum(1 for _ in store.list_topics()),
             "groups": len({g for g, _t, _q, _c in subscribed_queues(store, clients)}),
@@ -513,6 +496,31 @@ class NodeOps:
         except TypeError as exc:
             raise opscodec.CodecError(f"{name}: {exc}") from None
         return opscodec.encode(fn(*args, **kwargs))
+
+
+def store_runtime(store: Any) -> dict[str, Any]:
+    """A node's version and Python, the messages its store took per second
+    over the last minute, its disk (the filesystem's size, free bytes and
+    fill, None when unknown; the fill at which appends are refused) and the
+    log's first offset: on a single node's page and, through the admin API's
+    ``GET /v1/node``, on the cluster's page of each node."""
+    guard = store.disk_guard
+    try:
+        used, free, total = guard.usage()
+    except OSError:
+        used, free, total = 0.0, 0, 0
+    return {
+        "version": broker_core.__version__,
+        "python": platform.python_version(),
+        "stored_per_s_1m": browse.stored_per_second(
+            store, 60_000, int(time.time() * 1000)
+        ),
+        "disk_total_bytes": total,
+        "disk_free_bytes": free,
+        "disk_used": used if total else None,
+        "disk_limit": float(guard.ratio),
+        "log_start": store.commitlog.first_offset(),
+    }
 
 
 class NodeUnavailableError(StoreError):

@@ -71,6 +71,10 @@ class NodeDetail:
     master: str = ""
     #: the node's last failure to heartbeat to the route registry
     registry_error: str = ""
+    #: the node's version, Python, messages stored per second over the last
+    #: minute and disk (``broker_core.cluster.node_ops.store_runtime``); empty
+    #: when its status did not answer or an older node does not say
+    runtime: dict[str, Any] = field(default_factory=dict)
     #: ``label``, ``help``, ``key``, ``value`` (None: not reported)
     counters: list[dict[str, Any]] = field(default_factory=list)
     #: ``topic``, ``read_queues``, ``write_queues``, ``perm``, ``depth``
@@ -152,6 +156,7 @@ def _status(detail: NodeDetail, status: dict[str, Any]) -> None:
     detail.registry_error = status.get("registry_error") or ""
     detail.controller = status.get("controller") or None
     detail.cut_tails = list(status.get("cut_tails") or [])
+    detail.runtime = dict(status.get("runtime") or {})
     counters = status.get("counters") or {}
     detail.counters = [
         {"key": key, "label": label, "help": help_, "value": counters.get(key)}

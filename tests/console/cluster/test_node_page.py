@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import broker_core
 from broker_core import Message
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db]
@@ -215,8 +216,13 @@ def test_a_node_page_shows_that_node_only(nodes, client_as):
     assert _counter(body, "send_jobs") is not None
     assert _counter(body, "ack_jobs") is not None
     assert "Messages sent" in body and "Retries deduplicated" in body
-    # Its status: role, heartbeat age, replication.
+    # Its status: role, heartbeat age, replication; its version, the rate
+    # its store took messages at (5 in the last minute) and its disk.
     assert re.search(r'data-testid="heartbeat-age">\d+(\.\d+)?m?s<', body)
+    assert f'data-testid="version">{broker_core.__version__}<' in body
+    rate = re.search(r'data-testid="stored-rate">([\d.]+)<', body)
+    assert rate and float(rate[1]) > 0, rate
+    assert re.search(r'data-testid="disk-used">\d+%<', body)
     assert "no slave connected" in body
     # A master: its pending halves (none) and the way to decide them.
     assert '<div class="v" data-testid="pending-count">0</div>' in body
