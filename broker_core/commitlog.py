@@ -197,7 +197,19 @@ class CommitLog:
         while end is None or offset < end:
             seg = self.segments.segment(offset)
             if seg is None:
-                return
+                # A segment file missing between others (deleted): its
+                # records are lost, the later segments' are not. Step over
+                # the gap; the log does not end here.
+                bases = self.segments.list_bases()
+                later = [b for b in bases if b > offset]
+                if not bases or offset < bases[0] or not later:
+                    return
+                if end is not None and later[0] >= end:
+                    return
+                if damage is not None:
+                    damage.append(Damage(offset, later[0], "missing"))
+                offset = self.last_end = later[0]
+                continue
             pos = offset - seg.base
             if pos >= seg.size:
                 # A segment file shorter than the log's segments (truncated;
@@ -243,9 +255,12 @@ class CommitLog:
             if status is RecordCheck.BLANK:
                 offset = seg.base + seg.size
                 self.last_end = offset
-                if self.segments.segment(offset) is None:
+                if self.segments.segment(offset) is None and not any(
+                    b > offset for b in self.segments.list_bases()
+                ):
                     # A blank with no next segment still ends the written data;
-                    # the next append starts the new segment.
+                    # the next append starts the new segment. (With a later
+                    # one the next file is missing: stepped over above.)
                     return
                 continue
             # Zeros or damage. Past the last committed position it is a torn
@@ -279,7 +294,8 @@ class CommitLog:
         ``pos``: the next valid record in the segment, else the next segment
         (if there is one within the scan); None if the data ends here."""
         following = seg.base + self.segment_size
-        has_next = self.segments.segment(following) is not None
+        # A later segment, even past a missing one (stepped over by scan).
+        has_next = any(b >= following for b in self.segments.list_bases())
         search_end = limit
         if end is None and tail_hint is not None:
             # Only records that end by the committed position were committed.

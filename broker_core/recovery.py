@@ -248,6 +248,25 @@ def _quarantine(
     segs = store.commitlog.segments
     seg = segs.segment(d.start)
     if seg is None:
+        # A whole segment file is missing between others: nothing to copy;
+        # say which range is lost (the later segments are kept).
+        if d.end > d.start and not store.quarantine.known(d.start):
+            log.error(
+                "log range [%d, %d) is missing (a deleted segment file): its "
+                "records are lost, the later segments' are kept",
+                d.start,
+                d.end,
+            )
+            info.quarantined.append(
+                store.quarantine.add(
+                    d.start,
+                    b"",
+                    d.end - d.start,
+                    "missing: no segment file holds this range",
+                    "",
+                    "lost",
+                )
+            )
         return
     pos = d.start - seg.base
     if d.end < 0:  # a tail: its extent is the non-zero bytes that follow

@@ -257,6 +257,42 @@ def test_a_deleted_last_segment_is_reported_loudly(
     assert not verify_store(store).ok
 
 
+def test_a_deleted_middle_segment_costs_only_its_own_records(
+    template: Template, tmp_path: Path
+) -> None:
+    """A segment file deleted between others: its records are lost, every
+    later segment's are kept, by the open, by ``verify --repair`` (which cut
+    the log at the gap: 1,147 more messages unreadable after it than before)
+    and by the sends after it; ``verify`` names the missing range."""
+    store, records = _copy(template, tmp_path)
+    segments = sorted((store / "commitlog").iterdir())
+    assert len(segments) >= 3
+    gone = segments[1]
+    start, end = int(gone.name), int(segments[2].name)
+    lost = {r[0] for r in records if start <= r[0] < end}
+    assert lost and len(lost) < len(records)
+    want = sorted(body for off, _size, body in records if off not in lost)
+    gone.unlink()
+    assert not verify_store(store).ok
+    with Broker.open(store, **SETTINGS) as b:
+        assert sorted(_pulled(b)) == want
+    repaired = repair_store(store)
+    assert repaired["log_end"] > int(segments[-1].name), repaired
+    assert any(
+        q["offset"] == start and q["length"] == end - start and q["action"] == "lost"
+        for q in repaired["quarantined"]
+    ), repaired["quarantined"]
+    with Broker.open(store, **SETTINGS) as b:
+        assert sorted(_pulled(b)) == want
+        b.send(Message("IA", b"after the repair", queue_id=0))
+    with Broker.open(store, **SETTINGS) as b:
+        assert sorted(_pulled(b)) == sorted([*want, b"after the repair"])
+    report = verify_store(store)
+    assert [(q["offset"], q["length"]) for q in report.quarantined] == [
+        (start, end - start)
+    ], report.quarantined
+
+
 def test_offsets_are_written_on_a_timer_and_at_close(tmp_path: Path) -> None:
     store = tmp_path / "store"
     with Broker.open(store, **SETTINGS, offset_persist_interval_ms=100) as b:
