@@ -40,27 +40,38 @@ class Checkpoint:
     index_offset: int = 0
 
 
+def checkpoint_damage(path: Path) -> str | None:
+    """Why the checkpoint at ``path`` cannot be used (short, failing its CRC,
+    negative offsets); None if it is usable or absent (a new store)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(data) < CHECKPOINT.size + _CRC.size:
+        return f"short ({len(data)} bytes)"
+    crc = _CRC.unpack_from(data, CHECKPOINT.size)[0]
+    if crc and crc != zlib.crc32(data[: CHECKPOINT.size]):
+        return "damaged (its CRC fails)"
+    if min(CHECKPOINT.unpack_from(data, 0)[3:]) < 0:
+        return "damaged (negative offsets)"
+    return None
+
+
 def read_checkpoint(path: Path) -> Checkpoint:
     """Return the checkpoint at ``path``.
 
     All zeros if it is missing, short or fails its CRC: recovery then verifies
     and re-dispatches the whole log, slower but never wrong.
     """
+    why = checkpoint_damage(path)
+    if why is not None:
+        log.warning("checkpoint %s: %s: recovering from the whole log", path, why)
+        return Checkpoint()
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return Checkpoint()
-    if len(data) < CHECKPOINT.size + _CRC.size:
-        log.warning("checkpoint %s is short: recovering from the whole log", path)
-        return Checkpoint()
-    crc = _CRC.unpack_from(data, CHECKPOINT.size)[0]
-    if crc and crc != zlib.crc32(data[: CHECKPOINT.size]):
-        log.warning("checkpoint %s is damaged: recovering from the whole log", path)
-        return Checkpoint()
-    cp = Checkpoint(*CHECKPOINT.unpack_from(data, 0))
-    if min(cp.flushed_offset, cp.logics_offset, cp.index_offset) < 0:
-        return Checkpoint()
-    return cp
+    return Checkpoint(*CHECKPOINT.unpack_from(data, 0))
 
 
 def write_checkpoint(path: Path, cp: Checkpoint) -> None:

@@ -223,6 +223,11 @@ class AppendBusyError(StoreError):
     code = "append_busy"
 
 
+class RepairRefusedError(StoreError):
+    """``verify --repair`` would have made messages unreachable that were
+    reachable before it: the files it rewrote were put back as they were."""
+
+
 class ConfigFileError(StoreError):
     """A configuration file is unreadable and has no usable backup."""
 

@@ -55,6 +55,33 @@ def read_commit_pos(root: Path) -> int:
     return int(_Q.unpack_from(raw, _COMMIT_AT)[0])
 
 
+def state_damage(root: Path, log_end: int) -> str | None:
+    """Why ``{root}/state`` of a store shut down cleanly disagrees with its
+    log (``log_end``: where the log's records end); None if it agrees or is
+    absent. Only meaningful with no process running: the positions move."""
+    try:
+        with open(root / "state", "rb") as fh:
+            raw = fh.read(_LEASE_AT)
+    except FileNotFoundError:
+        return None
+    if len(raw) < _LEASE_AT:
+        return f"short ({len(raw)} bytes)"
+    if _Q.unpack_from(raw, _MAGIC_AT)[0] != STATE_MAGIC:
+        return "not a state file (its magic number is wrong)"
+    commit = _Q.unpack_from(raw, _COMMIT_AT)[0]
+    if commit != log_end:
+        return f"says the log ends at {commit}; its records end at {log_end}"
+    for name, at in (
+        ("dispatched", _DISPATCHED_AT),
+        ("flushed", _FLUSHED_AT),
+        ("indexed", _INDEXED_AT),
+    ):
+        pos = _Q.unpack_from(raw, at)[0]
+        if not 0 <= pos <= commit:
+            return f"its {name} position {pos} lies outside the log [0, {commit}]"
+    return None
+
+
 #: Every open ``FileLock``, marked in a forked child (``_after_fork``).
 _LOCKS: weakref.WeakSet[FileLock] = weakref.WeakSet()
 

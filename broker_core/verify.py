@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from broker_core import sqlite_wal
-from broker_core.checkpoint import abort_exists, read_checkpoint
+from broker_core.checkpoint import abort_exists, checkpoint_damage, read_checkpoint
 from broker_core.commitlog import CommitLog, Damage
 from broker_core.config import StoreConfig, saved_geometry
 from broker_core.consumequeue import UNIT_SIZE, ConsumeQueue
@@ -28,11 +30,11 @@ from broker_core.dispatch import (
     index_keys,
     iter_index_keys,
 )
-from broker_core.errors import ConfigFileError
+from broker_core.errors import ConfigFileError, RepairRefusedError
 from broker_core.metadata import OffsetTable, TopicTable, backup_path
 from broker_core.quarantine import Quarantine
-from broker_core.record import intact
-from broker_core.shared import read_commit_pos
+from broker_core.record import intact, names_queue_record
+from broker_core.shared import read_commit_pos, state_damage
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,9 @@ class VerifyReport:
     notes: list[str] = field(default_factory=list)
     queues_checked: int = 0
     units_checked: int = 0
+    #: Per queue (``topic/queue``), the units naming an intact record of
+    #: theirs: the messages its consumers can read.
+    reachable: dict[str, int] = field(default_factory=dict)
     repaired: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -109,6 +114,18 @@ def verify_store(root: Path, segment_size: int | None = None) -> VerifyReport:
                 f"the log ends at {report.log_end} but the checkpoint says it was "
                 f"flushed to {cp.flushed_offset}: "
                 f"{cp.flushed_offset - report.log_end} bytes are missing"
+            )
+        why = state_damage(root, report.log_end) if report.clean_shutdown else None
+        if why is not None:
+            report.problems.append(
+                f"the state file {why}: the next open sets it from the log; "
+                "verify --repair rewrites it"
+            )
+        why = checkpoint_damage(root / "checkpoint")
+        if why is not None:
+            report.problems.append(
+                f"the checkpoint: {why}: the next open checks and re-dispatches "
+                "the whole log (slower, nothing lost); verify --repair rewrites it"
             )
         _check_queues(root, log, expected, report)
         _check_index(root, cp.index_offset, first, report)
@@ -197,7 +214,7 @@ def _check_units(
             f"consume queue {name} ends at {hi} but the log has records up to "
             f"queue offset {top - 1}: {top - hi} messages unreachable"
         )
-    bad = missing = 0
+    bad = missing = reachable = 0
     off = lo
     while off < hi:
         units = cq.read_units(off, 4096)
@@ -225,7 +242,12 @@ def _check_units(
                 # A damaged record is reported with the log; its unit is fine.
                 if target is not None:
                     bad += 1
+            elif names_queue_record(
+                seg.view, phys - seg.base, size, phys, cq.queue_id, q
+            ):
+                reachable += 1
         off += len(units)
+    report.reachable[name] = reachable
     if bad:
         report.problems.append(
             f"consume queue {name}: {bad} units do not point at their records"
@@ -365,7 +387,109 @@ def _indexed_keys(store: Any) -> list[tuple[str, int, int]]:
     ]
 
 
+#: What ``repair_store`` may rewrite besides the log, relative to the store:
+#: kept in ``repair-backup/`` while it works and put back if it fails its proof.
+REWRITTEN = (
+    "consumequeue",
+    "index",
+    "config",
+    "transaction/state",
+    "checkpoint",
+    "state",
+)
+BACKUP_DIR = "repair-backup"
+
+
 def repair_store(root: Path) -> dict[str, Any]:
+    """Repair the store at ``root`` and prove the repair lost nothing.
+
+    The files the repair may rewrite (consume queues, index, configuration,
+    transaction state table, checkpoint, state) are first copied to
+    ``repair-backup/`` (sparse: only their written blocks). After the repair,
+    every queue must make at least as many intact messages reachable as it
+    did before; if one does not, the copies are put back and
+    ``RepairRefusedError`` says which queues. The log itself is changed only
+    where its checks fail (those bytes are copied to ``quarantine/`` first) and
+    past the committed position.
+
+    Raises ``StoreError`` if another process has the store open.
+    """
+    root = Path(root)
+    before = verify_store(root)
+    backup = _backup(root)
+    try:
+        result = _repair(root)
+    except BaseException:
+        _restore(root, backup)
+        raise
+    after = verify_store(root)
+    lost = {
+        q: n - after.reachable.get(q, 0)
+        for q, n in before.reachable.items()
+        if after.reachable.get(q, 0) < n
+    }
+    if lost:
+        _restore(root, backup)
+        worst = sorted(lost.items(), key=lambda kv: -kv[1])[:5]
+        where = ", ".join(f"{q}: {n}" for q, n in worst)
+        raise RepairRefusedError(
+            f"the repair would have made {sum(lost.values())} messages "
+            f"unreachable that were reachable before it ({where}); the files it "
+            "rewrote are back as they were: keep a copy of the store and report this"
+        )
+    shutil.rmtree(backup, ignore_errors=True)
+    result["reachable_before"] = sum(before.reachable.values())
+    result["reachable_after"] = sum(after.reachable.values())
+    return result
+
+
+def _copy_sparse(src: str | Path, dst: str | Path) -> None:
+    """Copy ``src`` to ``dst`` writing only its non-zero blocks (queue and
+    index files are mostly unwritten: a plain copy would fill the disk)."""
+    block = 1 << 16
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while chunk := fin.read(block):
+            if chunk.count(0) == len(chunk):
+                fout.seek(len(chunk), os.SEEK_CUR)
+            else:
+                fout.write(chunk)
+        fout.truncate(fin.tell())
+        fout.flush()
+        os.fsync(fout.fileno())
+
+
+def _backup(root: Path) -> Path:
+    """Copy what the repair may rewrite into a fresh ``repair-backup/``."""
+    backup = root / BACKUP_DIR
+    shutil.rmtree(backup, ignore_errors=True)
+    backup.mkdir()
+    for rel in REWRITTEN:
+        src = root / rel
+        if src.is_dir():
+            shutil.copytree(src, backup / rel, copy_function=_copy_sparse)
+        elif src.is_file():
+            (backup / rel).parent.mkdir(parents=True, exist_ok=True)
+            _copy_sparse(src, backup / rel)
+    return backup
+
+
+def _restore(root: Path, backup: Path) -> None:
+    """Put back what ``_backup`` copied (the store is closed)."""
+    for rel in REWRITTEN:
+        kept, live = backup / rel, root / rel
+        if not kept.exists():
+            continue
+        if live.is_dir():
+            shutil.rmtree(live)
+        elif live.exists():
+            live.unlink()
+        live.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(kept, live)
+    shutil.rmtree(backup, ignore_errors=True)
+    log.error("repair undone: the files it rewrote are back as they were")
+
+
+def _repair(root: Path) -> dict[str, Any]:
     """Open the store alone, CRC-check all of it, quarantine and rebuild.
 
     Raises ``StoreError`` if another process has the store open.

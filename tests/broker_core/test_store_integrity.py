@@ -293,6 +293,38 @@ def test_a_deleted_middle_segment_costs_only_its_own_records(
     ], report.quarantined
 
 
+def test_a_repair_that_would_lose_messages_is_undone(
+    template: Template, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``verify --repair`` proves its work: every queue must make at least as
+    many intact messages reachable after it as before, or the files it
+    rewrote are put back. The repair's own mistake is injected here (no
+    damage of a file makes it; the deleted middle segment above did): it
+    zeroes a queue's units after repairing."""
+    from broker_core import verify
+    from broker_core.errors import RepairRefusedError
+
+    store, records = _copy(template, tmp_path)
+    real = verify._repair
+
+    def careless(root: Path) -> dict[str, Any]:
+        out = real(root)
+        qfile = sorted((root / "consumequeue" / "IA" / "0").iterdir())[0]
+        qfile.write_bytes(bytes(qfile.stat().st_size))
+        return out
+
+    monkeypatch.setattr(verify, "_repair", careless)
+    with pytest.raises(RepairRefusedError, match=r"unreachable .*IA/0: \d+"):
+        repair_store(store)
+    assert not (store / "repair-backup").exists()
+    with Broker.open(store, **SETTINGS) as b:
+        assert sorted(_pulled(b)) == sorted(r[2] for r in records)
+    monkeypatch.setattr(verify, "_repair", real)
+    done = repair_store(store)
+    assert done["reachable_before"] == done["reachable_after"] == len(records)
+    assert not (store / "repair-backup").exists()
+
+
 def test_offsets_are_written_on_a_timer_and_at_close(tmp_path: Path) -> None:
     store = tmp_path / "store"
     with Broker.open(store, **SETTINGS, offset_persist_interval_ms=100) as b:
