@@ -57,7 +57,8 @@ setup: setup-run test-venv test-packages node-client
 
 # apt-get only what is missing. Running needs redis-server, a Java 17+ runtime
 # (Spark) and Python; the tests also need Chromium, Node.js, a JDK with Maven,
-# Go and PostgreSQL (make run installs none of those).
+# Go, PostgreSQL and nginx (make run installs none of those; nginx is in
+# /usr/sbin, off an ordinary user's PATH, hence the second look).
 APT_INSTALL = if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -82,6 +83,7 @@ test-packages:
 	{ command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; } || missing="$$missing postgresql"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
 	command -v etcd >/dev/null || missing="$$missing etcd-server"; \
+	{ command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; } || missing="$$missing nginx-light"; \
 	$(APT_INSTALL)
 
 venv: $(STAMP)
