@@ -11,6 +11,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.endpoint.clients import ClientInfo
+from broker_core.endpoint.retrytopic import DLQ_PREFIX
 from broker_core.endpoint.wire import (
     ALL_TYPES,
     C,
@@ -203,8 +204,17 @@ class Routing:
         try:
             validate_read_topic(topic)
             if not self.ep.topic_exists(topic):
-                if not self.ep.store.config.auto_create_topic:
-                    return spb.QueryRouteResponse(status=status(C.TOPIC_NOT_FOUND))
+                # A dead-letter topic is made by the broker when a group's
+                # first message dies, never by a client's route (any name
+                # made one, with four queues); Apache answers 40402 too.
+                if not self.ep.store.config.auto_create_topic or topic.startswith(
+                    DLQ_PREFIX
+                ):
+                    return spb.QueryRouteResponse(
+                        status=status(
+                            C.TOPIC_NOT_FOUND, f"topic {topic[:200]!r} does not exist"
+                        )
+                    )
                 try:
                     await self.ep.on_writer(self.ep.broker.create_topic, topic)
                 except TopicExistsError:

@@ -42,7 +42,12 @@ def ep(tmp_path_factory):
     ch = grpc.insecure_channel(
         f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)]
     )
-    yield {"stub": sgrpc.MessagingServiceStub(ch), "pid": proc.pid, "port": port}
+    yield {
+        "stub": sgrpc.MessagingServiceStub(ch),
+        "pid": proc.pid,
+        "port": port,
+        "store": base / "store",
+    }
     ch.close()
     assert stop_server(proc) == 0
     assert "Traceback" not in (base / "log").read_text()
@@ -348,13 +353,32 @@ def test_clients_cannot_read_the_brokers_own_topics(ep, topic):
     assert a.status.code == C.ILLEGAL_TOPIC and not a.assignments
 
 
-def test_a_dead_letter_topic_stays_readable(ep):
-    r = ep["stub"].QueryRoute(
-        spb.QueryRouteRequest(topic=pb.Resource(name="%DLQ%someone")),
-        metadata=MD,
-        timeout=10,
-    )
-    assert r.status.code == C.OK
+def test_a_dead_letter_topic_stays_readable_and_no_route_makes_one(ep):
+    """A route to a dead-letter topic that does not exist is 40402, as Apache
+    answers, and makes nothing (it made the topic, four queues, for any name
+    a client asked); one the broker made is routed."""
+
+    def route(name: str) -> spb.QueryRouteResponse:
+        return ep["stub"].QueryRoute(
+            spb.QueryRouteRequest(topic=pb.Resource(name=name)),
+            metadata=MD,
+            timeout=10,
+        )
+
+    for _ in range(2):
+        r = route("%DLQ%nobody")
+        assert r.status.code == C.TOPIC_NOT_FOUND and not r.message_queues
+    made = subprocess.run(
+        [PY, "-m", "broker_core", "topic", "create", str(ep["store"]),
+         "%DLQ%someone", "--queues", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    deadline = time.monotonic() + 10
+    while (r := route("%DLQ%someone")).status.code != C.OK:
+        assert time.monotonic() < deadline, r.status
+        time.sleep(0.2)
+    assert len(r.message_queues) == 1
 
 
 @pytest.mark.parametrize("client_type", [99, -1])
