@@ -1,10 +1,11 @@
 """Hosts for cluster tests: network namespaces joined by a bridge.
 
 Each ``Host`` is a network namespace with its own address on a private bridge
-(198.51.100.0/24, a documentation range nothing routes); processes started
+(``BROKER_TEST_SUBNET``, default 198.51.100.0/24, a documentation range
+nothing routes: set another /24 where that one is in use); processes started
 on it see only its interface, so nodes talk to each other over a real
 network path, and killing a host kills every process in its namespace. The
-test process itself stays in the root namespace at 198.51.100.1, where the
+test process itself stays in the root namespace at .1 of that range, where the
 official clients run. Needs root (CI runs as root); elsewhere the tests skip
 saying why.
 """
@@ -24,7 +25,8 @@ from broker_core import Broker
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SUBNET = "198.51.100"
+#: the first three octets of the bridge's /24
+SUBNET = os.environ.get("BROKER_TEST_SUBNET", "198.51.100").removesuffix(".0")
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:

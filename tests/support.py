@@ -25,3 +25,14 @@ def skip_by_design(reason: str) -> None:
     import pytest
 
     pytest.skip(BY_DESIGN + reason)
+
+
+def redis_db(db: int) -> str:
+    """``REDIS_URL`` (the suite's Redis, as ``make test`` and the console
+    take it; default ``redis://127.0.0.1:6379/0``) with database ``db``: a
+    test that needs a database of its own never names a host or port."""
+    import os
+    from urllib.parse import urlsplit, urlunsplit
+
+    url = urlsplit(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")
+    return urlunsplit((url.scheme, url.netloc, f"/{db}", url.query, ""))

@@ -17,10 +17,11 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
 from tests.broker_core.ha._hahelpers import ROOT, free_port, secret_file, wait_for
+from tests.support import redis_db
 
 C = pb.Code
 MD = (("x-mq-client-id", "sync-acks-test"),)
-REGISTRY = "redis://127.0.0.1:6379/13"
+REGISTRY = redis_db(13)
 
 
 class Node:

@@ -29,6 +29,7 @@ from broker_core.shared import read_commit_pos
 from tests.broker_core.cluster._nodes import C, Node, cluster_args, message, send
 from tests.broker_core.ha._hahelpers import ROOT, free_port, redis_up, wait_for
 from tests.etcd import EtcdCluster, etcd_unavailable
+from tests.support import redis_db
 
 pytestmark = [pytest.mark.slow, pytest.mark.protocol]
 
@@ -171,7 +172,7 @@ def test_a_killed_master_is_replaced_by_the_quorums_choice(pair: Pair) -> None:
     again = subprocess.run(
         [sys.executable, "-m", "broker_core", "serve", "--store",
          str(pair.master.store), "--listen", f"127.0.0.1:{free_port()}",
-         "--no-redis-relay", "--registry", "redis://127.0.0.1:6379/13",
+         "--no-redis-relay", "--registry", redis_db(13),
          "--ha-secret-file", str(pair.tmp / "ha.secret"), *pair.common()],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip

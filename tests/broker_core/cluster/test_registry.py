@@ -10,8 +10,9 @@ import uuid
 import pytest
 
 from broker_core.cluster import Heartbeat, NodeInfo, RouteRegistry, TopicQueues
+from tests.support import redis_db
 
-REDIS = "redis://127.0.0.1:6379/14"
+REDIS = redis_db(14)
 
 
 @pytest.fixture

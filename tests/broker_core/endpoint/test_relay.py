@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.endpoint_server import PY, ROOT, result, spawn, stop_server
-from tests.support import free_port
+from tests.support import free_port, redis_db
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow, pytest.mark.services]
 
-REDIS = "redis://127.0.0.1:6379/15"
+REDIS = redis_db(15)
 
 
 def relay_server(store: Path, port: int, channel: str, log: Path) -> subprocess.Popen:

@@ -35,6 +35,7 @@ from broker_core import Broker, Message
 from broker_core.ha import HAServer, SlaveFollower, start_ha_server
 from broker_core.ha.tls import client_context, server_context
 from broker_core.shared import read_commit_pos
+from tests.support import redis_db
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl")
 
@@ -271,7 +272,7 @@ def test_a_tls_slave_is_told_the_master_is_plain(
         srv.stop()
 
 
-REGISTRY = "redis://127.0.0.1:6379/14"
+REGISTRY = redis_db(14)
 
 
 @pytest.mark.slow

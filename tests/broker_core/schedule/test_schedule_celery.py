@@ -10,6 +10,7 @@ import pytest
 
 from broker_core import Broker, Message
 from broker_core.schedule import DelayService
+from tests.support import redis_db
 
 redis = pytest.importorskip("redis")
 
@@ -17,7 +18,7 @@ redis = pytest.importorskip("redis")
 @pytest.mark.services
 @pytest.mark.slow
 def test_beat_delivers_on_time_exactly_once(tmp_path: Path, celery_services) -> None:
-    redis_url = "redis://127.0.0.1:6379/13"
+    redis_url = redis_db(13)
     redis.Redis.from_url(redis_url).flushdb()
     celery_services.start(
         redis_url,

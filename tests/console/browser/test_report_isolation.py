@@ -22,6 +22,7 @@ from broker_core import Broker, Message
 from broker_core.schedule import install_send_hook
 from tests.console.conftest import PASSWORD, open_page
 from tests.support import free_port as _free_port
+from tests.support import redis_db
 
 pytestmark = [
     pytest.mark.browser,
@@ -32,7 +33,7 @@ pytestmark = [
 
 TIMERS = 20
 TOPIC = "PunctualTimers"
-REDIS_URL = "redis://127.0.0.1:6379/13"
+REDIS_URL = redis_db(13)
 
 
 def _manage(env: dict, *args: str) -> str:

@@ -23,8 +23,9 @@ from broker_core.cluster import NodeInfo, RouteRegistry
 from tests.conftest import ROOT
 from tests.console.conftest import ADMIN_TOKEN, SMALL_STORE
 from tests.support import free_port as _free_port
+from tests.support import redis_db
 
-REGISTRY_URL = "redis://127.0.0.1:6379/11"
+REGISTRY_URL = redis_db(11)
 TOKEN = ADMIN_TOKEN
 
 

@@ -8,12 +8,13 @@ import pytest
 import redis
 
 from console.core.health import BEAT_KEY
+from tests.support import redis_db
 
 
 @pytest.mark.services
 @pytest.mark.slow
 def test_beat_schedules_and_worker_runs_heartbeat(celery_services):
-    redis_url = "redis://127.0.0.1:6379/14"
+    redis_url = redis_db(14)
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
     try:
@@ -55,7 +56,7 @@ def test_ticks_queued_during_a_worker_outage_expire(celery_services, tmp_path):
 
     from tests.conftest import ROOT
 
-    redis_url = "redis://127.0.0.1:6379/12"
+    redis_url = redis_db(12)
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
     try:

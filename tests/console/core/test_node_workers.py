@@ -17,11 +17,12 @@ import redis
 from broker_core import Broker, Message
 from broker_core.ha.role import Role, write_role
 from broker_core.schedule import DelayService
+from tests.support import redis_db
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[3]
-REDIS_URL = "redis://127.0.0.1:6379/10"
+REDIS_URL = redis_db(10)
 NODES = ("broker-a", "broker-b", "broker-c")
 
 

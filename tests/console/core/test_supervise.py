@@ -24,7 +24,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
 from tests.conftest import ROOT
-from tests.support import free_port
+from tests.support import free_port, redis_db
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -50,7 +50,7 @@ def wait(cond, timeout: float, what: str):
 def test_a_dead_console_process_comes_back_and_the_broker_keeps_serving(
     tmp_path: Path,
 ) -> None:
-    redis_url = "redis://127.0.0.1:6379/11"
+    redis_url = redis_db(11)
     redis.Redis.from_url(redis_url).flushdb()
     grpc_port, admin_port, web_port = free_port(), free_port(), free_port()
     token = tmp_path / "admin_token"

@@ -17,6 +17,7 @@ import redis
 
 from broker_core import Broker, Message, TransactionState
 from broker_core.transaction import TransactionService, verify_signature
+from tests.support import redis_db
 
 ROOT = Path(__file__).resolve().parents[3]
 SECRET = "worker-test-secret"
@@ -45,7 +46,7 @@ class _Slow(BaseHTTPRequestHandler):
 @pytest.mark.services
 @pytest.mark.slow
 def test_two_workers_one_run_at_a_time(tmp_path: Path) -> None:
-    redis_url = "redis://127.0.0.1:6379/13"
+    redis_url = redis_db(13)
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
     store = tmp_path / "store"
