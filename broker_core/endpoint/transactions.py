@@ -204,18 +204,8 @@ class GrpcCheckTransport(CheckTransport):
     def _fallback(self) -> Any:
         if self.group is None:
             return None
-        reg = self.endpoint.tx.checkers
-        try:
-            with reg._lock:
-                cfg = reg._load().get(self.group)
-        except Exception:  # noqa: BLE001
-            return None
-        if not cfg or cfg.get("kind") in (None, "grpc"):
-            return None
-        from broker_core.transaction.transports import _KINDS
-
-        factory = _KINDS.get(cfg["kind"])
-        return factory(cfg) if factory else None
+        # The live kind ("grpc") is this endpoint itself: not a fallback.
+        return self.endpoint.tx.checkers.stored_transport(self.group, (None, "grpc"))
 
     def check(self, request: Any) -> Any:
         from broker_core.transaction import (

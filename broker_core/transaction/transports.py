@@ -300,6 +300,22 @@ class CheckerRegistry:
             for g, cfg in groups.items()
         }
 
+    def stored_transport(
+        self, producer_group: str, skip: tuple[str | None, ...] = (None,)
+    ) -> CheckTransport | None:
+        """A new transport from ``producer_group``'s persisted configuration
+        (None: none, unreadable, a kind in ``skip``, or a kind with no
+        factory): what the endpoint falls back to when no producer is live."""
+        try:
+            with self._lock:
+                cfg = self._load().get(producer_group)
+        except Exception:  # noqa: BLE001 - an unreadable file: no fallback
+            return None
+        if not cfg or cfg.get("kind") in skip:
+            return None
+        factory = _KINDS.get(cfg["kind"])
+        return factory(cfg) if factory else None
+
     def set_transport(self, producer_group: str, transport: SupportsCheck) -> None:
         """Use ``transport`` for ``producer_group`` in this process."""
         self._runtime[producer_group] = transport

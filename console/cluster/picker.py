@@ -36,8 +36,8 @@ def node_ops_of(node: str) -> NodeOps:
     from console.cluster import services
 
     try:
-        target = services._live(node)
-        services._check_admin_host(target.admin)
+        target = services.live_node(node)
+        services.check_admin_host(target.admin)
     except services.NodeUnavailable as exc:
         raise NodeUnavailableError(f"node {node}: {exc}") from exc
     if not target.admin:
@@ -53,7 +53,7 @@ def node_choices() -> list[str]:
     from console.cluster import services
 
     try:
-        found = services._registry().nodes()
+        found = services.registry().nodes()
     except Exception:  # noqa: BLE001 - the banner says the registry is away
         return []
     return sorted(n.name if n.broker_id == 0 else n.key for n in found)

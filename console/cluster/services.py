@@ -104,7 +104,7 @@ def enabled() -> bool:
     return bool(getattr(settings, "BROKER_CLUSTER", ""))
 
 
-def _registry() -> Any:
+def registry() -> Any:
     from broker_core.cluster import RouteRegistry
 
     url = getattr(settings, "REGISTRY_URL", "") or settings.REDIS_URL
@@ -115,7 +115,7 @@ def _find(name: str, broker_id: int | None = None) -> Any:
     """A live node from the registry (None: not registered); a registry that
     does not answer is a ``NodeUnavailable`` saying so, not a server error."""
     try:
-        return _registry().find(name, broker_id)
+        return registry().find(name, broker_id)
     except Exception as exc:  # noqa: BLE001 - redis errors, a bad URL
         raise NodeUnavailable(f"route registry: {exc}") from exc
 
@@ -163,7 +163,7 @@ def admin_call(
     """Call a node's admin API; raise ``NodeUnavailable`` with its reason."""
     if not base:
         raise NodeUnavailable("the node advertises no admin API (--admin-listen)")
-    _check_admin_host(base)
+    check_admin_host(base)
     req = urllib.request.Request(
         base.rstrip("/") + path,
         method=method,
@@ -197,7 +197,7 @@ def admin_call(
         raise NodeUnavailable(f"{base}: {exc}") from exc
 
 
-def _check_admin_host(base: str) -> None:
+def check_admin_host(base: str) -> None:
     """Refuse to send the token to an admin URL outside ``CLUSTER_ADMIN_HOSTS``
     (host names, addresses or networks; empty: any). A node registers its
     admin URL in the registry: whoever can write there could otherwise
@@ -384,7 +384,7 @@ def cluster_state() -> ClusterState:
     each master, aggregated with the node named."""
     views: list[NodeView] = []
     calls: dict[str, tuple[str, list[str]]] = {}
-    for n in _registry().nodes():
+    for n in registry().nodes():
         view = NodeView.of(n)
         views.append(view)
         calls[view.key] = (
@@ -505,7 +505,7 @@ def promote(node_key: str, role: str, actor: Any, reason: str, force: bool = Fal
     admin API, audited (object ``<name>:<id>``). The node refuses while its
     master still heartbeats unless ``force``; its routes follow at its next
     heartbeat, which it sends at once."""
-    target = _live(node_key)
+    target = live_node(node_key)
     if target.is_master:
         raise NodeUnavailable(f"{node_key} is already a master ({target.role})")
     return audited(
@@ -564,7 +564,7 @@ def put_topic(nodes: list[str], topic: str, queues: int, actor: Any,
     return out
 
 
-def _live(node: str) -> Any:
+def live_node(node: str) -> Any:
     """The live node named ``name`` (its serving node) or ``name:broker_id``."""
     name, _, bid = node.partition(":")
     try:
@@ -577,7 +577,7 @@ def _live(node: str) -> Any:
 
 
 def _master(node: str) -> Any:
-    target = _live(node)
+    target = live_node(node)
     if not target.is_master:
         raise NodeUnavailable(f"{node} has no live master")
     return target
@@ -613,7 +613,7 @@ def search_every_node(
     found wherever it is stored without the operator knowing the node. A node
     that does not answer, or has no such topic, is named in ``note``."""
     try:
-        serving = _registry().serving()
+        serving = registry().serving()
     except Exception as exc:  # noqa: BLE001 - redis errors, a bad URL
         raise NodeUnavailable(f"route registry: {exc}") from exc
     path = _messages_path(topic, key, msg_id, limit)
@@ -646,7 +646,7 @@ def search_node(
     id, or by key in ``topic``, or the newest of ``topic``, through its
     ``GET /v1/messages``; bodies are not fetched. Raises ``NodeUnavailable``
     when the node does not answer or refuses the query (400)."""
-    target = _live(node)
+    target = live_node(node)
     found = NodeSearch(target.key)
     try:
         answer = admin_call(

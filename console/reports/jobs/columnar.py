@@ -171,7 +171,7 @@ def _decode(
             batch = None if wide else _columns(positions, data)
             if batch is None:
                 rows = list(scan.iter_records(buf, base, pos, after, size))
-                batch = scan._batch(rows)
+                batch = scan.record_batch(rows)
             yield batch
         if stop:
             # A quarantined range or damage: go on after it (the row decoder's

@@ -416,10 +416,10 @@ def _decode(
     for row in iter_records(buf, base, pos, end, size):
         rows.append(row)
         if len(rows) >= batch_rows:
-            yield _batch(rows)
+            yield record_batch(rows)
             rows.clear()
     if rows:
-        yield _batch(rows)
+        yield record_batch(rows)
 
 
 def _extra(sysflag: int) -> int:
@@ -435,7 +435,7 @@ def _unpack_v6(buf: Any, pos: int, sysflag: int) -> tuple[Any, ...]:
     return layout.unpack_from(buf, pos)
 
 
-def _batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+def record_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
     arrays = [
         pa.array(list(col), type=field.type)
         for col, field in zip(zip(*rows, strict=True), ARROW_SCHEMA, strict=True)
