@@ -47,6 +47,7 @@ from broker_core.store import MessageStore, PutItem
 from broker_core.tags import parse_subscription, tags_code
 from broker_core.validation import (
     FACADE_PROPERTIES,
+    is_system_topic,
     validate_body,
     validate_group,
     validate_keys,
@@ -66,6 +67,13 @@ _BORN_HOST = "127.0.0.1:0"
 
 #: Topics that hold copies of messages stored first (or finally) elsewhere.
 _COPY_TOPICS = ("RMQ_SYS_", "rmq_sys_", "SCHEDULE_TOPIC_XXXX", "%RETRY%", "%DLQ%")
+
+
+def _holds_copies(topic: str) -> bool:
+    """Whether ``topic`` is the broker's own and may hold a copy of a message
+    under its id (halves, op records, a discarded half's copy in
+    ``TRANS_CHECK_MAX_TIME_TOPIC``, schedule copies, retries, dead letters)."""
+    return is_system_topic(topic) or topic.startswith(_COPY_TOPICS)
 
 
 class Broker:
@@ -434,7 +442,7 @@ class Broker:
             # under the same id (a transaction's half, a delayed message's
             # schedule copy, retries and dead letters): the delivered message.
             names = [t.topic_name for t in self.store.list_topics()]
-            topics = sorted(names, key=lambda n: n.startswith(_COPY_TOPICS))
+            topics = sorted(names, key=_holds_copies)
         for t in topics:
             for off in self.store.index_query(f"{t}#{msg_id}", 0, 1 << 62, 64):
                 try:

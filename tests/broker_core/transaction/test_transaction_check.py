@@ -11,6 +11,7 @@ import time
 import pytest
 from _txhelpers import order, real_messages
 
+from broker_core import Message
 from broker_core.transaction import (
     CallableTransport,
     CheckRunStatus,
@@ -151,6 +152,20 @@ def test_unanswered_half_is_checked_15_times_then_discarded_and_can_be_resumed(
         "CHECK",
         "COMMIT",
     ]
+
+
+
+def test_a_discarded_half_committed_later_is_found_by_id(svc, broker):
+    """Its id opens the delivered message, not the discard's copy in
+    ``TRANS_CHECK_MAX_TIME_TOPIC`` (it did for a topic sorting after it)."""
+    svc.checkers.set_default(CallableTransport(Recorder("UNKNOWN")))
+    r = svc.send_half("pg", Message("payments", b"pay-1", keys="p-1"))
+    for _ in range(16):
+        svc.run_check()
+    assert svc.state(r.transaction_id) is TransactionState.DISCARDED
+    assert svc.commit(r.transaction_id, "ann").state is TransactionState.COMMITTED
+    found = broker.get_message(r.msg_id)
+    assert (found.topic, found.body) == ("payments", b"pay-1"), found.topic
 
 
 def test_operator_may_resolve_a_discarded_half(broker):
