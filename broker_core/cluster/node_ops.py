@@ -327,28 +327,27 @@ class NodeOps:
         or skipped by the group's filter) or ``pending`` (not yet delivered,
         or delivered and not yet acknowledged; ``ahead``: messages of the
         queue before it not committed either, None when the group has
-        committed nothing on the queue); and ``retried`` when a copy went
-        through ``%RETRY%<group>``."""
-        from broker_core.errors import MessageNotFoundError
-
+        committed nothing on the queue), ``resent`` (dead-lettered, resent
+        through ``%RETRY%<group>`` and not acknowledged there yet; once it is,
+        ``consumed``); and ``retried`` when a copy went through
+        ``%RETRY%<group>``."""
         broker = self._broker()
+        store = broker.store
         rows = []
-        for g, t, qid, committed in subscribed_queues(
-            broker.store, self._clients(None)
-        ):
+        for g, t, qid, committed in subscribed_queues(store, self._clients(None)):
             if t != topic or qid != queue_id:
                 continue
-            copies = {}
-            for kind in ("%DLQ%", "%RETRY%"):
-                name = f"{kind}{g}"
-                if broker.store.topic_config(name) is None:
-                    continue
-                try:
-                    copies[kind] = broker.get_message(msg_id, name).offset_msg_id
-                except MessageNotFoundError:
-                    pass
-            if "%DLQ%" in copies:
+            dlq = _newest_copy(broker, f"%DLQ%{g}", msg_id)
+            retry = _newest_copy(broker, f"%RETRY%{g}", msg_id)
+            if dlq is not None and (
+                retry is None or retry.commit_log_offset < dlq.commit_log_offset
+            ):
                 state = "dead_lettered"
+            elif dlq is not None and retry is not None:
+                # Resent from the dead-letter queue (a copy in the retry
+                # topic after the dead letter): where that copy stands.
+                done = store.committed_offset(g, retry.topic, retry.queue_id)
+                state = "consumed" if done > retry.queue_offset else "resent"
             elif committed > queue_offset:
                 state = "consumed"
             else:
@@ -356,6 +355,7 @@ class NodeOps:
                 # and not acknowledged yet (a pop consumer's in-flight
                 # message; its group may have committed nothing at all yet).
                 state = "pending"
+            copies = {"%DLQ%": dlq, "%RETRY%": retry}
             rows.append(
                 {
                     "group": g,
@@ -364,8 +364,8 @@ class NodeOps:
                     "ahead": max(0, queue_offset - committed)
                     if committed >= 0
                     else None,
-                    "dead_letter_id": copies.get("%DLQ%"),
-                    "retried": "%RETRY%" in copies,
+                    "dead_letter_id": dlq.offset_msg_id if dlq else None,
+                    "retried": copies["%RETRY%"] is not None,
                 }
             )
         return rows
@@ -521,6 +521,28 @@ def store_runtime(store: Any) -> dict[str, Any]:
         "disk_limit": float(guard.ratio),
         "log_start": store.commitlog.first_offset(),
     }
+
+
+def _newest_copy(broker: Any, topic: str, msg_id: str) -> Any:
+    """The newest record of ``topic`` (a group's retry or dead-letter topic)
+    carrying message ``msg_id`` (its ``UNIQ_KEY``); None if there is none."""
+    from broker_core.errors import MessageNotFoundError
+    from broker_core.message import PROPERTY_UNIQ_KEY
+
+    store = broker.store
+    if store.topic_config(topic) is None:
+        return None
+    newest = None
+    for off in store.index_query(f"{topic}#{msg_id}", 0, 1 << 62, 64):
+        try:
+            msg = store.read_message(off)
+        except MessageNotFoundError:
+            continue
+        if msg.topic != topic or msg.properties.get(PROPERTY_UNIQ_KEY) != msg_id:
+            continue
+        if newest is None or msg.commit_log_offset > newest.commit_log_offset:
+            newest = msg
+    return newest
 
 
 class NodeUnavailableError(StoreError):

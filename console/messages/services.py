@@ -43,6 +43,7 @@ CONSUME_STATES = {
     "consumed": "past it (acknowledged, or skipped by the group's filter)",
     "pending": "not acknowledged yet (waiting, or delivered and in flight)",
     "dead_lettered": "dead-lettered",
+    "resent": "resent from the dead-letter queue, not acknowledged yet",
 }
 
 

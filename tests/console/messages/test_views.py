@@ -159,6 +159,20 @@ def test_message_page_shows_each_groups_consume_state(client_as, broker) -> None
     assert 'data-group="dead" data-state="dead_lettered"' in html
     assert "/consumer-groups/dead/dead-letters/" in html
     assert "redelivered through its retry topic" in html
+    # The dead letter resent: "resent" until the group acknowledges the copy
+    # in its retry topic, then consumed (it read "dead-lettered" for good).
+    r = client_as("operator").post(
+        f"/messages/{ids[2]}/resend/", {"group": "dead", "reason": "replay"}
+    )
+    assert r.status_code == 302
+    page = client_as("viewer").get(f"/messages/{ids[2]}/")
+    rows = {c["group"]: c for c in page.context["consumers"]}
+    assert rows["dead"]["state"] == "resent"
+    assert "resent from the dead-letter queue" in page.content.decode()
+    broker.commit_offset("dead", "%RETRY%dead", 0, 1)
+    page = client_as("viewer").get(f"/messages/{ids[2]}/")
+    rows = {c["group"]: c for c in page.context["consumers"]}
+    assert rows["dead"]["state"] == "consumed"
     # A message nobody reads: no group rows.
     broker.create_topic("quiet", 1)
     lone = broker.send(Message("quiet", b"x")).msg_id
