@@ -70,6 +70,13 @@ POP_SCAN_S = 0.05
 #: Message bodies kept per process (read once from the log, handed out later).
 CACHE_ENTRIES = 16_384
 
+#: Why a dead letter's copy is in ``%DLQ%<group>`` (its ``DLQ_REASON``): its
+#: delivery attempts ran out, or its consumer forwarded it
+#: (ForwardMessageToDeadLetterQueue).
+DLQ_REASON = "DLQ_REASON"
+DLQ_MAX_ATTEMPTS = "MAX_ATTEMPTS"
+DLQ_FORWARDED = "FORWARDED_BY_CONSUMER"
+
 log = logging.getLogger(__name__)
 
 SCHEMA = """
@@ -780,9 +787,12 @@ class PopManager:
         qid: int,
         off: int,
         attempts: int,
+        reason: str = DLQ_MAX_ATTEMPTS,
     ) -> None:
         """Copy the message to ``%DLQ%<group>`` and drop its entry (in the
-        caller's transaction: a copy that fails to store keeps the entry)."""
+        caller's transaction: a copy that fails to store keeps the entry);
+        ``reason`` (``DLQ_REASON``): its attempts ran out, or its consumer
+        forwarded it."""
         m = self._read(topic, qid, off)
         if m is not None:
             inner: MessageInner = m.to_inner()
@@ -794,6 +804,7 @@ class PopManager:
             props["ORIGIN_MESSAGE_ID"] = props.get("UNIQ_KEY", m.offset_msg_id)
             props["DLQ_ORIGIN_QUEUE"] = str(qid)
             props["DLQ_ORIGIN_OFFSET"] = str(off)
+            props[DLQ_REASON] = reason
             inner.properties = props
             inner.reconsume_times = attempts
             self.store.put_inner(inner)
@@ -985,7 +996,7 @@ class PopManager:
             ).fetchone()
             if row is None:
                 raise InvalidHandle(STALE)
-            self._to_dlq(db, group, topic, qid, off, row[0])
+            self._to_dlq(db, group, topic, qid, off, row[0], DLQ_FORWARDED)
 
     def stats(self) -> dict[str, Any]:
         """Per ``group@topic``: pending entries, and those in flight (all

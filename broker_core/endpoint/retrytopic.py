@@ -36,7 +36,13 @@ RETRY_NONCE = 1 << 48
 POP_FROM_RETRY_PERCENT = 20
 #: Properties of a retry-topic record that are bookkeeping, not the message's.
 _BOOKKEEPING = frozenset(
-    {"RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "DLQ_ORIGIN_QUEUE", "DLQ_ORIGIN_OFFSET"}
+    {
+        "RETRY_TOPIC",
+        "ORIGIN_MESSAGE_ID",
+        "DLQ_ORIGIN_QUEUE",
+        "DLQ_ORIGIN_OFFSET",
+        "DLQ_REASON",
+    }
 )
 
 

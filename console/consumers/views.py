@@ -193,6 +193,13 @@ def update_settings(request: HttpRequest, group: str) -> HttpResponse:
 DLQ_PAGE = 200
 
 
+#: A dead letter's ``DLQ_REASON`` as the page says it (older copies: none).
+DLQ_REASONS = {
+    "MAX_ATTEMPTS": "delivery attempts ran out",
+    "FORWARDED_BY_CONSUMER": "its consumer sent it here",
+}
+
+
 def _dead_letter_page(group: str) -> list[dict]:
     """The newest dead letters of ``group``, newest first, with where each came
     from and how often it was tried."""
@@ -214,6 +221,7 @@ def _dead_letter_page(group: str) -> list[dict]:
                 "origin": f"{props.get('DLQ_ORIGIN_QUEUE', '?')}:"
                 f"{props.get('DLQ_ORIGIN_OFFSET', '?')}",
                 "attempts": m.reconsume_times,
+                "reason": DLQ_REASONS.get(props.get("DLQ_REASON", ""), ""),
                 "keys": props.get("KEYS", ""),
                 "tags": props.get("TAGS", ""),
                 "stored_ms": m.store_timestamp,
@@ -259,7 +267,7 @@ def dead_letters(request: HttpRequest, group: str) -> HttpResponse:
             f'attachment; filename="dead-letters-{group}.csv"'
         )
         out = csv.writer(response)
-        fields = ["msg_id", "offset_msg_id", "topic", "origin", "attempts",
+        fields = ["msg_id", "offset_msg_id", "topic", "origin", "attempts", "reason",
                   "keys", "tags", "stored_ms", "body_size", "resent_at",
                   "resent_by"]  # fmt: skip
         out.writerow(fields)

@@ -154,7 +154,6 @@ def test_unanswered_half_is_checked_15_times_then_discarded_and_can_be_resumed(
     ]
 
 
-
 def test_a_discarded_half_committed_later_is_found_by_id(svc, broker):
     """Its id opens the delivered message, not the discard's copy in
     ``TRANS_CHECK_MAX_TIME_TOPIC`` (it did for a topic sorting after it)."""

@@ -49,6 +49,8 @@ def test_a_dead_letter_resent_from_the_browser_reaches_the_group_once(
             time.sleep(1)
         assert first["id"] in rows.first.inner_text()
         assert TOPIC in rows.first.inner_text()
+        reason = rows.first.locator("[data-testid=dlq-reason]").inner_text()
+        assert reason == "delivery attempts ran out", reason
         screenshot(page, "dead-letter-round-trip")
         page.get_by_label("Select all dead letters").check()
         page.get_by_label("Resend reason").fill("consumer fixed, INC-77")
