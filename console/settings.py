@@ -13,6 +13,7 @@ from pathlib import Path
 
 import environ
 from csp.constants import NONCE, NONE, SELF
+from celery.schedules import crontab
 from kombu import Queue
 
 from console.core.secretfile import shared_secret
@@ -370,10 +371,16 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expire_seconds": TRANSACTION_CHECK_INTERVAL},
     },
     # Transaction counters for the overview's per-minute charts (every 10 s;
-    # a sample is stored when the last is 10 s old).
+    # a sample is stored when the last is 10 s old or of an earlier minute),
+    # and at the start of every minute, whose sample bounds the minutes.
     "transactions-sample": {
         "task": "transactions.sample",
         "schedule": timedelta(seconds=10),
+        "options": {"expire_seconds": 10},
+    },
+    "transactions-sample-minute": {
+        "task": "transactions.sample",
+        "schedule": crontab(minute="*"),
         "options": {"expire_seconds": 10},
     },
     # Console tables of topics, depths and consumer offsets, copied from the

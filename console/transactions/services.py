@@ -315,7 +315,9 @@ SAMPLE_KEEP_H = 24
 
 
 def sample_metrics() -> Any:
-    """Return current metrics; store a sample when the last is over 10 s old."""
+    """Return current metrics; store a sample when the last is over 10 s old
+    or of an earlier minute (the beat also runs this at every minute's start:
+    that sample bounds the overview's per-minute counts)."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -327,7 +329,11 @@ def sample_metrics() -> Any:
     last = (
         TransactionSample.objects.order_by("-at").values_list("at", flat=True).first()
     )
-    if last is None or (now - last).total_seconds() >= SAMPLE_EVERY_S:
+    if (
+        last is None
+        or (now - last).total_seconds() >= SAMPLE_EVERY_S
+        or last.replace(second=0, microsecond=0) != now.replace(second=0, microsecond=0)
+    ):
         TransactionSample.objects.create(
             at=now,
             pending=m.pending,

@@ -1,8 +1,9 @@
 """Counts per clock minute from cumulative counters sampled now and then.
 
 A counter (messages stored, commits, check-backs...) is sampled every few
-seconds by a periodic task. The events of minute [M, M+1) are the counter's
-value at the last sample by M+1 minus its value at the last sample by M:
+seconds by a periodic task, and at the start of every minute. The events of
+minute [M, M+1) are the counter's value at the sample nearest M+1 minus its
+value at the sample nearest M:
 each bucket is a count, the buckets add up to exactly the counter's change
 over the window, and a bucket never borrows from its neighbours (a rate
 ``delta x 60 / seconds`` between irregular samples drew 3 rollbacks as 4.0 a
@@ -32,8 +33,14 @@ def per_minute(
     last = samples[0][1]
     minute = start
     while minute <= end:
-        # The last sample at or before this minute's boundary.
-        while i + 1 < len(samples) and samples[i + 1][0] <= minute:
+        # The sample nearest this minute's boundary (before or after it): the
+        # sampler also runs at every minute's start, so that sample is a few
+        # milliseconds past it and the minute's last events stay in it (the
+        # last sample before it could be 10 s early: rollbacks at :58 were
+        # drawn in the next minute).
+        while i + 1 < len(samples) and abs(samples[i + 1][0] - minute) <= abs(
+            samples[i][0] - minute
+        ):
             i += 1
         now = samples[i][1]
         label = minute - timedelta(minutes=1)

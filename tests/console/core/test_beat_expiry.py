@@ -51,3 +51,16 @@ def test_rows_saved_without_an_expiry_get_one_when_beat_starts(settings) -> None
         settings.DELAY_TICK_INTERVAL
     )
     assert entries["transactions-run-check"].options.get("expires") is not None
+
+
+def test_the_minute_sample_runs_at_each_minute_s_start() -> None:
+    """The transaction sampler's second entry is a crontab at every minute's
+    start (its sample bounds the overview's per-minute counts), as the
+    DatabaseScheduler keeps it."""
+    from django_celery_beat.models import PeriodicTask
+
+    scheduler()
+    row = PeriodicTask.objects.get(name="transactions-sample-minute")
+    assert row.task == "transactions.sample"
+    assert row.crontab is not None and row.crontab.minute == "*"
+    assert row.crontab.hour == "*" and row.expire_seconds == 10

@@ -64,3 +64,48 @@ def test_the_sampler_task_stores_samples_by_the_clock(broker) -> None:
     assert TransactionSample.objects.count() == 1
     sample.apply()  # within 10 s of the last: not stored twice
     assert TransactionSample.objects.count() == 1
+
+
+def test_a_minute_s_last_events_stay_in_it() -> None:
+    """13 rollbacks at 10:00:58, after the 10 s sample at 10:00:51 and before
+    the minute's sample 40 ms past 10:01: drawn at 10:00 (they were drawn at
+    10:01, which then read 14 for its one rollback)."""
+    start = T0.replace(second=0)
+    samples = [
+        (start + timedelta(seconds=1), {"n": 0}),
+        (start + timedelta(seconds=41), {"n": 2}),
+        (start + timedelta(seconds=51), {"n": 2}),
+        (start + timedelta(seconds=60.04), {"n": 15}),
+        (start + timedelta(seconds=99), {"n": 16}),
+        (start + timedelta(seconds=120.03), {"n": 16}),
+    ]
+    assert per_minute(samples, ["n"])["n"] == [15, 1, 0]
+    # Without the sample at the boundary: the nearest one, 2 s before it.
+    samples[3] = (start + timedelta(seconds=58), {"n": 15})
+    assert per_minute(samples, ["n"])["n"] == [15, 1, 0]
+
+
+@pytest.mark.django_db
+def test_a_sample_at_a_minute_s_start_is_stored_even_10_s_after_the_last(
+    broker,
+) -> None:
+    """The beat's sample at each minute's start bounds the minutes: stored
+    although the last sample (at :55) is under 10 s old."""
+    from unittest import mock
+
+    from console.transactions.models import TransactionSample
+    from console.transactions.services import sample_metrics
+
+    TransactionSample.objects.all().delete()
+    base = datetime(2026, 11, 29, 7, 0, 55, tzinfo=UTC)
+    with mock.patch("django.utils.timezone.now", return_value=base):
+        sample_metrics()
+    with mock.patch(
+        "django.utils.timezone.now", return_value=base + timedelta(seconds=5.05)
+    ):
+        sample_metrics()
+    with mock.patch(
+        "django.utils.timezone.now", return_value=base + timedelta(seconds=6)
+    ):
+        sample_metrics()
+    assert TransactionSample.objects.count() == 2
