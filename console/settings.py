@@ -12,8 +12,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
-from csp.constants import NONCE, NONE, SELF
 from celery.schedules import crontab
+from csp.constants import NONCE, NONE, SELF
 from kombu import Queue
 
 from console.core.secretfile import shared_secret
