@@ -95,9 +95,12 @@ class Ledger:
                     qoff, S.PENDING, _int(props.get(R.PROPERTY_TRANSACTION_CHECK_TIMES))
                 )
         elif kind == R.COMMIT_MSG:
-            if state in (S.PENDING, S.DISCARDED) or (
-                state == S.COMMITTED and commit_off < 0
-            ):
+            if state in (S.PENDING, S.DISCARDED):
+                # The outcome record (folded next, or before) names who
+                # decided; a discarded half's op offset is its discard's, which
+                # kept the outcome's source and operator out.
+                table.set(qoff, S.COMMITTED, checks, source, ev.log_offset, -1)
+            elif state == S.COMMITTED and commit_off < 0:
                 table.set(qoff, S.COMMITTED, checks, source, ev.log_offset, op_off)
         elif kind == R.OUTCOME:
             outcome = props.get(R.PROPERTY_OUTCOME)

@@ -155,14 +155,21 @@ def test_unanswered_half_is_checked_15_times_then_discarded_and_can_be_resumed(
 
 
 def test_a_discarded_half_committed_later_is_found_by_id(svc, broker):
-    """Its id opens the delivered message, not the discard's copy in
-    ``TRANS_CHECK_MAX_TIME_TOPIC`` (it did for a topic sorting after it)."""
+    """An operator commits a discarded half: the result names the operator,
+    also when the commit is repeated; its id opens the delivered message, not
+    the discard's copy in ``TRANS_CHECK_MAX_TIME_TOPIC`` (it did for a topic
+    sorting after it)."""
     svc.checkers.set_default(CallableTransport(Recorder("UNKNOWN")))
     r = svc.send_half("pg", Message("payments", b"pay-1", keys="p-1"))
     for _ in range(16):
         svc.run_check()
     assert svc.state(r.transaction_id) is TransactionState.DISCARDED
-    assert svc.commit(r.transaction_id, "ann").state is TransactionState.COMMITTED
+    # Who committed it is kept (the fold of the commit's message left the
+    # discard's record as the outcome: "already committed (by ?)").
+    for status in ("RESOLVED", "ALREADY_RESOLVED"):
+        res = svc.commit(r.transaction_id, "ann")
+        assert (res.status.value, res.state) == (status, TransactionState.COMMITTED)
+        assert res.source is ResolutionSource.OPERATOR and res.operator == "ann"
     found = broker.get_message(r.msg_id)
     assert (found.topic, found.body) == ("payments", b"pay-1"), found.topic
 
