@@ -188,6 +188,15 @@ def _has_separator(text: str) -> bool:
     return "\x00" in text or "\x01" in text or "\x02" in text
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _has_control(text: str) -> bool:
+    """An ISO control character (U+0000-U+001F, U+007F-U+009F), as Apache
+    RocketMQ's proxy refuses in tags and keys (``containControlCharacter``)."""
+    return _CONTROL.search(text) is not None
+
+
 def validate_properties(
     props: Mapping[str, object] | None, allowed: frozenset[str] = frozenset()
 ) -> None:
@@ -229,8 +238,10 @@ def validate_tag(tag: str | None) -> None:
     (``IllegalTagError``)."""
     if tag is None or tag == "":
         return
-    if not isinstance(tag, str) or _has_separator(tag) or "|" in tag:
-        raise IllegalTagError(f"the tag {tag!r} contains a control character or '|'")
+    if not isinstance(tag, str) or _has_control(tag) or "|" in tag:
+        raise IllegalTagError(
+            f"the tag {tag[:200]!r} contains a control character or '|'"
+        )
     if not tag.strip():
         raise IllegalTagError("the tag is only whitespace")
 
@@ -254,9 +265,16 @@ def validate_message_group(group: str) -> None:
 
 
 def validate_keys(keys: str | Sequence[str] | None) -> None:
-    """Refuse keys with a separator byte (``IllegalKeyError``)."""
+    """Refuse a key with a control character, or of whitespace only
+    (``IllegalKeyError``), as Apache RocketMQ's proxy does; an empty key is
+    none. A space inside a key separates two keys (``KEYS`` is a
+    space-separated list, as in RocketMQ)."""
     if not keys:
         return
     for key in [keys] if isinstance(keys, str) else keys:
-        if not isinstance(key, str) or _has_separator(key):
-            raise IllegalKeyError(f"the key {key!r} contains a control character")
+        if not isinstance(key, str) or _has_control(key):
+            raise IllegalKeyError(
+                f"the key {str(key)[:200]!r} contains a control character"
+            )
+        if key and not key.strip():
+            raise IllegalKeyError("a key is only whitespace")

@@ -407,6 +407,13 @@ def s_bad():
     out["prop_reserved_sharding"] = send(t, b"x", user={"__SHARDINGKEY": "g"})
     out["tag_separator"] = send(t, b"x", tag="a\x02TRAN_MSG\x01true")
     out["key_separator"] = send(t, b"x", keys=["k\x02PGROUP\x01x"])
+    # Any control character, and a key of whitespace only, as Apache refuses
+    # (a tag with a newline, an escape or DEL was stored).
+    out["tag_newline"] = send(t, b"x", tag="a\nb")
+    out["tag_escape"] = send(t, b"x", tag="a\x1bb")
+    out["tag_del"] = send(t, b"x", tag="a\x7fb")
+    out["key_blank"] = send(t, b"x", keys=[" "])
+    out["key_newline"] = send(t, b"x", keys=["a\nb"])
     out["group_separator"] = send(t, b"x", message_group="g\x02DELAY\x011")
     out["prop_plain"] = send(t, b"x", user={"region": "eu", "amount": "3"})
     out["no_messages"] = pb.Code.Name(
