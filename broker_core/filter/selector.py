@@ -99,6 +99,24 @@ def _names(node: object) -> set[str]:
     return out
 
 
+#: Operators and operands an expression may hold (about 500 comparisons):
+#: compiling the largest costs ~50 ms once (then cached), with the GIL held.
+MAX_NODES = 2048
+
+
+def _size(node: object, stop: int) -> int:
+    """The nodes of ``node``'s tree, counted up to ``stop``."""
+    count, todo = 0, [node]
+    while todo and count < stop:
+        n = todo.pop()
+        count += 1
+        for attr in ("operand", "left", "right"):
+            child = getattr(n, attr, None)
+            if child is not None:
+                todo.append(child)
+    return count
+
+
 _cache: OrderedDict[str, Selector | FilterSyntaxError] = OrderedDict()
 _cache_lock = threading.Lock()
 
@@ -117,7 +135,19 @@ def compile(expression: str) -> Selector:  # noqa: A001 - the module's verb
             _cache.move_to_end(expression)
     if hit is None:
         try:
-            hit = Selector(expression, parse(expression))
+            tree = parse(expression)
+            size = _size(tree, MAX_NODES + 1)
+            if size > MAX_NODES:
+                # Refused before the code generator: compiling holds the GIL
+                # (1,501 chained terms took 0.5 s to fail, every other
+                # client of the endpoint waiting meanwhile).
+                raise FilterSyntaxError(
+                    f"the expression is too complex: more than {MAX_NODES} "
+                    "operators and operands",
+                    0,
+                    "fewer terms",
+                )
+            hit = Selector(expression, tree)
         except FilterSyntaxError as exc:
             hit = exc
         except (RecursionError, SyntaxError, MemoryError):

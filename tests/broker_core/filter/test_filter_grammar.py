@@ -277,6 +277,13 @@ def test_long_flat_chains_compile_and_huge_ones_fail_cleanly() -> None:
     with pytest.raises(FilterSyntaxError) as exc:
         compile("a = 1 OR " * 1500 + "a = 2")  # under the length limit
     assert "too complex" in str(exc.value)
+    # Refused before compiling, at once (it took up to 0.5 s, the GIL held).
+    import time
+
+    t = time.monotonic()
+    with pytest.raises(FilterSyntaxError, match="too complex"):
+        compile(" AND ".join(f"b{i} = {i}" for i in range(520)))
+    assert time.monotonic() - t < 0.5
 
 
 def test_now_is_an_ordinary_identifier() -> None:
