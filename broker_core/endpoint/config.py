@@ -61,3 +61,8 @@ class EndpointConfig:
     node: Any = None
     #: the admin API: (listen HOST:PORT, token, TLS (cert, key) or None)
     admin: tuple[str, str, tuple[str, str] | None] | None = None
+
+
+#: Messages in one SendMessage call, and entries in one AckMessage call, at
+#: most (the official clients send and ack a few at a time).
+MAX_CALL_ENTRIES = 1024

@@ -12,7 +12,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.endpoint.coalesce import Coalescer
-from broker_core.endpoint.config import REPOLL_S
+from broker_core.endpoint.config import MAX_CALL_ENTRIES, REPOLL_S
 from broker_core.endpoint.pop import (
     SHARDING_KEY,
     encode_handle,
@@ -273,6 +273,15 @@ class Consuming:
         group, topic = request.group.name, request.topic.name
         if not request.entries:
             return spb.AckMessageResponse(status=status(C.BAD_REQUEST, "no entry"))
+        if len(request.entries) > MAX_CALL_ENTRIES:
+            # 150,000 bogus handles held every client for 3.3 s.
+            return spb.AckMessageResponse(
+                status=status(
+                    C.BAD_REQUEST,
+                    f"{len(request.entries)} entries in one call: at most "
+                    f"{MAX_CALL_ENTRIES}",
+                )
+            )
         handles = [e.receipt_handle for e in request.entries]
         call = (group, topic, handles)
         # An ack is one short transaction: done here when the pop state is

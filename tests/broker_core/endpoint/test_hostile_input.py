@@ -499,3 +499,49 @@ def test_an_unknown_message_type_or_encoding_is_a_bad_request(ep, field):
         spb.SendMessageRequest(messages=[m]), metadata=MD, timeout=10
     )
     assert r.entries[0].status.code == C.BAD_REQUEST
+
+
+def test_huge_calls_are_refused_before_they_are_read(ep):
+    """Calls whose size alone says no: more than 1,024 messages in a send or
+    entries in an ack (150,000 held every client for 3-7 s), and more user
+    properties than the property limit can hold (900,000 took 10 s to
+    refuse), each answered at once with its code."""
+    stub = ep["stub"]
+    many = [
+        pb.Message(
+            topic=pb.Resource(name="Huge"),
+            system_properties=pb.SystemProperties(message_id=f"H{i}"),
+            body=b"x",
+        )
+        for i in range(1025)
+    ]
+    t = time.monotonic()
+    r = stub.SendMessage(spb.SendMessageRequest(messages=many), metadata=MD, timeout=30)
+    assert r.status.code == C.BAD_REQUEST and "at most 1024" in r.status.message
+    assert not r.entries
+    a = stub.AckMessage(
+        spb.AckMessageRequest(
+            group=pb.Resource(name="G"),
+            topic=pb.Resource(name="Huge"),
+            entries=[spb.AckMessageEntry(receipt_handle=f"x{i}") for i in range(1025)],
+        ),
+        metadata=MD,
+        timeout=30,
+    )
+    assert a.status.code == C.BAD_REQUEST and "at most 1024" in a.status.message
+    props = pb.Message(
+        topic=pb.Resource(name="Huge"),
+        system_properties=pb.SystemProperties(message_id="P1"),
+        user_properties={f"p{i}": "" for i in range(20_000)},
+        body=b"x",
+    )
+    r = stub.SendMessage(
+        spb.SendMessageRequest(messages=[props]), metadata=MD, timeout=30
+    )
+    assert r.entries[0].status.code == C.MESSAGE_PROPERTIES_TOO_LARGE, r
+    assert time.monotonic() - t < 5
+    # Within the limits: stored.
+    r = stub.SendMessage(
+        spb.SendMessageRequest(messages=many[:1024]), metadata=MD, timeout=60
+    )
+    assert {e.status.code for e in r.entries} == {C.OK}
