@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker_core.errors import ValidationError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 #: RocketMQ 5 ``MessageStoreConfig.timerMaxDelaySec``: 3 days.
@@ -160,10 +163,51 @@ def saved_geometry(root: str | Path) -> dict[str, int]:
     """
     root = Path(root)
     try:
-        saved = json.loads((root / "config" / "store.json").read_bytes())
-        return {k: int(saved[k]) for k in GEOMETRY_KEYS}
+        raw = json.loads((root / "config" / "store.json").read_bytes())
+        saved = {k: int(raw[k]) for k in GEOMETRY_KEYS}
     except (OSError, ValueError, KeyError, TypeError):
         return _sizes_from_files(root)
+    step = _segment_step(root)
+    if step is not None and step != saved["segment_size"]:
+        # The segment files are named by offset: their step is the size they
+        # were written with. A damaged store.json (one digit changed) would
+        # otherwise read every record at the wrong place: 91% were lost.
+        log.error(
+            "config/store.json says segment_size=%d but the segment files are "
+            "%d bytes apart: opening with %d (verify --repair writes it back)",
+            saved["segment_size"],
+            step,
+            step,
+        )
+        saved["segment_size"] = step
+    return saved
+
+
+def _segment_step(root: Path) -> int | None:
+    """The step between the segment files' names (the segment size they were
+    written with), None with fewer than two segments."""
+    names = sorted((root / "commitlog").glob(_DIGITS20))
+    steps = Counter(
+        int(b.name) - int(a.name) for a, b in zip(names, names[1:], strict=False)
+    )
+    return steps.most_common(1)[0][0] if steps else None
+
+
+def geometry_conflict(root: str | Path) -> str | None:
+    """Why ``config/store.json`` disagrees with the store's files, or None."""
+    root = Path(root)
+    try:
+        raw = json.loads((root / "config" / "store.json").read_bytes())
+        size = int(raw["segment_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    step = _segment_step(root)
+    if step is None or step == size:
+        return None
+    return (
+        f"config/store.json says segment_size={size} but the segment files are "
+        f"{step} bytes apart (the files win; verify --repair writes it back)"
+    )
 
 
 def adopt_geometry(root: str | Path, config: StoreConfig) -> None:

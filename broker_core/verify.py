@@ -22,7 +22,7 @@ from typing import Any
 from broker_core import sqlite_wal
 from broker_core.checkpoint import abort_exists, checkpoint_damage, read_checkpoint
 from broker_core.commitlog import CommitLog, Damage
-from broker_core.config import StoreConfig, saved_geometry
+from broker_core.config import StoreConfig, geometry_conflict, saved_geometry
 from broker_core.consumequeue import UNIT_SIZE, ConsumeQueue
 from broker_core.dispatch import (
     SCHEDULE_TOPIC,
@@ -138,6 +138,9 @@ def verify_store(root: Path, segment_size: int | None = None) -> VerifyReport:
 
 
 def _check_config(root: Path, report: VerifyReport) -> None:
+    conflict = geometry_conflict(root)
+    if conflict is not None:
+        report.problems.append(conflict)
     for path, table in (
         (root / "config" / "topics.json", TopicTable),
         (root / "config" / "consumerOffset.json", OffsetTable),
@@ -537,6 +540,15 @@ def _repair(root: Path) -> dict[str, Any]:
                 set_aside_sqlite.append(str(rel))
         store.topics.persist()
         store.offsets.persist()
+        if geometry_conflict(root) is not None:
+            from broker_core.config import store_geometry
+            from broker_core.metadata import atomic_write_json
+
+            path = root / "config" / "store.json"
+            atomic_write_json(
+                path,
+                {**json.loads(path.read_bytes()), **store_geometry(store.config)},
+            )
         return {
             "quarantined": [asdict(r) for r in info.quarantined],
             "rebuilt_queues": [f"{t}/{q}" for t, q in info.rebuilt_queues + rebuilt],

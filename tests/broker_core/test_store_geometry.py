@@ -63,3 +63,30 @@ def test_conflicting_explicit_size_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="created with segment_size=262144"):
         Broker.open(tmp_path, segment_size=512 * 1024)
     assert len(_read_all(tmp_path, "Geo")) == 10
+
+
+def test_a_damaged_store_json_does_not_move_the_records(tmp_path: Path) -> None:
+    """One digit of ``segment_size`` changed in ``config/store.json`` (valid
+    JSON, no checksum): the segment files' names say the size they were
+    written with, and they win (an open lost 91% of the messages for good);
+    ``verify`` names the conflict and ``verify --repair`` writes it back."""
+    import json
+
+    from broker_core.verify import repair_store, verify_store
+
+    store = tmp_path / "s"
+    with Broker.open(store, segment_size=64 * 1024) as b:
+        _send(b, 0, 1500)
+    assert len(list((store / "commitlog").iterdir())) >= 3
+    path = store / "config" / "store.json"
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "segment_size": 65526}))
+    report = verify_store(store)
+    assert any("65526" in p and "65536" in p for p in report.problems), report
+    assert len(_read_all(store, "Geo")) == 1500
+    with Broker.open(store) as b:
+        _send(b, 1500, 10)
+    assert len(_read_all(store, "Geo")) == 1510
+    repair_store(store)
+    assert json.loads(path.read_text())["segment_size"] == 64 * 1024
+    assert verify_store(store).ok
