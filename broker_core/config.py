@@ -167,30 +167,42 @@ def saved_geometry(root: str | Path) -> dict[str, int]:
         saved = {k: int(raw[k]) for k in GEOMETRY_KEYS}
     except (OSError, ValueError, KeyError, TypeError):
         return _sizes_from_files(root)
-    step = _segment_step(root)
-    if step is not None and step != saved["segment_size"]:
-        # The segment files are named by offset: their step is the size they
-        # were written with. A damaged store.json (one digit changed) would
-        # otherwise read every record at the wrong place: 91% were lost.
+    files = _files_segment_size(root, saved["segment_size"])
+    if files is not None:
+        # The segment files are named by offset and created at full size:
+        # they tell the size they were written with. A damaged store.json
+        # (one digit changed) would otherwise read every record at the wrong
+        # place: 91% were lost.
         log.error(
-            "config/store.json says segment_size=%d but the segment files are "
-            "%d bytes apart: opening with %d (verify --repair writes it back)",
+            "config/store.json says segment_size=%d but the segment files were "
+            "written with %d: opening with %d (verify --repair writes it back)",
             saved["segment_size"],
-            step,
-            step,
+            files,
+            files,
         )
-        saved["segment_size"] = step
+        saved["segment_size"] = files
     return saved
 
 
-def _segment_step(root: Path) -> int | None:
-    """The step between the segment files' names (the segment size they were
-    written with), None with fewer than two segments."""
-    names = sorted((root / "commitlog").glob(_DIGITS20))
-    steps = Counter(
-        int(b.name) - int(a.name) for a, b in zip(names, names[1:], strict=False)
-    )
-    return steps.most_common(1)[0][0] if steps else None
+def _files_segment_size(root: Path, claimed: int) -> int | None:
+    """The segment size the commit log's files show when it is not
+    ``claimed``; None when the files agree with it (every file named at a
+    multiple of it, none longer) or tell nothing better."""
+    paths = sorted((root / "commitlog").glob(_DIGITS20))
+    bases = [int(p.name) for p in paths]
+    if not bases:
+        return None
+    try:
+        longest = max(p.stat().st_size for p in paths)
+    except OSError:
+        return None
+    if claimed > 0 and all(b % claimed == 0 for b in bases) and longest <= claimed:
+        return None
+    # Files are created at full size (truncation only shortens them): the
+    # longest is the size, if every name is a multiple of it.
+    if longest > 0 and all(b % longest == 0 for b in bases):
+        return longest
+    return None
 
 
 def geometry_conflict(root: str | Path) -> str | None:
@@ -201,14 +213,13 @@ def geometry_conflict(root: str | Path) -> str | None:
         size = int(raw["segment_size"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    step = _segment_step(root)
-    if step is None or step == size:
+    files = _files_segment_size(root, size)
+    if files is None:
         return None
     return (
-        f"config/store.json says segment_size={size} but the segment files are "
-        f"{step} bytes apart (the files win; verify --repair writes it back)"
+        f"config/store.json says segment_size={size} but the segment files were "
+        f"written with {files} (the files win; verify --repair writes it back)"
     )
-
 
 def adopt_geometry(root: str | Path, config: StoreConfig) -> None:
     """Give ``config`` the file sizes of the store at ``root``; refuse a conflict.

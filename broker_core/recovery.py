@@ -144,14 +144,22 @@ def recover(store: StoreParts, verify_all: bool = False) -> RecoveryInfo:
     scan = store.commitlog.scan(
         verify_from, None, True, damage, max(prev_commit, cp.flushed_offset)
     )
+    #: the highest queue offset of each queue among the records verified: a
+    #: queue that ends at or before it lost its tail (zeroed units read as
+    #: its end, and the next sends took the offsets of intact messages)
+    seen: dict[tuple[str, int], int] = {}
     for seg, pos, _size in scan:
         off = seg.base + pos
+        req = decode_dispatch(seg.view, pos, store.config.delay_ms)
+        if req.sysflag & 0xC not in (0, 8):
+            continue
+        key = (req.topic, req.queue_id)
+        if req.consume_queue_offset > seen.get(key, -1):
+            seen[key] = req.consume_queue_offset
         if off >= dispatch_from:
-            req = decode_dispatch(seg.view, pos, store.config.delay_ms)
-            if req.sysflag & 0xC in (0, 8):
-                units.setdefault((req.topic, req.queue_id), []).append(
-                    (req.consume_queue_offset, off, req.msg_size, req.tags_code)
-                )
+            units.setdefault(key, []).append(
+                (req.consume_queue_offset, off, req.msg_size, req.tags_code)
+            )
     log_end = store.commitlog.last_end
     dispatch_from = min(dispatch_from, log_end)
     try:
@@ -184,6 +192,16 @@ def recover(store: StoreParts, verify_all: bool = False) -> RecoveryInfo:
     for topic, qid in store.cqs.on_disk():
         store.cqs.get(topic, qid).truncate_beyond(log_end)
     store.index.truncate_beyond(log_end)
+    for key, top in seen.items():
+        if key not in short and store.cqs.get(*key).max_offset() <= top:
+            log.error(
+                "consume queue %s/%d ends before queue offset %d of the log: "
+                "rebuilding it",
+                key[0],
+                key[1],
+                top,
+            )
+            short.append(key)
     info.rebuilt_queues = check_queues(store, log_end, verify_all, short)
     indexed = min(cp.index_offset, log_end)
     if indexed > bases[0] and not store.index.has_files():
@@ -342,7 +360,15 @@ def check_queues(
     bad: list[tuple[str, int]] = list(short or [])
     # Thorough: the log's own count of each queue, so that a queue cut short
     # (zeroed or lost units at its end) or missing altogether is found too.
-    ends = _queue_ends(store, log_end) if thorough else {}
+    holes = _placeholders(store) if thorough else {}
+    filled: set[tuple[str, int]] = set()
+    ends = _queue_ends(store, log_end, holes, filled) if thorough else {}
+    for key in sorted(filled):
+        # A placeholder where the log has an intact record (a segment that
+        # was missing is back): the message was hidden for good.
+        log.error("consume queue %s/%d hides records the log has", *key)
+        if key not in bad:
+            bad.append(key)
     for topic, qid in sorted(set(store.cqs.on_disk()) | set(ends)):
         cq = store.cqs.get(topic, qid)
         if (topic, qid) in bad:
@@ -359,8 +385,33 @@ def check_queues(
     return bad
 
 
-def _queue_ends(store: StoreParts, log_end: int) -> dict[tuple[str, int], int]:
-    """Each queue's end by the log: its last record's queue offset + 1."""
+def _placeholders(store: StoreParts) -> dict[tuple[str, int], set[int]]:
+    """Each queue's placeholder units (size 1: a damaged or missing record),
+    by queue offset."""
+    out: dict[tuple[str, int], set[int]] = {}
+    for topic, qid in store.cqs.on_disk():
+        cq = store.cqs.get(topic, qid)
+        q, hi = cq.min_offset(), cq.max_offset()
+        while q < hi:
+            units = cq.read_units(q, 4096)
+            if not units:
+                break
+            for i, (_phys, size, _code) in enumerate(units):
+                if size == 1:
+                    out.setdefault((topic, qid), set()).add(q + i)
+            q += len(units)
+    return out
+
+
+def _queue_ends(
+    store: StoreParts,
+    log_end: int,
+    holes: dict[tuple[str, int], set[int]] | None = None,
+    filled: set[tuple[str, int]] | None = None,
+) -> dict[tuple[str, int], int]:
+    """Each queue's end by the log: its last record's queue offset + 1; the
+    queues of ``holes`` (placeholder queue offsets) whose record the log has
+    whole are added to ``filled``."""
     ends: dict[tuple[str, int], int] = {}
     first = store.commitlog.first_offset()
     for seg, pos, _size in store.commitlog.scan(first, log_end, True, []):
@@ -368,6 +419,9 @@ def _queue_ends(store: StoreParts, log_end: int) -> dict[tuple[str, int], int]:
         if req.sysflag & 0xC in (0, 8):
             key = (req.topic, req.queue_id)
             ends[key] = max(ends.get(key, 0), req.consume_queue_offset + 1)
+            if holes and filled is not None:
+                if req.consume_queue_offset in holes.get(key, ()):
+                    filled.add(key)
     return ends
 
 

@@ -217,7 +217,7 @@ def _check_units(
             f"consume queue {name} ends at {hi} but the log has records up to "
             f"queue offset {top - 1}: {top - hi} messages unreachable"
         )
-    bad = missing = reachable = 0
+    bad = missing = reachable = hidden = 0
     off = lo
     while off < hi:
         units = cq.read_units(off, 4096)
@@ -226,9 +226,14 @@ def _check_units(
         for i, (phys, size, code) in enumerate(units):
             q = off + i
             report.units_checked += 1
-            if size == 1:
-                continue  # placeholder for a damaged record
             target = want.get(q)
+            if size == 1:
+                # A placeholder for a damaged or missing record; the log having
+                # that record whole (a segment back in place) means it hides
+                # the message.
+                if target is not None:
+                    hidden += 1
+                continue
             # The schedule topic's tag field is a due time, from the store's
             # own delay levels: only its offset and size are compared.
             if target is not None and (
@@ -254,6 +259,12 @@ def _check_units(
     if bad:
         report.problems.append(
             f"consume queue {name}: {bad} units do not point at their records"
+        )
+    if hidden:
+        report.problems.append(
+            f"consume queue {name}: {hidden} placeholder units stand for records "
+            "the log has whole: those messages are hidden (verify --repair "
+            "rebuilds the queue)"
         )
     if missing:
         report.problems.append(

@@ -107,3 +107,30 @@ def test_a_unit_naming_another_whole_record_is_rebuilt(
         assert [m.body for m in tagged.messages] == want
     with Broker.open(tmp_path, **SETTINGS) as b:
         assert [m.body for m in b.pull("G", "Q", 0, 0, 32).messages] == want
+
+
+@pytest.mark.parametrize("abnormal", [False, True])
+def test_a_zeroed_queue_tail_is_rebuilt_at_open(tmp_path: Path, abnormal: bool) -> None:
+    """The last units of a queue zeroed while the store was closed: the open
+    rebuilds the queue from the log, so the next sends take new queue offsets
+    (they took those of the five intact messages, which no consumer could
+    read again, and verify said OK)."""
+    from broker_core.verify import verify_store
+
+    with Broker.open(tmp_path, **SETTINGS) as b:
+        for i in range(40):
+            b.send(Message("Q", b"old-%02d" % i, queue_id=0))
+    cq = tmp_path / "consumequeue" / "Q" / "0" / f"{0:020d}"
+    data = bytearray(cq.read_bytes())
+    data[35 * 20 : 40 * 20] = bytes(5 * 20)  # units 35..39
+    cq.write_bytes(data)
+    if abnormal:
+        (tmp_path / "abort").touch()
+    with Broker.open(tmp_path, **SETTINGS) as b:
+        sent = [b.send(Message("Q", b"new-%02d" % i, queue_id=0)) for i in range(5)]
+        assert [r.queue_offset for r in sent] == [40, 41, 42, 43, 44]
+        got = b.pull("G", "Q", 0, 0, 64)
+        assert [m.body for m in got.messages] == [
+            b"old-%02d" % i for i in range(40)
+        ] + [b"new-%02d" % i for i in range(5)]
+    assert verify_store(tmp_path).ok

@@ -82,7 +82,7 @@ def test_a_damaged_store_json_does_not_move_the_records(tmp_path: Path) -> None:
     saved = json.loads(path.read_text())
     path.write_text(json.dumps({**saved, "segment_size": 65526}))
     report = verify_store(store)
-    assert any("65526" in p and "65536" in p for p in report.problems), report
+    assert any("65526" in p and "65536" in p for p in report.problems), report.problems
     assert len(_read_all(store, "Geo")) == 1500
     with Broker.open(store) as b:
         _send(b, 1500, 10)

@@ -293,6 +293,28 @@ def test_a_deleted_middle_segment_costs_only_its_own_records(
     ], report.quarantined
 
 
+def test_a_segment_put_back_is_read_again_after_repair(
+    template: Template, tmp_path: Path
+) -> None:
+    """A middle segment moved away, the store opened (its messages' units
+    became placeholders), the file put back: ``verify`` says the queues hide
+    records the log has, and ``verify --repair`` makes every message readable
+    again (the placeholders hid them for good, verify said OK)."""
+    store, records = _copy(template, tmp_path)
+    seg = sorted((store / "commitlog").iterdir())[1]
+    aside = tmp_path / seg.name
+    seg.rename(aside)
+    with Broker.open(store, **SETTINGS) as b:
+        assert len(_pulled(b)) < len(records)
+    aside.rename(seg)
+    report = verify_store(store)
+    assert any("hidden" in p for p in report.problems), report.problems
+    repaired = repair_store(store)
+    assert repaired["reachable_after"] == len(records) > repaired["reachable_before"]
+    with Broker.open(store, **SETTINGS) as b:
+        assert sorted(_pulled(b)) == sorted(r[2] for r in records)
+
+
 def test_a_repair_that_would_lose_messages_is_undone(
     template: Template, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
