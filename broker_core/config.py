@@ -221,6 +221,7 @@ def geometry_conflict(root: str | Path) -> str | None:
         f"written with {files} (the files win; verify --repair writes it back)"
     )
 
+
 def adopt_geometry(root: str | Path, config: StoreConfig) -> None:
     """Give ``config`` the file sizes of the store at ``root``; refuse a conflict.
 
