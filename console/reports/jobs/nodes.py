@@ -104,9 +104,11 @@ class NodeExport:
     def skipped(self) -> tuple[int, int]:
         """Damaged or quarantined stretches stepped over: (count, bytes)."""
         chunks = self.manifest.get("chunks", [])
+        lost = self.manifest.get("lost", [])  # ranges the node's store lost
         return (
-            sum(int(c.get("skipped", 0)) for c in chunks),
-            sum(int(c.get("skipped_bytes", 0)) for c in chunks),
+            sum(int(c.get("skipped", 0)) for c in chunks) + len(lost),
+            sum(int(c.get("skipped_bytes", 0)) for c in chunks)
+            + sum(int(n) for _o, n in lost),
         )
 
     def describe(self) -> dict:

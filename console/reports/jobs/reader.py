@@ -87,6 +87,11 @@ def decode_to_parquet(
     if end_offset is None:
         end_offset = scan.commit_position(store_dir)
     exact = end_offset is not None
+    why = scan.position_problem(store_dir, end_offset)
+    if why is not None:
+        raise ReportInputError(
+            f"{why}. Run `python -m broker_core verify --repair` on the store"
+        )
     if end_offset is not None:
         size = saved_geometry(store_dir).get("segment_size")
         gaps = scan.segment_gaps(store_dir, end_offset, size) if size else []
@@ -302,11 +307,13 @@ def export_log(
             or manifest.get("tail")
             != scan.log_fingerprint(store_dir, manifest["log_end"], segment_size)
             or not chunks_intact(export, manifest)
+            or not scan.is_boundary(store_dir, manifest["log_end"], segment_size)
         ):
             # Another store's export (another path or id, or a log that is not
             # the exported one grown: its bytes before the exported end
             # differ), a log cut shorter, or chunks missing, unreadable or not
-            # what the manifest says (deleted, half written): start afresh.
+            # what the manifest says (deleted, half written), or an end that
+            # is no record's start (a damaged state file's): start afresh.
             export.child("chunks").remove()
             manifest = {"store": store, "store_id": identity, "log_end": 0,
                         "tail": 0, "chunks": []}  # fmt: skip
@@ -338,6 +345,9 @@ def export_log(
             manifest["tail"] = scan.log_fingerprint(
                 store_dir, manifest["log_end"], segment_size
             )
+        # The ranges the store lists as gone (not in any chunk: nothing in
+        # the log marks them), as of now.
+        manifest["lost"] = scan.lost_ranges(store_dir)
         manifest.update(extra or {})
         manifest["exported_at"] = int(time.time() * 1000)
         export.write_text(MANIFEST, json.dumps(manifest, indent=1))
@@ -348,8 +358,10 @@ def export_log(
             time.monotonic() - started,
             rebuilt,
             len(manifest["chunks"]),
-            sum(c.get("skipped", 0) for c in manifest["chunks"]),
-            sum(c.get("skipped_bytes", 0) for c in manifest["chunks"]),
+            sum(c.get("skipped", 0) for c in manifest["chunks"])
+            + len(manifest["lost"]),
+            sum(c.get("skipped_bytes", 0) for c in manifest["chunks"])
+            + sum(n for _o, n in manifest["lost"]),
         )
 
 

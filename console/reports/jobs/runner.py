@@ -89,7 +89,9 @@ def load_records(
             raise ValueError("reading the log directly needs a scratch_dir")
         records, done = reader.read_log(spark, store_dir, scratch_dir)
         info = {"source": "log"}
-        skipped, skipped_bytes = done.skipped, done.skipped_bytes
+        lost = scan.lost_ranges(store_dir)
+        skipped = done.skipped + len(lost)
+        skipped_bytes = done.skipped_bytes + sum(n for _o, n in lost)
     info["skipped"], info["skipped_bytes"] = skipped, skipped_bytes
     if skipped and not skip_damaged:
         raise ReportInputError(

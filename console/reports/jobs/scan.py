@@ -109,6 +109,60 @@ def commit_position(store_dir: str | Path) -> int | None:
     return struct.unpack_from(_STATE_Q, raw, shared.COMMIT_AT)[0]
 
 
+def lost_ranges(store_dir: str | Path) -> list[tuple[int, int]]:
+    """``(offset, length)`` of the log ranges the store lists as gone in
+    ``quarantine/`` (a deleted or cut segment, flushed records cut from a
+    damaged tail): their records are missing and nothing in the log marks
+    them (a quarantined range the log still holds is a filler the decoder
+    steps over and counts). A torn tail past the flushed position was never
+    acknowledged: not counted."""
+    from broker_core.quarantine import Quarantine
+
+    out = []
+    for r in Quarantine(Path(store_dir)).ranges:
+        if r.action == "lost" or (
+            r.action == "cut" and not r.reason.startswith("torn tail")
+        ):
+            out.append((int(r.offset), int(r.length)))
+    return out
+
+
+def position_problem(store_dir: str | Path, end: int | None) -> str | None:
+    """Why ``end`` (the ``state`` file's commit position) cannot be where the
+    log ends: below the position the checkpoint says was flushed (a damaged
+    ``state``: a report read 784 of 2,000 messages and said nothing)."""
+    from broker_core.checkpoint import read_checkpoint
+
+    if end is None:
+        return None
+    flushed = read_checkpoint(Path(store_dir) / "checkpoint").flushed_offset
+    if end < flushed:
+        return (
+            f"the store's state file says the log ends at {end:,} but its "
+            f"checkpoint says it was flushed to {flushed:,}: the state file is "
+            "damaged"
+        )
+    return None
+
+
+def is_boundary(store_dir: str | Path, offset: int, segment_size: int) -> bool:
+    """Whether a record of the log starts at ``offset`` (or a segment does):
+    an export resumes only there."""
+    if offset <= 0 or offset % segment_size == 0:
+        return True
+    base = offset - offset % segment_size
+    path = Path(store_dir) / "commitlog" / f"{base:020d}"
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset - base)
+            head = fh.read(record.PHYSICAL_OFFSET_AT + 8)
+    except OSError:
+        return False
+    if len(head) < record.PHYSICAL_OFFSET_AT + 8 or head[4:8] not in _MAGICS:
+        return False
+    return struct.unpack_from(_Q, head, record.PHYSICAL_OFFSET_AT)[0] == offset
+
+
 def split_ranges(
     store_dir: str | Path,
     range_bytes: int = RANGE_BYTES,

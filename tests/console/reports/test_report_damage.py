@@ -140,6 +140,57 @@ def test_a_deleted_segment_fails_the_run(store, which) -> None:
         assert "broker_core verify" in run.error
 
 
+def test_a_deleted_last_segment_fails_the_run_after_the_store_reopened(
+    store,
+) -> None:
+    """The store opened (recovery lists the lost bytes in quarantine/, the log
+    ends earlier): the run fails naming them, or skips them and says so (it
+    SUCCEEDED with 18 messages fewer and no word)."""
+    last = sorted((store / "commitlog").iterdir())[-1]
+    gone = last.stat().st_size
+    with Broker.open(str(store)) as b:  # counts what is left
+        before = sum(1 for _ in b.store.iter_messages())
+    last.unlink()
+    with Broker.open(str(store)) as b:
+        left = sum(1 for m in b.store.iter_messages() if m.topic in ("a", "b"))
+    assert 0 < left < MESSAGES <= before
+    failed = _run()
+    assert failed.status == "FAILED", failed.summary
+    assert "broker_core verify" in failed.error
+    skipped = _run(skip_damaged=True)
+    assert skipped.status == "SUCCEEDED", skipped.error
+    assert skipped.summary["messages"] == left
+    assert skipped.summary["skipped_damaged"]["stretches"] == 1
+    assert 0 < skipped.summary["skipped_damaged"]["bytes"] <= gone
+
+
+def test_a_damaged_state_file_fails_the_run_and_the_next_one_is_right(
+    store,
+) -> None:
+    """One bit of the state file's commit position flipped (no checksum): the
+    run fails naming it (it SUCCEEDED with 784 of 2,000 messages); after
+    verify --repair, the export made before does not resume mid-record."""
+    import struct
+
+    from broker_core import shared
+    from broker_core.verify import repair_store
+
+    first = _run()  # an export up to the true end
+    assert first.status == "SUCCEEDED" and first.summary["messages"] == MESSAGES
+    state = store / "state"
+    raw = bytearray(state.read_bytes())
+    (end,) = struct.unpack_from("@q", raw, shared.COMMIT_AT)
+    struct.pack_into("@q", raw, shared.COMMIT_AT, end // 3)
+    state.write_bytes(bytes(raw))
+    failed = _run()
+    assert failed.status == "FAILED", failed.summary
+    assert "state file" in failed.error and "verify" in failed.error
+    repair_store(store)
+    again = _run()
+    assert again.status == "SUCCEEDED", again.error
+    assert again.summary["messages"] == MESSAGES
+
+
 def test_a_truncated_middle_segment_fails_the_run(store) -> None:
     segment = sorted((store / "commitlog").iterdir())[1]
     with open(segment, "r+b") as fh:
