@@ -31,7 +31,12 @@ from broker_core.dispatch import (
     iter_index_keys,
 )
 from broker_core.errors import ConfigFileError, RepairRefusedError
-from broker_core.metadata import OffsetTable, TopicTable, backup_path
+from broker_core.metadata import (
+    OffsetTable,
+    TopicTable,
+    atomic_write_json,
+    backup_path,
+)
 from broker_core.quarantine import Quarantine
 from broker_core.record import intact, names_queue_record
 from broker_core.shared import read_commit_pos, state_damage
@@ -141,6 +146,22 @@ def _check_config(root: Path, report: VerifyReport) -> None:
     conflict = geometry_conflict(root)
     if conflict is not None:
         report.problems.append(conflict)
+    checkers = root / "transaction" / "checkers.json"
+    if checkers.exists():
+        from broker_core.transaction.transports import read_checkers
+
+        try:
+            json.loads(checkers.read_bytes())
+        except (OSError, ValueError) as exc:
+            try:
+                read_checkers(checkers)
+            except ConfigFileError as err:
+                report.problems.append(str(err))
+            else:
+                report.problems.append(
+                    f"{checkers.name} is damaged ({exc}); its backup is used "
+                    "(verify --repair writes it back)"
+                )
     for path, table in (
         (root / "config" / "topics.json", TopicTable),
         (root / "config" / "consumerOffset.json", OffsetTable),
@@ -430,7 +451,18 @@ def repair_store(root: Path) -> dict[str, Any]:
     """
     root = Path(root)
     before = verify_store(root)
-    backup = _backup(root)
+    try:
+        backup = _backup(root)
+    except (OSError, shutil.Error) as exc:
+        shutil.rmtree(root / BACKUP_DIR, ignore_errors=True)
+        from broker_core.errors import StoreError
+
+        raise StoreError(
+            "verify --repair first copies the files it may rewrite (queues, "
+            f"index, config, state) to {BACKUP_DIR}/, and could not: {exc}. "
+            "Free some space on the store's disk and run it again; nothing "
+            "was changed"
+        ) from None
     try:
         result = _repair(root)
     except BaseException:
@@ -551,9 +583,19 @@ def _repair(root: Path) -> dict[str, Any]:
                 set_aside_sqlite.append(str(rel))
         store.topics.persist()
         store.offsets.persist()
+        checkers = root / "transaction" / "checkers.json"
+        try:
+            json.loads(checkers.read_bytes())
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError):
+            from broker_core.transaction.transports import read_checkers
+
+            groups = read_checkers(checkers)  # the backup's, or ConfigFileError
+            atomic_write_json(checkers, {"groups": groups})
+            os.chmod(checkers, 0o600)
         if geometry_conflict(root) is not None:
             from broker_core.config import store_geometry
-            from broker_core.metadata import atomic_write_json
 
             path = root / "config" / "store.json"
             atomic_write_json(

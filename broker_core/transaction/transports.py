@@ -17,6 +17,7 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import os
 import threading
 import time
@@ -32,6 +33,8 @@ from broker_core.errors import (
     CheckTimeoutError,
 )
 from broker_core.transaction.types import CheckAnswer, TransactionResolution
+
+log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-Broker-Signature"
 TIMESTAMP_HEADER = "X-Broker-Timestamp"
@@ -209,6 +212,47 @@ class WebhookTransport(CheckTransport):
         return parse_answer(data["resolution"])
 
 
+def backup_of(path: Path) -> Path:
+    """Where ``path``'s backup copy lives (``checkers.json.bak``)."""
+    return path.with_name(path.name + ".bak")
+
+
+def _parse_checkers(path: Path) -> dict[str, dict[str, Any]]:
+    data = json.loads(path.read_bytes())
+    groups = data.get("groups", {}) if isinstance(data, dict) else None
+    if not isinstance(groups, dict) or not all(
+        isinstance(v, dict) for v in groups.values()
+    ):
+        raise ValueError("not a checkers file ({'groups': {...}})")
+    return groups
+
+
+def read_checkers(path: Path) -> dict[str, dict[str, Any]]:
+    """The producer groups' persisted checkers in ``path`` (empty if there is
+    none), or its backup's when it is damaged; ``ConfigFileError`` naming
+    the file when neither can be read (it raised a raw UnicodeDecodeError)."""
+    from broker_core.errors import ConfigFileError
+
+    try:
+        return _parse_checkers(path)
+    except FileNotFoundError:
+        if not backup_of(path).exists():
+            return {}
+        why: Exception = FileNotFoundError(f"{path.name} is missing")
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        why = exc
+    try:
+        groups = _parse_checkers(backup_of(path))
+    except (OSError, ValueError):
+        raise ConfigFileError(
+            f"{path} is damaged ({why}) and its backup cannot be read: restore "
+            "it from a backup, or delete it and configure the producer groups' "
+            "check-back webhooks again"
+        ) from None
+    log.warning("%s is damaged (%s): its backup is used", path, why)
+    return groups
+
+
 TransportFactory = Callable[[dict[str, Any]], CheckTransport]
 _KINDS: dict[str, TransportFactory] = {}
 
@@ -257,20 +301,22 @@ class CheckerRegistry:
         except FileNotFoundError:
             return {}
         if mtime != self._loaded.mtime:
-            with self.path.open() as f:
-                groups = json.load(f).get("groups", {})
+            groups = read_checkers(self.path)
             self._loaded = _Loaded(mtime, groups)
             self._built.clear()
         return self._loaded.groups
 
     def _save(self, groups: dict[str, dict[str, Any]]) -> None:
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        with tmp.open("w") as f:
-            json.dump({"groups": groups}, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, self.path)
+        # The backup first, then the file: one of the two is whole whatever
+        # happens to the other.
+        for target in (backup_of(self.path), self.path):
+            tmp = target.with_suffix(f".tmp{os.getpid()}")
+            with tmp.open("w") as f:
+                json.dump({"groups": groups}, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, target)
 
     def configure(self, producer_group: str, kind: str, **options: Any) -> None:
         """Persist the checker of ``producer_group`` (validated by building it once)."""

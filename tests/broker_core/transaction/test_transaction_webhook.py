@@ -203,3 +203,30 @@ def test_configuration_is_shared_through_the_store(svc, broker, checker):
         svc.checkers.configure("pg", "carrier-pigeon")
     with pytest.raises(ValueError):
         svc.checkers.configure("pg", "webhook", url="ftp://x", secret="s")
+
+
+def test_a_damaged_checkers_file_uses_its_backup_or_says_so(svc, broker):
+    """``transaction/checkers.json`` with a flipped byte: its backup is read,
+    verify reports it and verify --repair writes it back; with the backup
+    damaged too, a clear ConfigFileError naming the file (it was a raw
+    UnicodeDecodeError, and verify said OK)."""
+    from broker_core.errors import ConfigFileError
+    from broker_core.transaction.transports import CheckerRegistry, read_checkers
+    from broker_core.verify import verify_store
+
+    svc.checkers.configure("pg", "webhook", url="http://127.0.0.1:9/x", secret=SECRET)
+    path = broker.store.root / "transaction" / "checkers.json"
+    data = bytearray(path.read_bytes())
+    data[3] = 0xFF
+    path.write_bytes(bytes(data))
+    assert read_checkers(path)["pg"]["url"] == "http://127.0.0.1:9/x"
+    assert CheckerRegistry(path).configured()["pg"]["secret"] == "***"
+    assert any(
+        "checkers.json is damaged" in p
+        for p in verify_store(broker.store.root).problems
+    )
+    bak = path.with_name(path.name + ".bak")
+    bak.write_bytes(b"")
+    with pytest.raises(ConfigFileError, match="checkers.json is damaged"):
+        read_checkers(path)
+    assert any("checkers.json" in p for p in verify_store(broker.store.root).problems)
