@@ -114,6 +114,12 @@ class Consuming:
             )
             return
         fe = request.filter_expression
+        if fe.type not in pb.FilterType.values():
+            # An unknown filter type was read as TAG.
+            yield spb.ReceiveMessageResponse(
+                status=status(C.BAD_REQUEST, f"unknown filter type {fe.type}")
+            )
+            return
         expr_type = "SQL92" if fe.type == pb.SQL else "TAG"
         expr = fe.expression or "*"
         if request.HasField("invisible_duration"):

@@ -27,6 +27,7 @@ from broker_core.errors import (
 )
 from broker_core.metadata import MessageType
 from broker_core.validation import (
+    validate_group,
     validate_read_topic,
 )
 
@@ -249,6 +250,9 @@ class Routing:
     async def QueryAssignment(self, request, context):  # noqa: N802
         topic = request.topic.name
         try:
+            # An assignment is a consumer group's: an empty or illegal group
+            # name is refused as on ReceiveMessage (it was answered OK).
+            validate_group(request.group.name)
             validate_read_topic(topic)
         except ValidationError as exc:
             return spb.QueryAssignmentResponse(

@@ -545,3 +545,36 @@ def test_huge_calls_are_refused_before_they_are_read(ep):
         spb.SendMessageRequest(messages=many[:1024]), metadata=MD, timeout=60
     )
     assert {e.status.code for e in r.entries} == {C.OK}
+
+
+def test_an_assignment_needs_a_group_and_a_filter_a_known_type(ep):
+    """An empty or illegal consumer group asking for an assignment, and a
+    receive with an unknown filter type, are refused (both were answered OK;
+    the filter was read as a tag)."""
+    stub = ep["stub"]
+    made = stub.QueryRoute(  # makes the topic
+        spb.QueryRouteRequest(topic=pb.Resource(name="Assign")), metadata=MD, timeout=10
+    )
+    assert made.status.code == C.OK
+    for group in ("", "bad group!"):
+        a = stub.QueryAssignment(
+            spb.QueryAssignmentRequest(
+                topic=pb.Resource(name="Assign"), group=pb.Resource(name=group)
+            ),
+            metadata=MD,
+            timeout=10,
+        )
+        assert a.status.code == C.ILLEGAL_CONSUMER_GROUP and not a.assignments
+    got = list(
+        stub.ReceiveMessage(
+            spb.ReceiveMessageRequest(
+                group=pb.Resource(name="G"),
+                message_queue=pb.MessageQueue(topic=pb.Resource(name="Assign")),
+                filter_expression=pb.FilterExpression(type=99, expression="*"),
+                batch_size=1,
+            ),
+            metadata=MD,
+            timeout=10,
+        )
+    )
+    assert [x.status.code for x in got if x.HasField("status")] == [C.BAD_REQUEST]
