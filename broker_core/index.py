@@ -237,7 +237,12 @@ class IndexFile:
             self.entries,
             (len(self.mm) - HEADER_SIZE - self.slots * 4) // ENTRY_SIZE,
         )
-        if count <= 1 or end_ts + 1000 < begin or begin_ts > end:
+        # The header's times skip a file outside the query's window, and date
+        # its entries; a damaged header (one flipped bit made every lookup
+        # miss) is not trusted: every entry of the key is returned, and the
+        # caller checks each record it reads.
+        sane = 0 < begin_ts <= end_ts
+        if count <= 1 or (sane and (end_ts + 1000 < begin or begin_ts > end)):
             return []
         h = key_hash(key)
         idx = self._slot(HEADER_SIZE + (h % self.slots) * 4)
@@ -246,11 +251,11 @@ class IndexFile:
         base = HEADER_SIZE + self.slots * 4
         while 0 < idx < count and len(out) < limit and seen < count:
             eh, off, diff, prev = ENTRY.unpack_from(self.mm, base + idx * ENTRY_SIZE)
-            t = begin_ts + diff * 1000
+            t = begin_ts + diff * 1000 if sane else None
             # Entry times are truncated to seconds: allow a second of slack.
-            if t + 1000 < begin:
+            if t is not None and t + 1000 < begin:
                 break
-            if eh == h and t <= end:
+            if eh == h and (t is None or t <= end):
                 out.append(off)
             if prev == idx:
                 break

@@ -319,3 +319,19 @@ def test_service_truncate_beyond_deletes_files_that_begin_past_the_log(
     assert len(names(tmp_path)) == 2 and names(tmp_path)[0] == files[0]
     assert svc.query("T#k", TS, TS + 10, 10) == [200, 100, 0]
     svc.close()
+
+
+@pytest.mark.parametrize("at", [8, 0])  # end time's high byte, begin time's
+def test_a_damaged_header_time_does_not_hide_the_entries(
+    tmp_path: Path, at: int
+) -> None:
+    """One flipped bit in a header time (an end time below the begin time, or
+    negative) made every lookup of the file miss: such a header is not
+    trusted to skip the file or date its entries."""
+    f = IndexFile(tmp_path / "i", slots=8, entries=16)
+    for i in range(6):
+        f.put(f"T#k{i % 2}", i, TS + i * 1000)
+    f.mm[at] ^= 0x80
+    assert f.query("T#k0", 0, 1 << 62, 10) == [4, 2, 0]
+    assert f.query("T#k1", TS, TS + 10_000, 10) == [5, 3, 1]
+    f.close()
