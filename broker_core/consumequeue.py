@@ -11,14 +11,48 @@ from __future__ import annotations
 
 import os
 import struct
+import zlib
 from pathlib import Path
 
 from broker_core.segment_queue import SegmentQueue
 
-# commitLogOffset q | size i | tagsCode q  (big-endian; tag field at byte 12)
-UNIT = struct.Struct(">qiq")
-UNIT_SIZE = UNIT.size  # 20
-_SIZE_FIELD = struct.Struct(">i")
+# commitLogOffset q | check B, size 3 bytes | tagsCode q  (big-endian; tag
+# field at byte 12). The size field's high byte is the unit's check: a byte of
+# the CRC32 of the unit with it zero, never 0 (0: a unit written before units
+# had checks, taken as it is). Records are far smaller than 16 MiB.
+_RAW = struct.Struct(">qIq")
+UNIT_SIZE = _RAW.size  # 20
+_SIZE_FIELD = struct.Struct(">I")
+_CHECKED = struct.Struct(">qiq")
+SIZE_MASK = 0xFFFFFF
+#: The size a unit that fails its check reads as: no record has it (a
+#: placeholder is 1), so every reader takes the unit as damaged and the store
+#: rebuilds the run from the log (a flipped tag code hid a message from its
+#: tag's subscribers until ``verify --repair``).
+DAMAGED_UNIT_SIZE = 2
+
+
+def unit_check(phys: int, size: int, code: int) -> int:
+    """The check byte of a unit (1..255)."""
+    return (zlib.crc32(_CHECKED.pack(phys, size, code)) & 0xFF) or 1
+
+
+def pack_unit(phys: int, size: int, code: int) -> bytes:
+    """One unit, its check in the size field's high byte (a size of 0 or less
+    is no unit: its field stays 0, the queue's end)."""
+    if size <= 0:
+        return _RAW.pack(phys, 0, code)
+    return _RAW.pack(phys, size | unit_check(phys, size, code) << 24, code)
+
+
+def decode_unit(phys: int, raw: int, code: int) -> tuple[int, int, int]:
+    """``(offset, size, tag code)`` of a unit read as ``_RAW``; the size is
+    ``DAMAGED_UNIT_SIZE`` when the unit fails its check."""
+    size = raw & SIZE_MASK
+    check = raw >> 24
+    if check and check != unit_check(phys, size, code):
+        return phys, DAMAGED_UNIT_SIZE, code
+    return phys, size, code
 
 
 class ConsumeQueue:
@@ -103,7 +137,7 @@ class ConsumeQueue:
             chunk = units[i : i + room]
             seg = self.segments.segment(off * UNIT_SIZE, create=True)
             assert seg is not None
-            data = b"".join([UNIT.pack(*u) for u in chunk])
+            data = b"".join([pack_unit(*u) for u in chunk])
             seg.write_mapped((off % per) * UNIT_SIZE, data)
             i += len(chunk)
         end = first + n
@@ -142,7 +176,9 @@ class ConsumeQueue:
             if self._max is not None and end > self._max:
                 self._max = end
         else:
-            self.put_units(first, list(UNIT.iter_unpack(data)))
+            self.put_units(
+                first, [decode_unit(*u) for u in _RAW.iter_unpack(data)]
+            )
 
     # -- reading -------------------------------------------------------------
     def read_units(self, start: int, count: int) -> list[tuple[int, int, int]]:
@@ -161,10 +197,12 @@ class ConsumeQueue:
                 if take == 0:
                     break
             got = 0
-            for unit in UNIT.iter_unpack(seg.view[pos : pos + take * UNIT_SIZE]):
-                if unit[1] <= 0:
-                    return out
-                out.append(unit)
+            for phys, raw, code in _RAW.iter_unpack(
+                seg.view[pos : pos + take * UNIT_SIZE]
+            ):
+                if raw == 0:
+                    return out  # the queue's end (units are a dense prefix)
+                out.append(decode_unit(phys, raw, code))
                 got += 1
             off += got
             if got < take:

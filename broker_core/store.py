@@ -28,7 +28,7 @@ from broker_core.config import (
     store_geometry,
     store_id,
 )
-from broker_core.consumequeue import UNIT, ConsumeQueueTable
+from broker_core.consumequeue import ConsumeQueueTable, pack_unit
 from broker_core.diskio import DiskGuard
 from broker_core.dispatch import (
     Dispatcher,
@@ -579,7 +579,7 @@ class MessageStore:
         qunpack, qpack = _Q.unpack_from, _Q.pack_into
         crc32 = zlib.crc32
         pack = HEADER.pack
-        unit_pack = UNIT.pack
+        unit_pack = pack_unit
         cqs = self.cqs
         sip, sport = self.store_ip, self.store_port
         next_q: dict[tuple[str, int], int] = {}

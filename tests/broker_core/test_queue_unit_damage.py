@@ -134,3 +134,23 @@ def test_a_zeroed_queue_tail_is_rebuilt_at_open(tmp_path: Path, abnormal: bool) 
             b"old-%02d" % i for i in range(40)
         ] + [b"new-%02d" % i for i in range(5)]
     assert verify_store(tmp_path).ok
+
+
+def test_a_flipped_tag_code_is_caught_by_the_unit_s_check(tmp_path: Path) -> None:
+    """One bit of a unit's tag code flipped: the unit fails its check, the
+    store rebuilds it from the log, and the tag's subscriber gets the message
+    (it was skipped as another tag's until ``verify --repair``)."""
+    with Broker.open(tmp_path, **SETTINGS) as b:
+        for i in range(10):
+            b.send(Message("Q", b"m-%d" % i, queue_id=0, tags="paid"))
+    cq = tmp_path / "consumequeue" / "Q" / "0" / f"{0:020d}"
+    data = bytearray(cq.read_bytes())
+    data[4 * 20 + 12 + 7] ^= 0x01  # unit 4: the tag code's low bit
+    cq.write_bytes(bytes(data))
+    with Broker.open(tmp_path, **SETTINGS) as b:
+        got = b.pull("G", "Q", 0, 0, 32, expression="paid")
+        assert [m.body for m in got.messages] == [b"m-%d" % i for i in range(10)]
+        assert b.pull("H", "Q", 0, 0, 32, expression="open").messages == []
+    from broker_core.verify import verify_store
+
+    assert verify_store(tmp_path).ok

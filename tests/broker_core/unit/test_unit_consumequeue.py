@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from broker_core.consumequeue import (
-    UNIT,
+    DAMAGED_UNIT_SIZE,
     UNIT_SIZE,
     ConsumeQueue,
     ConsumeQueueTable,
+    pack_unit,
+    unit_check,
 )
 
 PER = 4  # units per file: small, so that files roll over often
@@ -43,8 +45,14 @@ def test_unit_layout_on_disk(tmp_path: Path) -> None:
     cq.close()
     raw = (qdir(tmp_path) / f"{0:020d}").read_bytes()
     assert len(raw) == PER * UNIT_SIZE
-    # commitLogOffset q | size i | tagsCode q, big-endian; tag field at byte 12.
-    assert struct.unpack_from(">qiq", raw, 0) == (123456789, 321, -7)
+    # commitLogOffset q | check B + size 3 bytes | tagsCode q, big-endian;
+    # tag field at byte 12.
+    assert struct.unpack_from(">qBxxxq", raw, 0) == (
+        123456789,
+        unit_check(123456789, 321, -7),
+        -7,
+    )
+    assert int.from_bytes(raw[9:12], "big") == 321
     assert struct.unpack_from(">q", raw, 20 + 12)[0] == 2**62
     assert raw[40:] == bytes(40)
 
@@ -79,8 +87,8 @@ def test_files_roll_over_and_reads_cross_them(tmp_path: Path) -> None:
 
 def test_put_packed_across_a_file_boundary(tmp_path: Path) -> None:
     cq = fresh(tmp_path)
-    cq.put_packed(0, 3, b"".join(UNIT.pack(*u) for u in units(0, 3)))
-    cq.put_packed(3, 4, b"".join(UNIT.pack(*u) for u in units(3, 4)))
+    cq.put_packed(0, 3, b"".join(pack_unit(*u) for u in units(0, 3)))
+    cq.put_packed(3, 4, b"".join(pack_unit(*u) for u in units(3, 4)))
     assert cq.read_units(0, 10) == units(0, 7)
     assert cq.max_offset() == 7
     assert files(tmp_path) == [f"{b:020d}" for b in (0, 80)]
@@ -273,3 +281,30 @@ def test_table_opens_lists_and_drops_queues(tmp_path: Path) -> None:
     assert other.get("A", 1).max_offset() == 0
     other.forget()
     assert other.queues == {}
+
+
+@pytest.mark.parametrize("byte", [0, 7, 8, 9, 11, 12, 19])
+def test_a_unit_that_fails_its_check_reads_as_damaged(
+    tmp_path: Path, byte: int
+) -> None:
+    """Any flipped bit of a unit (offset, size, tag code or the check) makes
+    it read as damaged (``DAMAGED_UNIT_SIZE``: its readers rebuild it from
+    the log), never as another unit; a unit without a check (written before
+    units had one) is taken as it is."""
+    cq = fresh(tmp_path)
+    cq.put_units(0, units(0, 3))
+    cq.close()
+    path = qdir(tmp_path) / f"{0:020d}"
+    raw = bytearray(path.read_bytes())
+    raw[20 + byte] ^= 0x04
+    path.write_bytes(bytes(raw))
+    cq = fresh(tmp_path)
+    got = cq.read_units(0, 3)
+    assert got[0] == units(0, 1)[0] and got[2] == units(2, 1)[0]
+    assert got[1][1] == DAMAGED_UNIT_SIZE
+    cq.close()
+    raw[20:40] = struct.pack(">qiq", 100, 100, 1001)  # no check byte
+    path.write_bytes(bytes(raw))
+    cq = fresh(tmp_path)
+    assert cq.read_units(0, 3) == units(0, 3)
+    cq.close()
