@@ -176,9 +176,7 @@ class ConsumeQueue:
             if self._max is not None and end > self._max:
                 self._max = end
         else:
-            self.put_units(
-                first, [decode_unit(*u) for u in _RAW.iter_unpack(data)]
-            )
+            self.put_units(first, [decode_unit(*u) for u in _RAW.iter_unpack(data)])
 
     # -- reading -------------------------------------------------------------
     def read_units(self, start: int, count: int) -> list[tuple[int, int, int]]:
