@@ -4,6 +4,7 @@ one process per core with multiprocessing), all in the same run.
 
 Usage: python bench/reports.py [--messages 10000000] [--store DIR] [--rebuild]
                                [--processes N] [--master local[*]] [--json out]
+                               [--catch-up 1000000]
 
 The store (``--store``, default ``var/bench/reports-store``) is built once and
 reused while it holds the same ``--messages``: N messages with 100-byte bodies
@@ -23,7 +24,10 @@ Timed, in one process:
   same work as the warm run);
 * Python scan of the log, one process, then one process per core: decode every
   record (``scan.iter_range``, the same decoder) and aggregate (the same work
-  as the cold run).
+  as the cold run);
+* export catch-up: ``--catch-up`` new messages appended (1,000,000 by default;
+  the store keeps them), then the export brought up to date, as the Celery
+  task ``reports.export`` does between runs.
 
 Every summary is cross-checked between Spark and the Python scans. Ratios:
 cold Spark (start-up, decode, reports) over the log scan; warm reports (start-up
@@ -397,6 +401,46 @@ def spark_runs(store: Path, work: Path, master: str, range_bytes: int) -> dict:
     return out
 
 
+def catch_up(
+    store: Path, work: Path, master: str, range_bytes: int, count: int
+) -> dict:
+    """Append ``count`` messages to the store, then bring the export the
+    runs above left current up to date (``reader.export_log``: only the new
+    log is decoded), as the Celery task ``reports.export`` does: how long the
+    warm path takes to catch up after that much new traffic."""
+    from console.reports.jobs import reader
+    from console.reports.jobs.session import get_session
+
+    t = time.monotonic()
+    with Broker.open(str(store), flush="async") as broker:
+        for i in range(0, count, 1000):
+            broker.send_batch(
+                [
+                    Message(f"T{j % TOPICS}", BODY, tags=f"tag{j % 5}", keys=f"k{j}")
+                    for j in range(i, min(i + 1000, count))
+                ]
+            )
+    appended_s = time.monotonic() - t
+    marker = store / "bench.json"
+    info = json.loads(marker.read_text())
+    info["appended"] = int(info.get("appended", 0)) + count
+    marker.write_text(json.dumps(info))
+    spark = get_session(master)
+    try:
+        t = time.monotonic()
+        result = reader.export_log(spark, store, work / "export", range_bytes)
+        seconds = time.monotonic() - t
+    finally:
+        spark.stop()
+    return {
+        "messages": count,
+        "append_s": appended_s,
+        "export_s": seconds,
+        "export_rows": result.rows,
+        "rebuilt": result.rebuilt,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=10_000_000)
@@ -406,6 +450,13 @@ def main() -> None:
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--range-mb", type=int, default=scan.RANGE_BYTES >> 20)
     ap.add_argument("--json", help="also write the result here")
+    ap.add_argument(
+        "--catch-up",
+        type=int,
+        default=1_000_000,
+        help="then append this many messages and time the export's catch-up "
+        "(0: skip; the store keeps them, bench.json counts them)",
+    )
     args = ap.parse_args()
 
     store = Path(args.store).resolve()
@@ -434,6 +485,10 @@ def main() -> None:
         single = python_scan(ranges, offsets, levels, now_ms, 1)
         print(f"Python scan of the log, {args.processes} processes ...")
         multi = python_scan(ranges, offsets, levels, now_ms, args.processes)
+        caught = None
+        if args.catch_up:
+            print(f"append {args.catch_up:,} messages, export catch-up ...")
+            caught = catch_up(store, work, args.master, range_bytes, args.catch_up)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -465,6 +520,7 @@ def main() -> None:
         / export_multi["seconds"],
         "cross_check": checks,
         "summaries": spark["summaries"],
+        "catch_up": caught,
     }
     _print_table(result)
     print(json.dumps(result, indent=1, default=str))
@@ -536,6 +592,13 @@ def _print_table(r: dict) -> None:
         f"({r['warm_with_check_vs_export_scan']:.2f}x with the export check)"
     )
     print(f"cross-check with the Python scan: {r['cross_check']}")
+    c = r.get("catch_up")
+    if c:
+        print(
+            f"export catch-up after {c['messages']:,} new messages: "
+            f"{c['export_s']:.1f} s ({c['export_rows']:,} rows; appending them "
+            f"took {c['append_s']:.1f} s{'; export rebuilt' if c['rebuilt'] else ''})"
+        )
     print()
 
 
