@@ -146,33 +146,20 @@ def _check_config(root: Path, report: VerifyReport) -> None:
     conflict = geometry_conflict(root)
     if conflict is not None:
         report.problems.append(conflict)
-    checkers = root / "transaction" / "checkers.json"
-    if checkers.exists():
-        from broker_core.transaction.transports import read_checkers
+    from broker_core.transaction.transports import read_checkers
 
-        try:
-            json.loads(checkers.read_bytes())
-        except (OSError, ValueError) as exc:
-            try:
-                read_checkers(checkers)
-            except ConfigFileError as err:
-                report.problems.append(str(err))
-            else:
-                report.problems.append(
-                    f"{checkers.name} is damaged ({exc}); its backup is used "
-                    "(verify --repair writes it back)"
-                )
-    for path, table in (
+    for path, read in (
         (root / "config" / "topics.json", TopicTable),
         (root / "config" / "consumerOffset.json", OffsetTable),
+        (root / "transaction" / "checkers.json", read_checkers),
     ):
         try:
             json.loads(path.read_bytes())
         except FileNotFoundError:
             continue
-        except ValueError as exc:
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
             try:
-                table(path)
+                read(path)
             except ConfigFileError as err:
                 report.problems.append(str(err))
             else:

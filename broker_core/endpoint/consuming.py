@@ -12,7 +12,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.endpoint.coalesce import Coalescer
-from broker_core.endpoint.config import MAX_CALL_ENTRIES, REPOLL_S
+from broker_core.endpoint.config import REPOLL_S
 from broker_core.endpoint.pop import (
     SHARDING_KEY,
     encode_handle,
@@ -27,6 +27,7 @@ from broker_core.endpoint.wire import (
     error_code,
     overall_status,
     status,
+    too_many,
     ts_ms,
 )
 from broker_core.errors import Busy, InvalidHandle, ValidationError
@@ -279,15 +280,8 @@ class Consuming:
         group, topic = request.group.name, request.topic.name
         if not request.entries:
             return spb.AckMessageResponse(status=status(C.BAD_REQUEST, "no entry"))
-        if len(request.entries) > MAX_CALL_ENTRIES:
-            # 150,000 bogus handles held every client for 3.3 s.
-            return spb.AckMessageResponse(
-                status=status(
-                    C.BAD_REQUEST,
-                    f"{len(request.entries)} entries in one call: at most "
-                    f"{MAX_CALL_ENTRIES}",
-                )
-            )
+        if (refused := too_many(len(request.entries), "entries")) is not None:
+            return spb.AckMessageResponse(status=refused)
         handles = [e.receipt_handle for e in request.entries]
         call = (group, topic, handles)
         # An ack is one short transaction: done here when the pop state is

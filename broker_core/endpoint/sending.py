@@ -15,7 +15,6 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.broker import Broker
 from broker_core.endpoint.coalesce import Coalescer
-from broker_core.endpoint.config import MAX_CALL_ENTRIES
 from broker_core.endpoint.pop import (
     SHARDING_KEY,
     now_ms,
@@ -27,6 +26,7 @@ from broker_core.endpoint.wire import (
     error_code,
     overall_status,
     status,
+    too_many,
 )
 from broker_core.errors import (
     AppendBusyError,
@@ -394,15 +394,8 @@ class Sending:
             return spb.SendMessageResponse(
                 status=status(C.BAD_REQUEST, "no message in the request")
             )
-        if len(request.messages) > MAX_CALL_ENTRIES:
-            # 150,000 tiny messages in one call held every client for 6.7 s.
-            return spb.SendMessageResponse(
-                status=status(
-                    C.BAD_REQUEST,
-                    f"{len(request.messages)} messages in one call: at most "
-                    f"{MAX_CALL_ENTRIES}",
-                )
-            )
+        if (refused := too_many(len(request.messages), "messages")) is not None:
+            return spb.SendMessageResponse(status=refused)
         if not self.ep.writable():
             return spb.SendMessageResponse(status=status(C.FORBIDDEN, SLAVE_REFUSES))
         # Halves, and bodies to decompress (up to the call's budget of CPU),

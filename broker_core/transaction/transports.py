@@ -32,6 +32,7 @@ from broker_core.errors import (
     CheckBackError,
     CheckTimeoutError,
 )
+from broker_core.metadata import backup_path
 from broker_core.transaction.types import CheckAnswer, TransactionResolution
 
 log = logging.getLogger(__name__)
@@ -212,11 +213,6 @@ class WebhookTransport(CheckTransport):
         return parse_answer(data["resolution"])
 
 
-def backup_of(path: Path) -> Path:
-    """Where ``path``'s backup copy lives (``checkers.json.bak``)."""
-    return path.with_name(path.name + ".bak")
-
-
 def _parse_checkers(path: Path) -> dict[str, dict[str, Any]]:
     data = json.loads(path.read_bytes())
     groups = data.get("groups", {}) if isinstance(data, dict) else None
@@ -236,13 +232,13 @@ def read_checkers(path: Path) -> dict[str, dict[str, Any]]:
     try:
         return _parse_checkers(path)
     except FileNotFoundError:
-        if not backup_of(path).exists():
+        if not backup_path(path).exists():
             return {}
         why: Exception = FileNotFoundError(f"{path.name} is missing")
     except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         why = exc
     try:
-        groups = _parse_checkers(backup_of(path))
+        groups = _parse_checkers(backup_path(path))
     except (OSError, ValueError):
         raise ConfigFileError(
             f"{path} is damaged ({why}) and its backup cannot be read: restore "
@@ -309,7 +305,7 @@ class CheckerRegistry:
     def _save(self, groups: dict[str, dict[str, Any]]) -> None:
         # The backup first, then the file: one of the two is whole whatever
         # happens to the other.
-        for target in (backup_of(self.path), self.path):
+        for target in (backup_path(self.path), self.path):
             tmp = target.with_suffix(f".tmp{os.getpid()}")
             with tmp.open("w") as f:
                 json.dump({"groups": groups}, f, indent=1, sort_keys=True)
