@@ -227,6 +227,8 @@ class RepairRefusedError(StoreError):
     """``verify --repair`` would have made messages unreachable that were
     reachable before it: the files it rewrote were put back as they were."""
 
+    code = "repair_refused"
+
 
 class ConfigFileError(StoreError):
     """A configuration file is unreadable and has no usable backup."""
