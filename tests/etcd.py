@@ -20,12 +20,33 @@ def etcd_unavailable() -> str | None:
 
 
 class EtcdCluster:
-    def __init__(self, tmp: Path, members: int = 3) -> None:
+    def __init__(self, tmp: Path, members: int = 3, attempts: int = 3) -> None:
         self.tmp = tmp
         self.names = [f"e{i}" for i in range(members)]
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # Ports are picked free but may be taken before etcd binds them (the
+        # usual race; once, in CI, no member ever answered): a cluster that
+        # does not come up is started again, afresh, on other ports.
+        for attempt in range(1, attempts + 1):
+            self._configure(tmp / f"run{attempt}")
+            for n in self.names:
+                self.start(n)
+            try:
+                self.wait_healthy()
+                return
+            except Exception:
+                logs = self._log_tails()
+                self.close()
+                if attempt == attempts:
+                    raise AssertionError(
+                        f"etcd did not come up in {attempts} tries: {logs}"
+                    ) from None
+
+    def _configure(self, where: Path) -> None:
+        where.mkdir(parents=True, exist_ok=True)
+        self.where = where
         self.client = {n: free_port() for n in self.names}
         self.peer = {n: free_port() for n in self.names}
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         initial = ",".join(f"{n}=http://127.0.0.1:{self.peer[n]}" for n in self.names)
         self._args = {
             n: [
@@ -33,7 +54,7 @@ class EtcdCluster:
                 "--name",
                 n,
                 "--data-dir",
-                str(tmp / f"etcd-{n}"),
+                str(where / f"etcd-{n}"),
                 "--listen-client-urls",
                 f"http://127.0.0.1:{self.client[n]}",
                 "--advertise-client-urls",
@@ -45,7 +66,7 @@ class EtcdCluster:
                 "--initial-cluster",
                 initial,
                 "--initial-cluster-token",
-                tmp.name,
+                f"{self.tmp.name}-{where.name}",
                 "--initial-cluster-state",
                 "new",
                 "--log-level",
@@ -53,9 +74,17 @@ class EtcdCluster:
             ]  # fmt: skip
             for n in self.names
         }
+
+    def _log_tails(self) -> str:
+        out = []
         for n in self.names:
-            self.start(n)
-        self.wait_healthy()
+            code = self.procs[n].poll() if n in self.procs else None
+            try:
+                tail = (self.where / f"etcd-{n}.log").read_bytes()[-400:]
+            except OSError:
+                tail = b""
+            out.append(f"{n} (exit {code}): {tail.decode(errors='replace')}")
+        return " | ".join(out)
 
     @property
     def urls(self) -> str:
@@ -64,7 +93,7 @@ class EtcdCluster:
     def start(self, name: str) -> None:
         self.procs[name] = subprocess.Popen(
             self._args[name],
-            stdout=open(self.tmp / f"etcd-{name}.log", "ab"),  # noqa: SIM115
+            stdout=open(self.where / f"etcd-{name}.log", "ab"),  # noqa: SIM115
             stderr=subprocess.STDOUT,
         )
 
