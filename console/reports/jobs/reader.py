@@ -307,7 +307,12 @@ def export_log(
             or manifest.get("tail")
             != scan.log_fingerprint(store_dir, manifest["log_end"], segment_size)
             or not chunks_intact(export, manifest)
-            or not scan.is_boundary(store_dir, manifest["log_end"], segment_size)
+            or (
+                # New log to add: it must start at a record (nothing new: the
+                # end is no record's start, and is current).
+                end > manifest["log_end"]
+                and not scan.is_boundary(store_dir, manifest["log_end"], segment_size)
+            )
         ):
             # Another store's export (another path or id, or a log that is not
             # the exported one grown: its bytes before the exported end

@@ -158,6 +158,8 @@ def is_boundary(store_dir: str | Path, offset: int, segment_size: int) -> bool:
             head = fh.read(record.PHYSICAL_OFFSET_AT + 8)
     except OSError:
         return False
+    if len(head) >= 8 and head[4:8] == struct.pack(">i", record.BLANK_MAGIC):
+        return True  # the end-of-segment filler: the next segment follows
     if len(head) < record.PHYSICAL_OFFSET_AT + 8 or head[4:8] not in _MAGICS:
         return False
     return struct.unpack_from(_Q, head, record.PHYSICAL_OFFSET_AT)[0] == offset

@@ -78,3 +78,28 @@ def test_an_export_with_missing_chunks_is_rebuilt(spark, store) -> None:
     again = services.run_now("topic_traffic")
     assert again.status == "SUCCEEDED", again.error
     assert _messages(again) == MESSAGES  # not 0: the export was rebuilt
+
+
+def test_a_current_export_is_not_rebuilt_and_new_log_is_added(spark, tmp_path) -> None:
+    """An export that is current is left as it is (its end is no record's
+    start: it was taken for a damaged resume point and rebuilt on every
+    call, 56 s at 10M messages), and new log after a segment's end filler is
+    added to it, not rebuilt."""
+    from console.reports.jobs import reader
+
+    path = tmp_path / "s"
+    with Broker.open(str(path), segment_size=64 * 1024) as b:
+        for i in range(100):
+            b.send(Message("t", b"x" * 200 + b"%d" % i))
+    export = tmp_path / "export"
+    first = reader.export_log(spark, path, export)
+    assert first.rows == 100
+    again = reader.export_log(spark, path, export)
+    assert (again.rebuilt, again.rows) == (False, 0)
+    with Broker.open(str(path), segment_size=64 * 1024) as b:
+        for i in range(400):  # past the first segment's end
+            b.send(Message("t", b"y" * 200 + b"%d" % i))
+    grown = reader.export_log(spark, path, export)
+    assert (grown.rebuilt, grown.rows) == (False, 400)
+    more = reader.export_log(spark, path, export)
+    assert (more.rebuilt, more.rows) == (False, 0)
