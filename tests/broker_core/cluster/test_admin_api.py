@@ -828,15 +828,23 @@ def test_admin_api_of_workers_counts_every_worker(tmp_path):
     with Broker.open(str(store)) as b:
         b.create_topic("events", 1)
     (tmp_path / "token").write_text(TOKEN + "\n")
-    port, pinned, admin = _port(), _port(), _port()
-    while len({port, pinned, pinned + 1, admin}) < 4:
-        pinned = _port()
-    proc = start_server(
-        store, port, tmp_path / "server.log",
-        ("--worker-ports", str(pinned), "--admin-listen", f"127.0.0.1:{admin}",
-         "--admin-token-file", str(tmp_path / "token")),
-        workers=2,
-    )  # fmt: skip
+    for attempt in range(3):
+        # Free ports may be taken before the workers bind them (``pinned + 1``
+        # is not even checked free): start again on others.
+        port, pinned, admin = _port(), _port(), _port()
+        while len({port, pinned, pinned + 1, admin}) < 4:
+            pinned = _port()
+        try:
+            proc = start_server(
+                store, port, tmp_path / f"server-{attempt}.log",
+                ("--worker-ports", str(pinned), "--admin-listen",
+                 f"127.0.0.1:{admin}", "--admin-token-file", str(tmp_path / "token")),
+                workers=2,
+            )  # fmt: skip
+            break
+        except RuntimeError:
+            if attempt == 2:
+                raise
     try:
         for worker, n in ((0, 2), (1, 3)):  # each worker's own port
             with grpc.insecure_channel(f"127.0.0.1:{pinned + worker}") as channel:
