@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -444,14 +444,21 @@ class Broker:
             names = [t.topic_name for t in self.store.list_topics()]
             topics = sorted(names, key=_holds_copies)
         for t in topics:
-            for off in self.store.index_query(f"{t}#{msg_id}", 0, 1 << 62, 64):
-                try:
-                    msg = self.store.read_message(off)
-                except MessageNotFoundError:
-                    continue
-                if msg.topic == t and msg.properties.get(PROPERTY_UNIQ_KEY) == msg_id:
-                    return msg
+            for msg in self.records_with_id(t, msg_id):
+                return msg
         raise MessageNotFoundError(f"no message with id {msg_id!r}")
+
+    def records_with_id(self, topic: str, msg_id: str) -> Iterator[MessageExt]:
+        """The readable records of ``topic`` whose ``UNIQ_KEY`` is ``msg_id``
+        (a message and the copies a retry or dead-letter topic holds of it),
+        as the index finds them."""
+        for off in self.store.index_query(f"{topic}#{msg_id}", 0, 1 << 62, 64):
+            try:
+                msg = self.store.read_message(off)
+            except MessageNotFoundError:
+                continue
+            if msg.topic == topic and msg.properties.get(PROPERTY_UNIQ_KEY) == msg_id:
+                yield msg
 
     def query_by_key(
         self,

@@ -526,23 +526,13 @@ def store_runtime(store: Any) -> dict[str, Any]:
 def _newest_copy(broker: Any, topic: str, msg_id: str) -> Any:
     """The newest record of ``topic`` (a group's retry or dead-letter topic)
     carrying message ``msg_id`` (its ``UNIQ_KEY``); None if there is none."""
-    from broker_core.errors import MessageNotFoundError
-    from broker_core.message import PROPERTY_UNIQ_KEY
-
-    store = broker.store
-    if store.topic_config(topic) is None:
+    if broker.store.topic_config(topic) is None:
         return None
-    newest = None
-    for off in store.index_query(f"{topic}#{msg_id}", 0, 1 << 62, 64):
-        try:
-            msg = store.read_message(off)
-        except MessageNotFoundError:
-            continue
-        if msg.topic != topic or msg.properties.get(PROPERTY_UNIQ_KEY) != msg_id:
-            continue
-        if newest is None or msg.commit_log_offset > newest.commit_log_offset:
-            newest = msg
-    return newest
+    return max(
+        broker.records_with_id(topic, msg_id),
+        key=lambda m: m.commit_log_offset,
+        default=None,
+    )
 
 
 class NodeUnavailableError(StoreError):
