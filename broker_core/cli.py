@@ -304,21 +304,21 @@ def _admin(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     from broker_core.errors import BrokerError
-    from broker_core.verify import print_report, repair_store, verify_store
+    from broker_core.verify import print_report, repair_and_verify, verify_store
 
     root = Path(args.store_dir)
     if not (root / "commitlog").is_dir() and not (root / "config").is_dir():
         print(f"{root} is not a store directory (no commitlog/ or config/)")
         return 2
-    repaired: dict[str, Any] = {}
     if args.repair:
         try:
-            repaired = repair_store(root)
+            # Verified once more by the repair itself: not again here.
+            report = repair_and_verify(root)
         except BrokerError as exc:
             print(f"repair failed: {exc}")
             return 2
-    report = verify_store(root)
-    report.repaired = repaired
+    else:
+        report = verify_store(root)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:

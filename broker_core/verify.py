@@ -423,7 +423,13 @@ BACKUP_DIR = "repair-backup"
 
 
 def repair_store(root: Path) -> dict[str, Any]:
-    """Repair the store at ``root`` and prove the repair lost nothing.
+    """``repair_and_verify``'s repair: what it did."""
+    return repair_and_verify(root).repaired
+
+
+def repair_and_verify(root: Path) -> VerifyReport:
+    """Repair the store at ``root``, prove the repair lost nothing, and return
+    the verification of the repaired store (its ``repaired``: what was done).
 
     The files the repair may rewrite (consume queues, index, configuration,
     transaction state table, checkpoint, state) are first copied to
@@ -473,7 +479,8 @@ def repair_store(root: Path) -> dict[str, Any]:
     shutil.rmtree(backup, ignore_errors=True)
     result["reachable_before"] = sum(before.reachable.values())
     result["reachable_after"] = sum(after.reachable.values())
-    return result
+    after.repaired = result
+    return after
 
 
 def _copy_sparse(src: str | Path, dst: str | Path) -> None:
