@@ -9,6 +9,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from broker_core.errors import ValidationError
 
@@ -155,6 +156,15 @@ def _sizes_from_files(root: Path) -> dict[str, int]:
     return out
 
 
+def _store_json(root: Path) -> dict[str, Any] | None:
+    """``config/store.json`` of the store at ``root``; None if unreadable."""
+    try:
+        raw = json.loads((root / "config" / "store.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
 def saved_geometry(root: str | Path) -> dict[str, int]:
     """Return the file sizes a store at ``root`` was created with.
 
@@ -163,9 +173,8 @@ def saved_geometry(root: str | Path) -> dict[str, int]:
     """
     root = Path(root)
     try:
-        raw = json.loads((root / "config" / "store.json").read_bytes())
-        saved = {k: int(raw[k]) for k in GEOMETRY_KEYS}
-    except (OSError, ValueError, KeyError, TypeError):
+        saved = {k: int((_store_json(root) or {})[k]) for k in GEOMETRY_KEYS}
+    except (ValueError, KeyError, TypeError):
         return _sizes_from_files(root)
     files = _files_segment_size(root, saved["segment_size"])
     if files is not None:
@@ -209,9 +218,8 @@ def geometry_conflict(root: str | Path) -> str | None:
     """Why ``config/store.json`` disagrees with the store's files, or None."""
     root = Path(root)
     try:
-        raw = json.loads((root / "config" / "store.json").read_bytes())
-        size = int(raw["segment_size"])
-    except (OSError, ValueError, KeyError, TypeError):
+        size = int((_store_json(root) or {})["segment_size"])
+    except (ValueError, KeyError, TypeError):
         return None
     files = _files_segment_size(root, size)
     if files is None:
@@ -248,11 +256,8 @@ def store_id(root: str | Path) -> str | None:
     """Return the id written into ``config/store.json`` when the store was
     created (None for a store without one): tells a store from another placed
     at the same path."""
-    try:
-        value = json.loads((Path(root) / "config" / "store.json").read_bytes())
-        return str(value["store_id"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    value = (_store_json(Path(root)) or {}).get("store_id")
+    return None if value is None else str(value)
 
 
 def new_store_id() -> str:
