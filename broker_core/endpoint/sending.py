@@ -406,7 +406,9 @@ class Sending:
             m.system_properties.message_type == pb.TRANSACTION
             or m.system_properties.body_encoding == pb.GZIP
             for m in request.messages
-        ) or not all(self.ep.topic_exists(m.topic.name) for m in request.messages)
+        ) or not all(
+            self.ep.topic_exists(t) for t in {m.topic.name for m in request.messages}
+        )
         cid = client_id_of(context)
         sender = self.ep.clients.get(cid) if cid else None
         if sender is not None:
