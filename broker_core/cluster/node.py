@@ -709,6 +709,25 @@ class ClusterNode:
             self._routes[topic] = (now, entries)
         return entries
 
+    def master_elsewhere(self) -> NodeInfo | None:
+        """The live master of this node's broker name when it is another node
+        (by address): where a write that reached this node belongs while it
+        takes none (a slave, a fenced or lease-less old master). None: no such
+        master is registered, or the registry does not answer."""
+        try:
+            serving = self.registry.serving(self.nodes()).get(self.cfg.name)
+        except Exception as exc:  # noqa: BLE001 - registry away: cannot tell
+            log.debug("route registry unavailable: %s", exc)
+            return None
+        if (
+            serving is None
+            or not serving.is_master
+            or not serving.endpoints
+            or self.cfg.advertise in serving.endpoints
+        ):
+            return None
+        return serving
+
     def announce(self) -> None:
         """Register now (a topic was created here): routes elsewhere follow."""
         self.heartbeat.beat()

@@ -155,6 +155,23 @@ class Routing:
         except Exception as exc:  # noqa: BLE001 - registry away
             log.warning("route registry unavailable: %s", exc)
             return []
+        several = asked is not None and len(asked.addresses) > 1
+        names: dict[str, list[str]] = {}
+        if several:
+            # Every live node of a queue's broker name, its serving node
+            # first: the client's channel passes to a slave when the master
+            # dies, which forwards to the master until it is promoted itself
+            # (``forward.py``); the client sees the promoted master at once,
+            # not at its next route refresh. Only the nodes of that one name:
+            # whichever of them the channel picks, the message is stored by
+            # that name's master, and the receipt names it truly.
+            try:
+                for n in node.nodes():
+                    names.setdefault(n.name, []).extend(
+                        a for a in n.endpoints if a not in names.get(n.name, ())
+                    )
+            except Exception as exc:  # noqa: BLE001 - registry away
+                log.warning("route registry unavailable: %s", exc)
         out = []
         for e in entries:
             perm = {6: pb.READ_WRITE, 4: pb.READ, 2: pb.WRITE}[e.perm]
@@ -172,7 +189,14 @@ class Routing:
                 # send for this node's queue is stored here and the receipt
                 # names the node that stored it (the whole list sent broker-a's
                 # sends to whichever node the client's channel picked).
-                endpoints = _endpoints(e.node.endpoints)
+                endpoints = _endpoints(
+                    e.node.endpoints
+                    + [
+                        a
+                        for a in names.get(e.node.name, ())
+                        if a not in e.node.endpoints
+                    ]
+                )
             out.append(
                 _queue(
                     topic, e.queue_id, perm, e.node.name, endpoints, self.accepts(topic)

@@ -37,6 +37,7 @@ from broker_core.endpoint.config import (
     EndpointConfig,
 )
 from broker_core.endpoint.consuming import Consuming
+from broker_core.endpoint.forward import Forwarder
 from broker_core.endpoint.namespace import globalize, header_ns, localize
 from broker_core.endpoint.pop import PopManager
 from broker_core.endpoint.routing import Routing
@@ -106,6 +107,7 @@ class Endpoint:
         self.ports: set[int] = {cfg.port}
         #: cluster membership and replication (``ClusterNode``); None: alone
         self.node: Any = None
+        self.forwarder = Forwarder(lambda: self.node, 0)
         self._master_services = False
         #: the counters ``clients.json`` holds, and when they were written
         self._counters_written: dict[str, int] = {}
@@ -608,12 +610,21 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
             )
         elif method.server_streaming:
 
-            async def ustream(req, ctx, _impl=impl, _bad=bad, _unauth=unauth):
+            async def ustream(
+                req, ctx, _impl=impl, _bad=bad, _unauth=unauth,
+                _name=method.name, _resp=resp_cls,
+            ):  # fmt: skip
                 if not endpoint.authorized(ctx):
                     yield _unauth
                     return
                 if req is None:
                     yield _bad
+                    return
+                if fwd := await endpoint.forwarder.target(_name, ctx):
+                    async for out in endpoint.forwarder.stream(
+                        fwd, _name, req, _resp, ctx
+                    ):
+                        yield out
                     return
                 try:
                     ns = localize(req, header_ns(ctx))
@@ -630,11 +641,17 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
             continue
         else:
 
-            async def unary(req, ctx, _impl=impl, _bad=bad, _unauth=unauth):
+            async def unary(
+                req, ctx, _impl=impl, _bad=bad, _unauth=unauth,
+                _name=method.name, _resp=resp_cls,
+            ):  # fmt: skip
                 if not endpoint.authorized(ctx):
                     return _unauth
                 if req is None:
                     return _bad
+                if fwd := await endpoint.forwarder.target(_name, ctx):
+                    # This node takes no writes: its master answers (forward.py).
+                    return await endpoint.forwarder.unary(fwd, _name, req, _resp, ctx)
                 try:
                     ns = localize(req, header_ns(ctx))
                 except ValidationError as exc:
@@ -713,6 +730,7 @@ async def serve(
         except StaleMasterError as exc:
             raise SystemExit(f"not serving: {exc}") from None
     limit = max(16 << 20, endpoint.max_body * 2 + (1 << 20))
+    endpoint.forwarder.max_message = limit
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", limit),
@@ -775,6 +793,7 @@ async def serve(
         if admin is not None:
             admin.stop()
         await server.stop(grace=1)
+        await endpoint.forwarder.close()
         try:
             endpoint.close()
         finally:
