@@ -93,6 +93,10 @@ class NodeConfig:
     controller: str = ""
     #: the controller lease of a master, seconds
     lease_ttl_s: int = 6
+    #: copies (the master's own included) a SYNC group's master must have in
+    #: sync before it stores a send or a transaction's end (RocketMQ's
+    #: ``minInSyncReplicas``); 1: an elected master takes writes alone
+    min_in_sync_replicas: int = 1
 
 
 class ClusterNode:
@@ -734,6 +738,35 @@ class ClusterNode:
         self.invalidate()
 
     # -- replication ---------------------------------------------------------------
+    def replicas_short(self) -> str | None:
+        """Why this master must refuse a write before storing it: a SYNC group
+        (a SYNC_MASTER, or under a controller a group whose term is SYNC)
+        with fewer than ``min_in_sync_replicas`` copies in sync, the master's
+        own included (RocketMQ's IN_SYNC_REPLICAS_NOT_ENOUGH). None: enough,
+        or no minimum is set."""
+        want = self.cfg.min_in_sync_replicas
+        if want <= 1:
+            return None
+        from broker_core.cluster.controller import ISR_WINDOW_S
+
+        lead = self.leadership
+        if lead is not None:
+            if not (lead.sync or self.sync):
+                return None
+            with self._isr_lock:
+                have = 1 + len(self.isr)
+        elif self.sync:
+            ha = self.ha_server
+            have = 1 + (len(ha.in_sync(ISR_WINDOW_S)) if ha is not None else 0)
+        else:
+            return None
+        if have >= want:
+            return None
+        return (
+            f"{self.cfg.name} has {have} of the {want} in-sync copies "
+            "--min-in-sync-replicas asks for: nothing was stored, try again"
+        )
+
     def wait_replicated(self, offset: int) -> bool:
         """For SYNC_MASTER: whether a slave has the log up to ``offset`` within
         the node's sync timeout. Under a controller: every slave of the

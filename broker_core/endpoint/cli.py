@@ -218,6 +218,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="SYNC_MASTER: seconds a send waits for a slave, then "
         "SLAVE_PERSISTENCE_TIMEOUT",
     )
+    g.add_argument(
+        "--min-in-sync-replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="a SYNC group's master stores a send or a transaction's end only "
+        "with N copies in sync, its own included (else HA_NOT_AVAILABLE, "
+        "nothing stored); 1: an elected master takes writes alone",
+    )
     a = p.add_argument_group("admin API", "the console's way in (docs/cluster.md)")
     a.add_argument("--admin-listen", default="", help="serve the admin API here")
     a.add_argument(
@@ -314,6 +323,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             raise SystemExit("--cluster needs --node (this node's broker name)")
         if args.workers > 1 and (args.ha_listen or args.master_ha):
             raise SystemExit("replication (--ha-listen, --master-ha) needs --workers 1")
+        if args.min_in_sync_replicas < 1:
+            raise SystemExit("--min-in-sync-replicas counts the master: 1 or more")
         if bool(args.ha_tls_cert) != bool(args.ha_tls_key):
             raise SystemExit("--ha-tls-cert and --ha-tls-key go together")
         if args.ha_tls_cert and not args.ha_listen:
@@ -340,6 +351,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             ha_tls_ca=args.ha_tls_ca,
             ha_tls_server_name=args.ha_tls_server_name,
             sync_timeout_s=args.sync_timeout,
+            min_in_sync_replicas=args.min_in_sync_replicas,
             auto_promote_after_s=args.auto_promote_after,
             controller=args.controller,
             lease_ttl_s=args.lease_ttl,

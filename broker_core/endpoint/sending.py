@@ -398,6 +398,8 @@ class Sending:
             return spb.SendMessageResponse(status=refused)
         if not self.ep.writable():
             return spb.SendMessageResponse(status=status(C.FORBIDDEN, SLAVE_REFUSES))
+        if (short := self.ep.replicas_short()) is not None:
+            return spb.SendMessageResponse(status=status(C.HA_NOT_AVAILABLE, short))
         # Halves, and bodies to decompress (up to the call's budget of CPU),
         # go to the writer thread: never on the event loop.
         # A topic made on first use is a write of the topic table: there too

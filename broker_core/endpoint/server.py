@@ -332,6 +332,11 @@ class Endpoint:
             f"{node.cfg.sync_timeout_s:g} s"
         )
 
+    def replicas_short(self) -> str | None:
+        """Why a write must be refused before it is stored: too few copies in
+        sync (``ClusterNode.replicas_short``); None: store it."""
+        return None if self.node is None else self.node.replicas_short()
+
     def writable(self) -> bool:
         """Whether this node takes writes, delivers timers and sends
         check-backs: not a slave, not fenced, and under a controller holding

@@ -70,6 +70,8 @@ class Transactions:
             )
         if not self.ep.writable():
             return spb.EndTransactionResponse(status=status(C.FORBIDDEN, SLAVE_REFUSES))
+        if (short := self.ep.replicas_short()) is not None:
+            return spb.EndTransactionResponse(status=status(C.HA_NOT_AVAILABLE, short))
         if request.resolution not in pb.TransactionResolution.values():
             return spb.EndTransactionResponse(
                 status=status(

@@ -22,11 +22,12 @@ from pathlib import Path
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.cluster.controller import Etcd
 from broker_core.ha.role import read_role
 from broker_core.shared import read_commit_pos
-from tests.broker_core.cluster._nodes import C, Node, cluster_args, message, send
+from tests.broker_core.cluster._nodes import MD, C, Node, cluster_args, message, send
 from tests.broker_core.ha._hahelpers import ROOT, free_port, redis_up, wait_for
 from tests.etcd import EtcdCluster, etcd_unavailable
 from tests.support import redis_db
@@ -53,8 +54,16 @@ def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
 class Pair:
     """broker-a: a SYNC_MASTER and its slave, under the controller."""
 
-    def __init__(self, tmp: Path, etcd: EtcdCluster, slave_ha: bool = False) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        etcd: EtcdCluster,
+        slave_ha: bool = False,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.tmp, self.etcd = tmp, etcd
+        #: flags both nodes are started with
+        self.extra = extra
         self.cluster = f"ctl-{uuid.uuid4().hex[:8]}"
         self.ha = f"127.0.0.1:{free_port()}"
         #: the slave's own HA address (served once it is elected), if any
@@ -87,7 +96,7 @@ class Pair:
     def common(self) -> list[str]:
         return [*cluster_args(self.cluster), "--controller", self.etcd.urls,
                 "--lease-ttl", str(TTL), "--registry-expiry", "3",
-                "--embedded-timers"]  # fmt: skip
+                "--embedded-timers", *self.extra]  # fmt: skip
 
     def start_master(self) -> Node:
         return Node(self.tmp, "master", *self.common(), "--role", "SYNC_MASTER",
@@ -242,6 +251,53 @@ def test_after_a_failover_the_group_is_sync_again_once_a_slave_catches_up(
             assert codes != [C.OK], codes
         finally:
             os.kill(old.proc.pid, signal.SIGCONT)
+    finally:
+        if old is not None:
+            old.stop()
+        pair.close()
+
+
+def test_with_two_in_sync_replicas_asked_an_elected_master_stores_nothing_alone(
+    tmp_path: Path, etcd: EtcdCluster
+) -> None:
+    """``--min-in-sync-replicas 2``: the elected slave of a SYNC group refuses
+    sends and transaction ends before storing them (HA_NOT_AVAILABLE) while
+    no slave is in sync with it, instead of taking writes alone; once the old
+    master has rejoined and caught up, the group is SYNC and sends are
+    acknowledged again."""
+    pair = Pair(tmp_path, etcd, slave_ha=True, extra=("--min-in-sync-replicas", "2"))
+    old = None
+    try:
+        pair.master.proc.send_signal(signal.SIGKILL)
+        pair.master.proc.wait(10)
+        pair.master.channel.close()
+        wait_for(
+            lambda: (pair.key("leader") or {}).get("node") == pair.slave_id,
+            30, "the slave elected",
+        )  # fmt: skip
+        refused = uuid.uuid4().hex
+        wait_for(
+            lambda: send(pair.slave, message("Orders", refused))
+            == [C.HA_NOT_AVAILABLE],
+            30, "the elected slave refusing sends alone",
+        )  # fmt: skip
+        end = pair.slave.stub.EndTransaction(
+            spb.EndTransactionRequest(
+                topic=pb.Resource(name="Orders"), message_id=refused,
+                transaction_id="00000000000000000000000000000000",
+                resolution=pb.COMMIT, source=pb.SOURCE_CLIENT,
+            ),
+            metadata=MD, timeout=30,
+        )  # fmt: skip
+        assert end.status.code == C.HA_NOT_AVAILABLE, end
+        assert b"payload-" + refused.encode() not in stored(pair.slave.store)
+        # The old master rejoins as the new master's slave: two copies.
+        old = Node(tmp_path, "master", *pair.common(), "--master-ha", pair.slave_ha)
+        wait_for(
+            lambda: send(pair.slave, message("Orders", uuid.uuid4().hex)) == [C.OK],
+            60, "sends acknowledged once the old master is in sync",
+        )  # fmt: skip
+        assert read_role(pair.slave.store)["role"] == "SYNC_MASTER"
     finally:
         if old is not None:
             old.stop()
