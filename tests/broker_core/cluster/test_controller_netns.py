@@ -206,3 +206,42 @@ def test_a_master_host_cut_off_entirely_loses_no_acknowledged_message(
     print(f"symmetric: elected {took:.1f} s after the cut; {len(acked)} sends "
           f"acknowledged, {len(result['failed'])} failed; {len(cut)} "
           "unacknowledged messages cut from the old master")  # fmt: skip
+
+
+def test_a_killed_master_host_is_replaced_without_the_clients_noticing(
+    network, tmp_path
+):
+    """SIGKILL of every process on the master's host while the official
+    client sends with every node as its access point: no acknowledged message
+    is lost, failed sends (if any) span under 5 s, and the client reaches the
+    promoted slave within the lease, not at its next route refresh (30 s):
+    its channel for broker-a's queues lists broker-a's master and slave, and
+    the slave forwards to its master until it is elected itself."""
+    c, etcd, ctl, slave_id = three_hosts(network, tmp_path)
+    sender = steady(c, tmp_path)
+    try:
+        # Past the client's first route refresh (10 s after it starts; then
+        # every 30 s): a route re-read is not what takes it to the slave.
+        time.sleep(12)
+        killed = time.time()
+        c.a.kill()
+        took = elected(etcd, slave_id, time.monotonic())
+        time.sleep(12)
+    finally:
+        result = results(sender, tmp_path)
+    # broker-a's sends after the kill that the dead master does not hold
+    # were stored by the promoted slave.
+    old = stored_keys(tmp_path / "store-a")
+    after = sorted(
+        at
+        for body, at, broker in result["sent"]
+        if broker == "broker-a" and at > killed and body not in old
+    )
+    assert after, "no send reached the promoted slave"
+    first = after[0] - killed
+    assert first < TTL + 6, (first, took)
+    acked, cut = rejoin_and_check(c, ctl, tmp_path, result, 200)
+    assert not cut  # a SIGKILLed SYNC master held nothing unacknowledged
+    print(f"kill: elected {took:.1f} s after the kill; first send on the promoted "
+          f"slave {first:.1f} s after it; {len(acked)} sends acknowledged, "
+          f"{len(result['failed'])} failed")  # fmt: skip
