@@ -102,6 +102,8 @@ class Endpoint:
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
         self.relay: Any = None
+        #: the relay shared by the nodes of this broker name (cluster only)
+        self.name_relay: Any = None
         #: the Redis relay to the other workers' producers (``--workers``)
         self.peers: Any = None
         self.ports: set[int] = {cfg.port}
@@ -288,6 +290,20 @@ class Endpoint:
                 # Worker 0's check-backs reach producers on the other workers.
                 self.peers = relay.RedisRelayTransport(
                     self.cfg.redis_url, self.cfg.redis_channel
+                )
+        if self.node is not None:
+            # The nodes of one broker name share a relay on the registry's
+            # Redis: a producer whose Telemetry stream is to a slave (its
+            # sends and decisions forwarded, forward.py) is checked by the
+            # master through it.
+            channel = f"rmq:{self.node.cfg.cluster}:{self.node.cfg.name}:check"
+            self.name_relay = relay.RelayListener(
+                self, self.node.cfg.registry_url, channel
+            )
+            self.name_relay.start()
+            if self.peers is None:
+                self.peers = relay.RedisRelayTransport(
+                    self.node.cfg.registry_url, channel
                 )
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -500,8 +516,9 @@ class Endpoint:
                 self.node.close()
             except Exception:  # noqa: BLE001
                 log.exception("endpoint close: leaving the cluster failed")
-        if self.relay is not None:
-            self.relay.close()
+        for listener in (self.relay, self.name_relay):
+            if listener is not None:
+                listener.close()
         for t in self.threads:
             t.join(timeout=5)
         for task in getattr(self, "_tasks", ()):

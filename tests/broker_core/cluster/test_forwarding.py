@@ -20,6 +20,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.shared import read_commit_pos
 from tests.broker_core.cluster._nodes import MD, C, Node, cluster_args, message, send
+from tests.broker_core.rawclient import RawClient
 from tests.broker_core.ha._hahelpers import ROOT, free_port, redis_up, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.protocol]
@@ -66,7 +67,9 @@ def pair(tmp_path: Path):
             cwd=ROOT, check=True, capture_output=True,
         )  # fmt: skip
     master = Node(tmp_path, "master", *cluster_args(cluster), "--ha-listen", ha,
-                  "--no-topic-type-check")  # fmt: skip
+                  "--no-topic-type-check", "--embedded-timers",
+                  "--transaction-timeout-ms", "1000",
+                  "--check-interval-ms", "1000")  # fmt: skip
     slave = Node(tmp_path, "slave", *cluster_args(cluster), "--broker-id", "1",
                  "--master-ha", ha)  # fmt: skip
     try:
@@ -162,3 +165,31 @@ def test_a_master_that_does_not_answer_is_a_retryable_error(pair) -> None:
     # slave stores nothing of its own.
     assert r.status.code == C.HA_NOT_AVAILABLE, r
     assert _stored(slave, body.encode()) == 0
+
+
+def test_a_producer_connected_to_the_slave_alone_is_checked_by_the_master(
+    pair,
+) -> None:
+    """A producer whose only Telemetry stream is to the slave: its half goes
+    to the master through the slave; the master's check-back reaches it
+    through the broker name's relay on the registry's Redis; its answer
+    (EndTransaction, source CHECK) goes back through the slave and commits."""
+    master, slave = pair
+    producer = RawClient(f"127.0.0.1:{slave.port}", "py-producer-on-slave")
+    try:
+        producer.open_telemetry(["Payments"])
+        producer.heartbeat()
+        tid = producer.send_half("Payments", b"checked-through-the-slave")
+        assert producer.checks.get(timeout=30) == tid
+        e = producer.stub.EndTransaction(
+            spb.EndTransactionRequest(
+                topic=pb.Resource(name="Payments"), transaction_id=tid,
+                resolution=pb.COMMIT, source=pb.SOURCE_SERVER_CHECK,
+            ),
+            metadata=producer.md, timeout=30,
+        )  # fmt: skip
+        assert e.status.code == C.OK, e
+    finally:
+        producer.close()
+    got = _receive(master, "Payments", "g-check")
+    assert [m.body for m in got] == [b"checked-through-the-slave"]

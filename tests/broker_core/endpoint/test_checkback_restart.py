@@ -14,79 +14,17 @@ which re-opens at once and resends settings, is in ``test_node_client.py``.
 from __future__ import annotations
 
 import queue
-import threading
 import time
 
-import grpc
 import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
-from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
+from tests.broker_core.rawclient import RawClient
 from tests.endpoint_server import start_server, stop_server
 from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow]
-
-
-class RawClient:
-    """One client id speaking the protocol with plain stubs."""
-
-    def __init__(self, endpoint: str, client_id: str) -> None:
-        self.channel = grpc.insecure_channel(endpoint)
-        self.stub = sgrpc.MessagingServiceStub(self.channel)
-        self.md = (("x-mq-client-id", client_id),)
-        self.outbox: queue.Queue = queue.Queue()
-        self.checks: queue.Queue = queue.Queue()
-        self._stream = None
-
-    def open_telemetry(self, topics: list[str] | None) -> None:
-        """Open a Telemetry stream; with ``topics`` send producer settings first."""
-        if topics is not None:
-            settings = pb.Settings(client_type=pb.PRODUCER)
-            settings.publishing.topics.extend(pb.Resource(name=t) for t in topics)
-            self.outbox.put(spb.TelemetryCommand(settings=settings))
-
-        def requests():
-            while True:
-                item = self.outbox.get()
-                if item is None:
-                    return
-                yield item
-
-        self._stream = self.stub.Telemetry(requests(), metadata=self.md)
-
-        def read():
-            try:
-                for cmd in self._stream:
-                    if cmd.HasField("recover_orphaned_transaction_command"):
-                        rc = cmd.recover_orphaned_transaction_command
-                        self.checks.put(rc.transaction_id)
-            except grpc.RpcError:
-                pass
-
-        threading.Thread(target=read, daemon=True).start()
-
-    def heartbeat(self) -> None:
-        self.stub.Heartbeat(
-            spb.HeartbeatRequest(client_type=pb.PRODUCER), metadata=self.md
-        )
-
-    def send_half(self, topic: str, body: bytes) -> str:
-        msg = pb.Message(topic=pb.Resource(name=topic), body=body)
-        msg.system_properties.message_type = pb.TRANSACTION
-        msg.system_properties.body_encoding = pb.IDENTITY
-        res = self.stub.SendMessage(
-            spb.SendMessageRequest(messages=[msg]), metadata=self.md
-        )
-        assert res.status.code == pb.OK, res.status
-        return res.entries[0].transaction_id
-
-    def close(self) -> None:
-        self.outbox.put(None)
-        if self._stream is not None:
-            self._stream.cancel()
-        self.channel.close()
 
 
 def _first_check(client: RawClient, timeout: float) -> str | None:
