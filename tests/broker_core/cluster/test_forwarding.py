@@ -20,8 +20,8 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.shared import read_commit_pos
 from tests.broker_core.cluster._nodes import MD, C, Node, cluster_args, message, send
-from tests.broker_core.rawclient import RawClient
 from tests.broker_core.ha._hahelpers import ROOT, free_port, redis_up, wait_for
+from tests.broker_core.rawclient import RawClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.protocol]
 
