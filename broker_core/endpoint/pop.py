@@ -43,28 +43,21 @@ import os
 import random
 import sqlite3
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from broker_core.broker import Broker
 from broker_core.endpoint import retrytopic as RT
-from broker_core.errors import Busy, InvalidHandle, StorageIOError, StoreError
+from broker_core.endpoint.popstate import PopState, busy_as
+from broker_core.errors import InvalidHandle, StoreError
 from broker_core.filter import TAG, build_matcher
 from broker_core.message import MessageExt, MessageInner, PullStatus
 from broker_core.metadata import atomic_write_json
-from broker_core.sqlite_wal import (
-    SET_ASIDE_COST,
-    connect_wal,
-    is_damage,
-    set_aside_if_damaged,
-)
 from broker_core.tags import parse_subscription
 
 SHARDING_KEY = "__SHARDINGKEY"
 RESETS_DIR = Path("grpc") / "resets"
-DB_NAME = Path("grpc") / "pop.db"
 #: How long one pop's filtered reads go on scanning (seconds; see ``pop``).
 POP_SCAN_S = 0.05
 #: Message bodies kept per process (read once from the log, handed out later).
@@ -78,24 +71,6 @@ DLQ_MAX_ATTEMPTS = "MAX_ATTEMPTS"
 DLQ_FORWARDED = "FORWARDED_BY_CONSUMER"
 
 log = logging.getLogger(__name__)
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS queues (
-    grp TEXT NOT NULL, topic TEXT NOT NULL, qid INTEGER NOT NULL,
-    cursor INTEGER NOT NULL,     -- next offset not yet read
-    committed INTEGER NOT NULL,  -- low-water mark last committed to the store
-    PRIMARY KEY (grp, topic, qid)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS pending (
-    grp TEXT NOT NULL, topic TEXT NOT NULL, qid INTEGER NOT NULL,
-    off INTEGER NOT NULL,
-    attempts INTEGER NOT NULL,
-    visible_at INTEGER NOT NULL, -- ms; in flight while in the future
-    nonce INTEGER NOT NULL,      -- the current receipt handle's
-    mgroup TEXT,                 -- FIFO message group
-    PRIMARY KEY (grp, topic, qid, off)
-) WITHOUT ROWID;
-"""
 
 
 def request_reset(
@@ -158,17 +133,6 @@ def _nonce() -> int:
 STALE = "the receipt handle is stale or unknown"
 
 
-@contextlib.contextmanager
-def _busy_as(wait: bool) -> Iterator[None]:
-    """Turn SQLite's "database is locked" into ``Busy`` (``wait=False``)."""
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        if not wait and exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
-            raise Busy(str(exc)) from exc
-        raise
-
-
 class PopManager:
     def __init__(
         self,
@@ -186,13 +150,6 @@ class PopManager:
         self.cut_short = False
         #: read-ahead bound per queue (in flight + waiting for redelivery)
         self.max_pending = max_pending
-        self.path = self.store.root / DB_NAME
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        #: (db, db_nowait, checkpointer) once ``pop.db`` is open: see ``_ensure``
-        self._conns: tuple[sqlite3.Connection, ...] | None = None
-        #: the open file's inode (``replaced``); whether it was checked
-        self._ino = -1
-        self._checked = False
         self.dlq_count = 0
         self._rr = 0
         #: (topic, queue, offset) -> message, read from the log by this process
@@ -204,154 +161,47 @@ class PopManager:
         #: auto-renew handles (push consumers, G7): (group, topic, qid, offset)
         #: -> (client id, invisible ms, renew until ms, nonce)
         self.renew: dict[tuple[str, str, int, int], tuple[str, int, int, int]] = {}
+        self.state = PopState(self.store.root, self.apply_resets, self._forget)
+        self.path = self.state.path
         try:
-            self._ensure()
+            self.state.open()
         except StoreError as exc:
             # A full disk (no room for the WAL): serve anyway; receives and
             # acks fail with the reason until the database can be opened.
             log.warning("%s; consumption resumes once it can be opened", exc)
 
-    def _ensure(self) -> tuple[sqlite3.Connection, ...]:
-        """The open connections, opening ``pop.db`` first if it is not yet
-        (``StoreError`` while it cannot be: no room for it or its WAL)."""
-        conns = self._conns
-        if conns is not None:
-            return conns
-        if not self._checked:
-            # Once per process, before the first connection: a damaged file
-            # (a torn page, zeros) failed every receive of every group.
-            self._set_aside_if_damaged("found damaged at open")
-            self._checked = True
-        try:
-            conns = self._open()
-        except sqlite3.DatabaseError as exc:
-            if not is_damage(exc):
-                raise
-            self._set_aside_if_damaged(str(exc))
-            conns = self._open()
-        self._conns = conns
-        self.apply_resets()
-        return conns
-
-    def _open(self) -> tuple[sqlite3.Connection, ...]:
-        opened: list[sqlite3.Connection] = []
-        try:
-            opened.append(self._connect(timeout=30))
-            opened[0].executescript(SCHEMA)
-            # for callers that must not wait (the event loop's acks): ``Busy``
-            # at once while another process holds the write lock
-            opened.append(self._connect(timeout=0))
-            opened.append(self._connect(timeout=30))
-        except sqlite3.OperationalError as exc:
-            for db in opened:
-                db.close()
-            raise StorageIOError(
-                f"pop state {self.path} cannot be opened: {exc}"
-            ) from exc
-        except BaseException:
-            for db in opened:
-                db.close()
-            raise
-        self._ino = os.stat(self.path).st_ino
-        return tuple(opened)
-
-    def _set_aside_if_damaged(self, found: str) -> None:
-        set_aside_if_damaged(self.path, found, SET_ASIDE_COST[DB_NAME])
-
-    def recover(self, exc: BaseException) -> bool:
-        """After ``exc`` from the pop state: if it says the file is damaged,
-        set the file aside (unless another process did already) and start a
-        fresh one; True if so and the call is worth retrying. The connections
-        are dropped, not closed: the checkpoint thread may be using one."""
-        if not is_damage(exc):
-            return False
-        self._drop()
-        self._set_aside_if_damaged(str(exc))
-        return True
-
-    def _drop(self) -> None:
-        self._conns = None
+    def _forget(self) -> None:
+        """The pop state's file was dropped (damaged, or replaced by another
+        process): what this process knew of the old one goes too."""
         self._known.clear()
         self.renew.clear()
 
+    # -- the pop state's file (``popstate.PopState``) --------------------------
+    def recover(self, exc: BaseException) -> bool:
+        return self.state.recover(exc)
+
     def replaced(self) -> bool:
-        """Whether ``pop.db`` is another file than the one open here (set
-        aside by another process): then this one reopens it, instead of
-        popping from the old file while the others use the new one."""
-        if self._conns is None:
-            return False
-        try:
-            ino = os.stat(self.path).st_ino
-        except FileNotFoundError:
-            ino = -1
-        if ino == self._ino:
-            return False
-        log.warning("pop state %s replaced by another process: reopening", self.path)
-        self._drop()
-        return True
+        return self.state.replaced()
 
     def available(self) -> bool:
-        """Whether ``pop.db`` is open (trying to open it if not, or again if
-        another process replaced it); the background work (resets, offsets,
-        checkpoints, stats) waits for it."""
-        self.replaced()
-        try:
-            self._ensure()
-        except StoreError:
-            return False
-        return True
+        return self.state.available()
 
     @property
     def db(self) -> sqlite3.Connection:
-        return self._ensure()[0]
+        return self.state.db
 
     @property
     def db_nowait(self) -> sqlite3.Connection:
-        return self._ensure()[1]
-
-    def _connect(self, timeout: float) -> sqlite3.Connection:
-        # Autocommit (explicit transactions); used by one thread at a time.
-        # Set up waiting for the lock whatever ``timeout`` (another worker
-        # may be writing); ``timeout`` applies to what follows.
-        # Small pages (for a new database; WAL fixes the size): an ack's
-        # commit writes one whole page to the WAL, 1 KiB costs less than 4.
-        db = connect_wal(self.path, 30, page_size=1024, check_same_thread=False)
-        # A commit is written to the WAL, not fsynced: it survives the
-        # process, not the machine (as the store's async flush).
-        db.execute("PRAGMA synchronous=NORMAL")
-        # Checkpoints (with their fsyncs) run from ``checkpoint``, off the
-        # threads that pop and acknowledge.
-        db.execute("PRAGMA wal_autocheckpoint=0")
-        db.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
-        return db
+        return self.state.db_nowait
 
     def close(self) -> None:
-        for db in self._conns or ():
-            db.close()
-        self._conns = None
+        self.state.close()
 
-    # -- transactions ---------------------------------------------------------
-    @contextlib.contextmanager
-    def _write(self, wait: bool = True) -> Iterator[sqlite3.Connection]:
-        """One write transaction; with ``wait=False``, ``Busy`` at once if
-        another process holds the lock (for callers that must not block)."""
-        db = self.db if wait else self.db_nowait
-        with _busy_as(wait):
-            db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+    def _write(self, wait: bool = True) -> contextlib.AbstractContextManager:
+        return self.state.write(wait)
 
     def checkpoint(self) -> None:
-        """Copy the WAL into the database file (a passive checkpoint: never
-        waits for, nor blocks, the other connections). On its own connection,
-        so that it runs on any one thread beside the pops."""
-        conns = self._conns  # never opens nor reopens it (the pop thread does)
-        if conns is not None:
-            conns[2].execute("PRAGMA wal_checkpoint(PASSIVE)")
+        self.state.checkpoint()
 
     # -- persistence ---------------------------------------------------------
     def apply_resets(self) -> int:
@@ -425,7 +275,7 @@ class PopManager:
     def mirror_offsets(self) -> None:
         """Commit each queue's low-water mark (oldest pending offset, else the
         cursor) to the store's consumer offsets, where the console reads lag."""
-        if self._conns is None:
+        if not self.state.is_open:
             return
         rows = self.db.execute(
             "SELECT q.grp, q.topic, q.qid, q.committed, "
@@ -858,7 +708,7 @@ class PopManager:
             # The usual call (the official clients ack one message a call):
             # one statement, its own transaction.
             db = self.db if wait else self.db_nowait
-            with _busy_as(wait):
+            with busy_as(wait):
                 deleted = [db.execute(delete, keys[0][2]).rowcount]
         elif keys:
             with self._write(wait) as db:
@@ -1001,7 +851,7 @@ class PopManager:
     def stats(self) -> dict[str, Any]:
         """Per ``group@topic``: pending entries, and those in flight (all
         endpoint processes)."""
-        if self._conns is None:
+        if not self.state.is_open:
             return {}
         return {
             f"{g}@{t}": {"pending": pending, "inflight": inflight}
