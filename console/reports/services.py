@@ -7,15 +7,11 @@ executes, so web processes never start a JVM: they read results with pyarrow).
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import os
 import socket
 import time
-import traceback
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +19,6 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.utils import timezone
-from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from console.audit.services import record_audit
 from console.reports.catalog import (
@@ -33,9 +28,16 @@ from console.reports.catalog import (
     check_params,
     window_bounds,
 )
+from console.reports.comparisons import (
+    compare_with_previous,
+    compare_with_previous_period,
+    previous_period,
+)
+from console.reports.failures import describe_error, export_damaged, ms
 from console.reports.jobs import storage
 from console.reports.jobs.errors import ReportInputError
 from console.reports.models import ReportRun
+from console.reports.results import locate_results
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +111,6 @@ def results_location(name: str, run_id: int) -> Any:
     ``REPORTS_RESULTS_URI`` (a directory or a URI), by default ``REPORTS_DIR``."""
     base = storage.locate(settings.REPORTS_RESULTS_URI or str(reports_dir()))
     return base.child(name, f"{run_id:08d}")
-
-
-def _ms(value: datetime | None) -> int | None:
-    return None if value is None else int(value.timestamp() * 1000)
 
 
 def parse_when(text: str | None) -> datetime | None:
@@ -250,199 +248,6 @@ def scheduled_run(
     )
 
 
-def _numbers(summary: dict[str, Any]) -> dict[str, float]:
-    """The summary's figures that are numbers: top level, and one level down
-    as ``outer.inner`` (the transaction states, say)."""
-    out: dict[str, float] = {}
-    for key, value in (summary or {}).items():
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int | float):
-            out[key] = value
-        elif isinstance(value, dict) and not key.startswith("change_vs_"):
-            for inner, number in value.items():
-                if isinstance(number, int | float) and not isinstance(number, bool):
-                    out[f"{key}.{inner}"] = number
-    return out
-
-
-def figure_changes(now: dict[str, Any], before: dict[str, Any]) -> dict[str, float]:
-    """The change of each number figure: those present in both summaries, and
-    the inner ones (``states.ROLLED_BACK``) present in one only, which count
-    as zero on the other side (a state that dropped to none, or appeared)."""
-    a, b = _numbers(now), _numbers(before)
-    keys = [k for k in a if k in b or "." in k]
-    keys += [k for k in b if k not in a and "." in k]
-    return {key: a.get(key, 0) - b.get(key, 0) for key in keys}
-
-
-def _previous_runs(run: ReportRun, **match: Any) -> Iterator[ReportRun]:
-    """Earlier successful runs of the same report, node and parameters,
-    newest first (``match``: further field filters)."""
-    return iter(
-        ReportRun.objects.filter(
-            report=run.report,
-            node=run.node,
-            params=run.params or {},
-            status=ReportRun.Status.SUCCEEDED,
-            created_at__lt=run.created_at,
-            **match,
-        )
-        .exclude(pk=run.pk)
-        .order_by("-created_at", "-pk")[:50]
-    )
-
-
-def _over_dates(run: ReportRun) -> bool:
-    """Whether ``run`` covers dates of its own (not a schedule's window)."""
-    return not run.window and (run.since is not None or run.until is not None)
-
-
-def _same_window_kind(run: ReportRun) -> dict[str, Any]:
-    """Field filters for the runs over the same kind of window as ``run``:
-    the same rolling window, the whole log, or dates of their own."""
-    if run.window:
-        return {"window": run.window}
-    return {
-        "window": "",
-        "since__isnull": run.since is None,
-        "until__isnull": run.until is None,
-    }
-
-
-def compare_with_previous(run: ReportRun) -> dict[str, Any] | None:
-    """The change of each figure since the previous successful run over the
-    same window: a schedule's rolling window, or the whole log (None for a
-    run over dates of its own: ``previous_period`` compares those)."""
-    if _over_dates(run):
-        return None
-    prev = next(_previous_runs(run, **_same_window_kind(run)), None)
-    if prev is None:
-        return None
-    changes = figure_changes(run.summary, prev.summary)
-    return {"run": prev.pk, "window": WINDOWS[run.window or "all"], "changes": changes}
-
-
-def previous_period(run: ReportRun) -> tuple[datetime, datetime] | None:
-    """The period just before a run's bounded window, as long as it (None for
-    an open or empty window, or a report not compared that way)."""
-    if run.since is None or run.until is None or run.until <= run.since:
-        return None
-    if not REPORTS[run.report].period_comparison:
-        return None
-    return run.since - (run.until - run.since), run.since
-
-
-def _run_over(run: ReportRun, since: datetime, until: datetime) -> ReportRun | None:
-    """An earlier run like ``run`` over ``since``-``until``: exactly, or within
-    a minute (at most 1% of the span) at each end, as a rolling window's runs
-    drift by the seconds their start took."""
-    slack = min(timedelta(minutes=1), (until - since) / 100)
-    return next(
-        _previous_runs(
-            run,
-            since__range=(since - slack, since + slack),
-            until__range=(until - slack, until + slack),
-        ),
-        None,
-    )
-
-
-def compare_with_previous_period(
-    run: ReportRun, summary: dict[str, Any], records: Any, params: dict[str, Any]
-) -> dict[str, Any] | None:
-    """The change of each figure of ``summary`` (run ``run``'s) against the
-    period just before the run's window (same length): from a run that covered
-    that period, else computed now from ``records`` (read by the run from
-    that period's start on; summary only, nothing written)."""
-    period = previous_period(run)
-    if period is None:
-        return None
-    since, until = period
-    out: dict[str, Any] = {"since": since.isoformat(), "until": until.isoformat()}
-    prev = _run_over(run, since, until)
-    if prev is not None:
-        return out | {"run": prev.pk, "changes": figure_changes(summary, prev.summary)}
-    from console.reports.jobs import runner
-    from console.reports.jobs.common import transform_time_range
-
-    try:
-        before = runner.summarize_report(
-            run.report, transform_time_range(records, None, _ms(until)), params
-        )
-    except SoftTimeLimitExceeded:  # the run's own results are written: keep them
-        return out | {"error": "not compared: REPORTS_TIME_LIMIT came first"}
-    except Exception as exc:  # the run itself succeeded: say why, keep it
-        log.exception("report %s run %s: previous period", run.report, run.pk)
-        return out | {"error": f"not compared: {describe_error(exc)[:500]}"}
-    return out | {"changes": figure_changes(summary, before)}
-
-
-def headline(run: ReportRun | None) -> list[dict[str, Any]]:
-    """The report's headline figures of ``run`` (``ReportInfo.headline``), each
-    with its change against the period before (else the previous run) and
-    what that change is against ("" when there is none)."""
-    if run is None:
-        return []
-    numbers = _numbers(run.summary)
-    summary = run.summary or {}
-    versus, changes = "", {}
-    for key, label in (
-        ("change_vs_previous_period", "the period before"),
-        ("change_vs_previous_run", "the previous run"),
-    ):
-        if (summary.get(key) or {}).get("changes"):
-            versus, changes = label, summary[key]["changes"]
-            break
-    info = REPORTS[run.report]
-    return [
-        {
-            "label": info.labels.get(key)
-            or key.rsplit(".", 1)[-1].replace("_", " ").lower(),
-            "value": numbers[key],
-            "change": changes.get(key),
-            "versus": versus if key in changes else "",
-        }
-        for key in info.headline
-        if key in numbers
-    ]
-
-
-def trend(run: ReportRun, limit: int = 12) -> dict[str, Any]:
-    """The number figures of the last ``limit`` successful runs like ``run``
-    (same report, node, parameters and window kind), oldest first: the
-    trend across runs shown on the report's page."""
-    runs = [run]
-    # Runs over dates of their own: those over a window as long.
-    span = (
-        run.until - run.since if _over_dates(run) and run.since and run.until else None
-    )
-    for prev in _previous_runs(run, **_same_window_kind(run)):
-        if span is not None and (
-            prev.since is None or prev.until is None or prev.until - prev.since != span
-        ):
-            continue
-        runs.append(prev)
-        if len(runs) == limit:
-            break
-    runs.reverse()
-    figures = [_numbers(r.summary) for r in runs]
-    keys = [k for k in figures[-1] if all(k in f for f in figures)]
-    return {
-        "runs": [
-            {
-                "run": r.pk,
-                "finished_at": r.finished_at,
-                "since": r.since,
-                "until": r.until,
-            }
-            for r in runs
-        ],
-        "figures": keys,
-        "rows": [[f[k] for k in keys] for f in figures],
-    }
-
-
 def execute_run(run_id: int) -> ReportRun:
     """Execute a queued run: bring the export current, compute, store results."""
     run = ReportRun.objects.get(pk=run_id)
@@ -463,7 +268,7 @@ def execute_run(run_id: int) -> ReportRun:
         period = previous_period(run)
         for attempt in (1, 2):
             loaded, info = _load_records(spark, run, period[0] if period else run.since)
-            records = transform_time_range(loaded, _ms(run.since)) if period else loaded
+            records = transform_time_range(loaded, ms(run.since)) if period else loaded
             params = runner.default_params(settings.BROKER_STORE_DIR)
             params.update(_store_params())
             if "offsets" in info:  # the nodes' committed offsets, from their exports
@@ -551,8 +356,8 @@ def _load_records(
             expected=settings.CLUSTER_NODES,
             own_node=settings.BROKER_NODE,
             store_dir=settings.BROKER_STORE_DIR,
-            since_ms=_ms(since),
-            until_ms=_ms(run.until),
+            since_ms=ms(since),
+            until_ms=ms(run.until),
             skip_damaged=run.skip_damaged,
             max_age_ms=int(settings.REPORTS_EXPORT_MAX_AGE * 1000),
         )
@@ -560,43 +365,10 @@ def _load_records(
         spark,
         settings.BROKER_STORE_DIR,
         export_dir=export_dir(),
-        since_ms=_ms(since),
-        until_ms=_ms(run.until),
+        since_ms=ms(since),
+        until_ms=ms(run.until),
         skip_damaged=run.skip_damaged,
     )
-
-
-#: What Spark's Parquet reader says of a file it cannot decode.
-_PARQUET_DAMAGE = (
-    "ParquetDecodingException",
-    "Couldn't deserialize thrift",
-    "is not a Parquet file",
-    "CorruptedParquet",
-    "Could not read footer",
-    "can not read class org.apache.parquet",
-)
-
-
-def export_damaged(exc: BaseException) -> bool:
-    """Whether a run failed because a Parquet file of the export is damaged.
-
-    Spark's errors reach Python as text only (a JVM exception wrapped by
-    py4j), so this is the one place that reads an error's message."""
-    text = str(exc)
-    return any(marker in text for marker in _PARQUET_DAMAGE)
-
-
-def describe_error(exc: BaseException) -> str:
-    """What a failed run stores: a Spark (JVM) error once, cut to its first
-    lines (its Java stack is already in the message); any other error with
-    the last frames of its Python traceback."""
-    text = str(exc).strip()
-    if type(exc).__module__.startswith(("py4j", "pyspark")):
-        lines = [line for line in text.splitlines() if line.strip()]
-        head = "\n".join(lines[:12])
-        more = f"\n... ({len(lines) - 12} more lines in the worker's log)"
-        return f"{type(exc).__name__}: {head}{more if len(lines) > 12 else ''}"
-    return f"{type(exc).__name__}: {text}\n{traceback.format_exc(-3)}"
 
 
 def _process_alive(worker: str) -> bool | None:
@@ -740,7 +512,7 @@ def _prune(name: str) -> None:
     old = ReportRun.objects.filter(report=name).exclude(result_dir="")
     for run in old.order_by("-created_at", "-id")[KEEP_RESULTS:]:
         try:
-            _results(run).remove()
+            locate_results(run).remove()
         except (OSError, storage.StorageError) as exc:
             log.warning("results of run %s not removed: %s", run.pk, exc)
         run.result_dir = ""
@@ -769,189 +541,3 @@ def export_now() -> dict[str, Any]:
         done = nodes.export_node(spark, store, root, settings.BROKER_NODE)
         return done.as_dict() | {"node": settings.BROKER_NODE}
     return reader.export_log(spark, store, export_dir()).as_dict()
-
-
-# --- results (pyarrow only: no JVM in web processes) ----------------------------
-
-
-def _results(run: ReportRun) -> Any:
-    """The ``storage.Location`` of a run's results (a directory or a URI)."""
-    return storage.locate(run.result_dir)
-
-
-def _read(run: ReportRun, table: str) -> Any:
-    """A whole result table (``pyarrow.Table``), wherever the results live."""
-    import pyarrow.parquet as pq
-
-    if not run.result_dir or table not in (run.rows or {}):
-        raise FileNotFoundError(f"run {run.pk} has no table {table!r}")
-    where = _results(run).child(f"{table}.parquet")
-    return pq.read_table(where.path, filesystem=where.fs)
-
-
-def _cell(value: Any) -> Any:
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return value.isoformat(timespec="seconds")
-    return value
-
-
-def read_arrow(run: ReportRun, table: str) -> Any:
-    """The whole result table as a ``pyarrow.Table`` (charts aggregate it)."""
-    return _read(run, table)
-
-
-def read_table(
-    run: ReportRun, table: str, limit: int = 200, offset: int = 0
-) -> tuple[list[str], list[list[Any]]]:
-    """Return the column names and up to ``limit`` rows of a result table."""
-    data = _read(run, table)
-    part = data.slice(offset, limit).to_pylist()
-    columns = data.column_names
-    return columns, [[_cell(row[c]) for c in columns] for row in part]
-
-
-def table_csv(run: ReportRun, table: str) -> Iterator[str]:
-    """Yield a result table as CSV text, a batch of rows at a time."""
-    data = _read(run, table)
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(data.column_names)
-    for batch in data.to_batches(max_chunksize=5000):
-        for row in batch.to_pylist():
-            writer.writerow([_cell(v) for v in row.values()])
-        yield buf.getvalue()
-        buf.seek(0)
-        buf.truncate()
-    yield buf.getvalue()
-
-
-def table_json(run: ReportRun, table: str) -> Iterator[str]:
-    """Yield a result table as JSON lines (one object per row; times as ISO
-    8601 with their zone), a batch of rows at a time."""
-    data = _read(run, table)
-    for batch in data.to_batches(max_chunksize=5000):
-        yield "".join(
-            json.dumps({k: _cell(v) for k, v in row.items()}, default=str) + "\n"
-            for row in batch.to_pylist()
-        )
-
-
-def table_parquet(run: ReportRun, table: str) -> bytes:
-    """A result table as one Parquet file (zstd), its types kept."""
-    import pyarrow.parquet as pq
-
-    buf = io.BytesIO()
-    pq.write_table(_read(run, table), buf, compression="zstd")
-    return buf.getvalue()
-
-
-# --- schedules (django-celery-beat) ------------------------------------------------
-
-
-def schedule_name(name: str) -> str:
-    return f"report: {name}"
-
-
-def ensure_schedules() -> dict[str, PeriodicTask]:
-    """Return each report's beat entry, creating missing ones (disabled, hourly)."""
-    out = {}
-    for name in REPORTS:
-        task = PeriodicTask.objects.filter(name=schedule_name(name)).first()
-        if task is None:
-            every, _ = IntervalSchedule.objects.get_or_create(
-                every=DEFAULT_INTERVAL_MIN, period=IntervalSchedule.MINUTES
-            )
-            task = PeriodicTask.objects.create(
-                name=schedule_name(name),
-                task=TASK_NAME,
-                interval=every,
-                kwargs=json.dumps({"name": name}),
-                enabled=False,
-                description=REPORTS[name].title,
-            )
-        out[name] = task
-    return out
-
-
-def schedule_minutes(task: PeriodicTask) -> int | None:
-    if task.interval is None:
-        return None
-    factor = {"days": 1440, "hours": 60, "minutes": 1, "seconds": 1 / 60}
-    return int(task.interval.every * factor.get(task.interval.period, 1))
-
-
-def schedule_window(task: PeriodicTask) -> str:
-    """The rolling window a schedule's runs cover ("all": the whole log)."""
-    try:
-        window = json.loads(task.kwargs or "{}").get("window", "all")
-    except ValueError:
-        return "all"
-    return window if window in WINDOWS else "all"
-
-
-def update_schedule(
-    name: str,
-    *,
-    enabled: bool,
-    every_minutes: int,
-    actor: Any,
-    window: str = "all",
-    top_n: int | None = None,
-    alert: dict[str, Any] | None = None,
-    node: str = "",
-    params: dict[str, Any] | None = None,
-    request: Any = None,
-) -> PeriodicTask:
-    """Enable/disable report ``name``'s scheduled runs, set their interval,
-    the rolling window each covers, the node (""; the whole cluster) and the
-    report's parameters."""
-    check_name(name)
-    check_node(node)
-    params = check_params([name], params)
-    if window not in WINDOWS:
-        raise ValueError(f"unknown window {window!r}")
-    task = ensure_schedules()[name]
-    before = {
-        "enabled": task.enabled,
-        "every_minutes": schedule_minutes(task),
-        "window": schedule_window(task),
-    }
-    every, _ = IntervalSchedule.objects.get_or_create(
-        every=every_minutes, period=IntervalSchedule.MINUTES
-    )
-    task.interval = every
-    task.crontab = None
-    task.enabled = enabled
-    kwargs: dict[str, Any] = {"name": name, "window": window}
-    if top_n:
-        kwargs["top_n"] = top_n
-    if node:
-        kwargs["node"] = node
-    if params:
-        kwargs["params"] = params
-    if alert and alert.get("figure") and alert.get("above") is not None:
-        kwargs["alert"] = {"figure": alert["figure"], "above": alert["above"]}
-    task.kwargs = json.dumps(kwargs)
-    # A run that waited longer than its interval is dropped, not run late.
-    task.expires_seconds = every_minutes * 60
-    task.save()
-    record_audit(
-        actor=actor,
-        action="report.schedule",
-        object_type="report",
-        object_id=name,
-        before=before,
-        after={
-            "enabled": enabled,
-            "every_minutes": every_minutes,
-            "window": window,
-            "top_n": top_n,
-            "node": node,
-            "params": params,
-            "alert": kwargs.get("alert"),
-        },
-        request=request,
-    )
-    return task

@@ -12,7 +12,9 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from console.reports import services
+from console.reports import comparisons, services
+from console.reports import results as report_results
+from console.reports import schedules as report_schedules
 from console.reports.catalog import REPORTS, WINDOWS, Chart
 from console.reports.forms import RunForm, ScheduleForm
 from console.reports.models import ReportRun
@@ -34,7 +36,7 @@ def _info(name: str):
 
 @viewer_required
 def report_list(request: HttpRequest) -> HttpResponse:
-    schedules = services.ensure_schedules()
+    schedules = report_schedules.ensure_schedules()
     rows = []
     for name, info in REPORTS.items():
         task = schedules[name]
@@ -44,11 +46,11 @@ def report_list(request: HttpRequest) -> HttpResponse:
                 "latest": (latest := services.latest_run(name)),
                 "headline": [
                     h | {"change": _signed(h["change"])}
-                    for h in services.headline(latest)
+                    for h in comparisons.headline(latest)
                 ],
                 "last": ReportRun.objects.filter(report=name).first(),
                 "schedule": task,
-                "every": services.schedule_minutes(task),
+                "every": report_schedules.schedule_minutes(task),
             }
         )
     recent = ReportRun.objects.all()[:20]
@@ -65,7 +67,7 @@ def report_list(request: HttpRequest) -> HttpResponse:
 
 def _chart_data(run: ReportRun, chart: Chart) -> dict[str, Any] | None:
     try:
-        table = services.read_arrow(run, chart.table)
+        table = report_results.read_arrow(run, chart.table)
     except (FileNotFoundError, OSError):
         return None
     return chart_series(table, chart)
@@ -211,7 +213,7 @@ def _trend(run: ReportRun | None) -> dict[str, Any] | None:
     fewer than two runs."""
     if run is None or run.status != ReportRun.Status.SUCCEEDED:
         return None
-    data = services.trend(run)
+    data = comparisons.trend(run)
     if len(data["runs"]) < 2:
         return None
     rows = [
@@ -234,7 +236,7 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
         for table in info.tables:
             limit = DETAIL_ROWS if table in info.detail_tables else ROWS
             try:
-                columns, rows = services.read_table(run, table, limit)
+                columns, rows = report_results.read_table(run, table, limit)
             except (FileNotFoundError, OSError):
                 continue
             tables.append(
@@ -246,7 +248,7 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
                 }
             )
         charts = [c for c in (_chart_data(run, ch) for ch in info.charts) if c]
-    task = services.ensure_schedules()[name]
+    task = report_schedules.ensure_schedules()[name]
     kwargs = json.loads(task.kwargs or "{}")
     history = ReportRun.objects.filter(report=name)[:20]
     return render(
@@ -259,13 +261,13 @@ def report_detail(request: HttpRequest, name: str) -> HttpResponse:
             "charts": charts,
             "history": history,
             "schedule": task,
-            "schedule_window_label": WINDOWS[services.schedule_window(task)],
+            "schedule_window_label": WINDOWS[report_schedules.schedule_window(task)],
             "schedule_form": ScheduleForm(
                 report=name,
                 initial={
                     "enabled": task.enabled,
-                    "every_minutes": services.schedule_minutes(task) or 60,
-                    "window": services.schedule_window(task),
+                    "every_minutes": report_schedules.schedule_minutes(task) or 60,
+                    "window": report_schedules.schedule_window(task),
                     "top_n": kwargs.get("top_n"),
                     "node": kwargs.get("node", ""),
                     "alert_figure": kwargs.get("alert", {}).get("figure", ""),
@@ -316,7 +318,7 @@ def schedule(request: HttpRequest, name: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, f"Schedule not saved: {form.errors.as_text()}")
     else:
-        services.update_schedule(
+        report_schedules.update_schedule(
             name,
             enabled=form.cleaned_data["enabled"],
             every_minutes=form.cleaned_data["every_minutes"],
@@ -361,16 +363,16 @@ def _download(
     response: HttpResponse | StreamingHttpResponse
     if fmt == "parquet":
         response = HttpResponse(
-            services.table_parquet(run, table),
+            report_results.table_parquet(run, table),
             content_type="application/vnd.apache.parquet",
         )
     elif fmt == "json":
         response = StreamingHttpResponse(
-            services.table_json(run, table), content_type="application/x-ndjson"
+            report_results.table_json(run, table), content_type="application/x-ndjson"
         )
     else:
         response = StreamingHttpResponse(
-            services.table_csv(run, table), content_type="text/csv"
+            report_results.table_csv(run, table), content_type="text/csv"
         )
     filename = f"{name}-{run.pk}-{table}.{fmt if fmt != 'json' else 'jsonl'}"
     response["Content-Disposition"] = f'attachment; filename="{filename}"'

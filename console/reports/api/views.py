@@ -11,7 +11,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.reports import services
+from console.reports import comparisons, services
 from console.reports.api.serializers import ReportRunSerializer, RunRequestSerializer
 from console.reports.catalog import REPORTS
 from console.reports.models import ReportRun
@@ -65,7 +65,7 @@ class RunTrendView(APIView):
             raise NotFound(f"no report run {pk}")
         if run.status != ReportRun.Status.SUCCEEDED:
             raise NotFound(f"run {pk} did not succeed: it has no figures")
-        return Response(services.trend(run))
+        return Response(comparisons.trend(run))
 
 
 class RunNowView(APIView):

@@ -20,6 +20,7 @@ def store(produced, settings, tmp_path):
 
 
 def test_all_reports_match_the_traffic(spark, store):
+    from console.reports import results as report_results
     from console.reports import services
     from console.reports.models import ReportRun
 
@@ -40,7 +41,7 @@ def test_all_reports_match_the_traffic(spark, store):
     assert traffic.summary["messages"] == sum(facts["messages"].values())
     assert traffic.summary["bytes"] == sum(facts["bytes"].values())
     assert traffic.summary["topics"] == len(facts["messages"])
-    _, rows = services.read_table(traffic, "top_tags", limit=1000)
+    _, rows = report_results.read_table(traffic, "top_tags", limit=1000)
     got_tags = {(r[0], r[2]): r[3] for r in rows}
     assert got_tags == dict(facts["tags"])
 
@@ -53,7 +54,7 @@ def test_all_reports_match_the_traffic(spark, store):
         "DISCARDED": 0,
     }
     assert tx["decided_by"] == {"CLIENT": 5, "OPERATOR": 1}
-    _, checks = services.read_table(runs["transaction_outcomes"], "check_counts")
+    _, checks = report_results.read_table(runs["transaction_outcomes"], "check_counts")
     assert [(r[1], r[2]) for r in checks] == [(0, 6), (1, 1)]
 
     delay = runs["delay_punctuality"].summary

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from console.reports.services import figure_changes
+from console.reports.comparisons import figure_changes
 
 
 def test_a_state_that_dropped_to_none_shows_its_change() -> None:

@@ -107,9 +107,9 @@ def cluster(spark, stores, settings, tmp_path):
 
 
 def _table(run, name: str) -> list[dict]:
-    from console.reports import services
+    from console.reports import results as report_results
 
-    data = services.read_arrow(run, name)
+    data = report_results.read_arrow(run, name)
     moment = [c for c in data.column_names if c.endswith(MOMENT_SUFFIXES)]
     rows = data.drop_columns(moment).to_pylist()
     return [{k: _instant(v) for k, v in row.items()} for row in rows]

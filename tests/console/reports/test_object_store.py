@@ -50,11 +50,11 @@ def _without_moment(value):
 
 def _tables(run) -> dict[str, list]:
     """Every result table of a run, read as the web reads it, rows sorted."""
-    from console.reports import services
+    from console.reports import results as report_results
 
     out = {}
     for table in run.rows:
-        data = services.read_arrow(run, table)
+        data = report_results.read_arrow(run, table)
         moment = [c for c in data.column_names if c.endswith(MOMENT_SUFFIXES)]
         data = data.drop_columns(moment)
         out[table] = sorted(repr({k: _instant(v) for k, v in row.items()})

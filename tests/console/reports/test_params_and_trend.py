@@ -228,7 +228,7 @@ def test_run_report_command_takes_parameters(spark, settings, tmp_path, capsys):
 def test_which_earlier_runs_count_as_the_same(db) -> None:
     """The database picks the earlier runs: same parameters (in any order),
     and for the period before a rolling window, bounds within a minute."""
-    from console.reports import services
+    from console.reports import comparisons
     from console.reports.models import ReportRun
 
     def run(params, since=None, until=None, window="", **summary):
@@ -247,22 +247,22 @@ def test_which_earlier_runs_count_as_the_same(db) -> None:
     run({"late_after_ms": 6}, scheduled=2)
     b = run({}, scheduled=3)
     c = run({"late_after_ms": 5}, scheduled=4)
-    assert services.compare_with_previous(c)["run"] == a.pk
-    assert services.compare_with_previous(c)["changes"] == {"scheduled": 3}
-    assert services.compare_with_previous(b) is None
+    assert comparisons.compare_with_previous(c)["run"] == a.pk
+    assert comparisons.compare_with_previous(c)["changes"] == {"scheduled": 3}
+    assert comparisons.compare_with_previous(b) is None
     now = timezone.now()
     day = timedelta(days=1)
     drifted = run({}, now - 2 * day + timedelta(seconds=20),
                   now - day + timedelta(seconds=20), "24h", late=1)  # fmt: skip
     late = run({}, now - day, now, "24h", late=4)
-    assert services._run_over(late, now - 2 * day, now - day) == drifted
-    assert services._run_over(late, now - 2 * day - timedelta(minutes=2),
+    assert comparisons._run_over(late, now - 2 * day, now - day) == drifted
+    assert comparisons._run_over(late, now - 2 * day - timedelta(minutes=2),
                               now - day) is None  # fmt: skip
-    assert [r["run"] for r in services.trend(late)["runs"]] == [drifted.pk, late.pk]
+    assert [r["run"] for r in comparisons.trend(late)["runs"]] == [drifted.pk, late.pk]
     # Consumer lag is measured against today's offsets: no period before.
     lag = ReportRun(report="consumer_lag", since=now - day, until=now)
-    assert services.previous_period(lag) is None
-    assert services.previous_period(ReportRun(report="topic_traffic", since=now,
+    assert comparisons.previous_period(lag) is None
+    assert comparisons.previous_period(ReportRun(report="topic_traffic", since=now,
                                               until=now)) is None  # fmt: skip
 
 
@@ -286,7 +286,7 @@ def test_changes_show_their_sign() -> None:
 
 @pytest.mark.django_db
 def test_the_list_shows_each_reports_headline_with_its_change(client_as) -> None:
-    from console.reports import services
+    from console.reports import comparisons
     from console.reports.models import ReportRun
 
     run = ReportRun.objects.create(
@@ -310,7 +310,7 @@ def test_the_list_shows_each_reports_headline_with_its_change(client_as) -> None
             },
         },
     )
-    shown = {h["label"]: h for h in services.headline(run)}
+    shown = {h["label"]: h for h in comparisons.headline(run)}
     assert list(shown) == ["pending", "stuck", "committed"]
     # The period before wins over the previous run; no change, no "versus".
     assert shown["stuck"] == {
@@ -325,7 +325,7 @@ def test_the_list_shows_each_reports_headline_with_its_change(client_as) -> None
     cell = cell.split("</td>")[0]
     assert "pending <strong>4</strong>" in cell and "(-1)" in cell
     assert "stuck <strong>2</strong>" in cell and "(+1)" in cell
-    assert services.headline(None) == []
+    assert comparisons.headline(None) == []
     # Beside the figures: what they are over, with the thresholds labelled.
     scope = page.split('data-testid="scope-transaction_outcomes">')[1]
     scope = scope.split("</span>")[0]
@@ -348,7 +348,7 @@ def test_consumer_lag_says_its_oldest_message_is_a_snapshot() -> None:
     when the run read the offsets, not the worst lag over a period: its
     label says so on the report's page and in the list's headline (it read
     "Max lag ms")."""
-    from console.reports import services
+    from console.reports import comparisons
     from console.reports.models import ReportRun
     from console.reports.views import figures
 
@@ -359,7 +359,7 @@ def test_consumer_lag_says_its_oldest_message_is_a_snapshot() -> None:
     assert "Oldest unconsumed message at the run (age, ms)" in labels
     assert "Max lag ms" not in labels
     run = ReportRun(report="consumer_lag", status="SUCCEEDED", summary=summary)
-    shown = [h["label"] for h in services.headline(run)]
+    shown = [h["label"] for h in comparisons.headline(run)]
     assert shown == [
         "lag",
         "groups behind",

@@ -47,7 +47,7 @@ def test_run_report_stdout_is_json_when_a_run_fails(spark, produced, settings, c
 
 
 def test_spark_errors_are_stored_once_and_short():
-    from console.reports.services import describe_error
+    from console.reports.failures import describe_error
 
     class Py4JJavaError(Exception):
         pass
