@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 
 ROUTE_TTL_S = 1.0
+#: how long a node that takes no writes forwards to the master it last saw in
+#: the registry while the registry does not answer
+LAST_MASTER_S = 60.0
 ROLE_POLL_S = 0.5
 #: how long a SYNC group's master running ASYNC holds appends for a slave
 #: that is near its log end to reach it (``_join_sync``)
@@ -146,6 +149,10 @@ class ClusterNode:
             # A slave from the first request on (start() writes the file).
             self._role = Role.SLAVE.value
         self._routes: dict[str, tuple[float, list[RouteEntry]]] = {}
+        #: the master of this name last seen elsewhere (``master_elsewhere``),
+        #: and when the registry last failed to answer
+        self._last_master: tuple[float, NodeInfo] | None = None
+        self._registry_failed_at = -1e9
         self._nodes_cache: tuple[float, list[NodeInfo]] = (0.0, [])
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -406,7 +413,13 @@ class ClusterNode:
         ha, lead = self.ha_server, self.leadership
         if lead is None or not lead.leading:
             return None
-        fresh = set(ha.in_sync(ISR_WINDOW_S)) if ha is not None else set()
+        # A SYNC group keeps in the set only slaves that had the whole log
+        # within the send timeout: a stalled one leaves it within a round or
+        # two, not after ten seconds (timer deliveries wait for no slave).
+        window = min(ISR_WINDOW_S, max(1.0, self.cfg.sync_timeout_s))
+        if not (self.sync or lead.sync):
+            window = ISR_WINDOW_S
+        fresh = set(ha.in_sync(window)) if ha is not None else set()
         acked = ha.acked_by_node() if ha is not None else {}
         if ha is not None and lead.sync and not self.sync:
             # A SYNC group's elected slave, taking writes alone.
@@ -718,18 +731,27 @@ class ClusterNode:
         (by address): where a write that reached this node belongs while it
         takes none (a slave, a fenced or lease-less old master). None: no such
         master is registered, or the registry does not answer."""
+        now = time.monotonic()
+        last = self._last_master
+        if now - self._registry_failed_at < ROUTE_TTL_S:
+            # The registry failed a moment ago: not asked again per call (each
+            # try waits out its socket timeout); the master last seen stands.
+            return last[1] if last and now - last[0] < LAST_MASTER_S else None
         try:
             serving = self.registry.serving(self.nodes()).get(self.cfg.name)
-        except Exception as exc:  # noqa: BLE001 - registry away: cannot tell
+        except Exception as exc:  # noqa: BLE001 - registry away
             log.debug("route registry unavailable: %s", exc)
-            return None
+            self._registry_failed_at = now
+            return last[1] if last and now - last[0] < LAST_MASTER_S else None
         if (
             serving is None
             or not serving.is_master
             or not serving.endpoints
             or self.cfg.advertise in serving.endpoints
         ):
+            self._last_master = None
             return None
+        self._last_master = (now, serving)
         return serving
 
     def announce(self) -> None:
@@ -767,6 +789,26 @@ class ClusterNode:
             "--min-in-sync-replicas asks for: nothing was stored, try again"
         )
 
+    def _shrink_isr(self, keep: set[str], members: set[str]) -> bool:
+        """Publish the smaller in-sync set ``keep`` (the caller holds
+        ``_isr_lock``); False, and kept as it is, when etcd has no quorum or
+        the term is no longer this node's (then nothing is acknowledged)."""
+        from broker_core.cluster.controller import ControllerUnavailable
+
+        lead = self.leadership
+        try:
+            if lead is None or not lead.write_in_sync(sorted(keep)):
+                return False
+        except ControllerUnavailable:
+            return False
+        log.warning(
+            "in-sync set of %s shrunk to %s: %s did not confirm within %.1f s",
+            self.cfg.name, sorted(keep) or "none", sorted(members - keep),
+            self.cfg.sync_timeout_s,
+        )  # fmt: skip
+        self.isr = keep
+        return True
+
     def wait_replicated(self, offset: int) -> bool:
         """For SYNC_MASTER: whether a slave has the log up to ``offset`` within
         the node's sync timeout. Under a controller: every slave of the
@@ -777,9 +819,8 @@ class ClusterNode:
             return False  # no slave can follow a master without --ha-listen
         if self.leadership is None:
             return bool(self.ha_server.wait_replicated(offset, self.cfg.sync_timeout_s))
-        from broker_core.cluster.controller import ControllerUnavailable
 
-        ha, lead = self.ha_server, self.leadership
+        ha = self.ha_server
         deadline = time.monotonic() + self.cfg.sync_timeout_s
         while True:
             with self._isr_lock:
@@ -796,18 +837,17 @@ class ClusterNode:
                 have = {n for n in members if acked.get(n, -1) >= offset}
                 if have != members:
                     if not have:
+                        # Nobody confirmed: the set is emptied first, so that
+                        # no slave lacking this append (or a timer delivery
+                        # consumers may already have read) can be elected; a
+                        # member rejoins once it holds everything
+                        # (``_isr_round``). It stayed electable for the 10 s
+                        # window: a recall and a consumed delivery were lost
+                        # on failover (an outside trial).
+                        self._shrink_isr(set(), members)
                         return False
-                    try:
-                        if not lead.write_in_sync(sorted(have)):
-                            return False
-                    except ControllerUnavailable:
+                    if not self._shrink_isr(have, members):
                         return False
-                    log.warning(
-                        "in-sync set of %s shrunk to %s: %s did not confirm "
-                        "within %.1f s", self.cfg.name, sorted(have),
-                        sorted(members - have), self.cfg.sync_timeout_s,
-                    )  # fmt: skip
-                    self.isr = have
                 self.acked_hw = max(self.acked_hw, offset)
                 return True
 

@@ -19,8 +19,10 @@ in-sync slaves as for a call of its own. Receipts stay true: a node forwards
 only to the master of its own broker name, the one the client's queue names.
 
 One hop at most: a forwarded call carries ``x-mq-forwarded-by`` and is never
-forwarded again, so two nodes that each take the other for the master answer
-FORBIDDEN instead of passing a call between them. With no master elsewhere
+forwarded again nor served from a replica: a node that takes no writes
+answers it FORBIDDEN, so two nodes that each take the other for the master do
+not pass a call between them, and a client that sets the header itself gets
+no receive or ack served by a slave. With no master elsewhere
 (the registry lists none, or this node is it) a call is served here as before:
 a slave reads what it replicated, and refuses writes.
 
@@ -57,6 +59,9 @@ FORWARDED = frozenset(
 )
 #: the header a forwarded call carries: the identity of the node it came from
 FORWARDED_BY = "x-mq-forwarded-by"
+#: ``target``'s answer for a forwarded call that reached a node taking no
+#: writes: refused (``refusal``)
+REFUSE = "refuse"
 #: headers gRPC sets itself on the forwarded call
 _OWN_HEADERS = frozenset({"user-agent", "te", "content-type", "grpc-timeout"})
 #: a call without a deadline of its own waits at most this long for the master
@@ -88,12 +93,25 @@ class Forwarder:
         if method not in FORWARDED or self.node is None or self.node.may_act:
             return None
         if any(k == FORWARDED_BY for k, _ in context.invocation_metadata() or ()):
-            return None
+            # Forwarded here (or a client claiming so): never served from
+            # this node's replica nor passed on again.
+            return REFUSE
         # The registry is across the network: off the event loop.
         master = await asyncio.get_running_loop().run_in_executor(
             None, self.node.master_elsewhere
         )
         return master.endpoints[0] if master is not None else None
+
+    def refusal(self, resp_cls: Any) -> Any:
+        """The answer to a forwarded call that reached a node that takes no
+        writes: its sender took this node for the master."""
+        return resp_cls(
+            status=status(
+                C.FORBIDDEN,
+                f"a call forwarded to this node, which takes no writes: "
+                f"{self.node.cfg.name}'s master is elsewhere, try again",
+            )
+        )
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         with self._lock:

@@ -642,10 +642,20 @@ class Sending:
             return spb.RecallMessageResponse(
                 status=status(C.BAD_REQUEST, "recall handle is empty")
             )
+        if not self.ep.writable():
+            return spb.RecallMessageResponse(status=status(C.FORBIDDEN, SLAVE_REFUSES))
+        if (short := self.ep.replicas_short()) is not None:
+            return spb.RecallMessageResponse(status=status(C.HA_NOT_AVAILABLE, short))
         try:
             r = await self.ep.on_writer(self.ep.delays.recall, handle)
         except RecallError as exc:
             return spb.RecallMessageResponse(status=status(C.NOT_FOUND, str(exc)))
         except Exception as exc:  # noqa: BLE001
             return spb.RecallMessageResponse(status=status(error_code(exc), str(exc)))
+        # SYNC_MASTER: the recall is answered once the in-sync slaves have it
+        # (a promoted slave without it delivered the recalled message).
+        if (why := await self.ep.unreplicated()) is not None:
+            return spb.RecallMessageResponse(
+                status=status(C.SLAVE_PERSISTENCE_TIMEOUT, why)
+            )
         return spb.RecallMessageResponse(status=status(C.OK), message_id=r.msg_id)

@@ -37,7 +37,7 @@ from broker_core.endpoint.config import (
     EndpointConfig,
 )
 from broker_core.endpoint.consuming import Consuming
-from broker_core.endpoint.forward import Forwarder
+from broker_core.endpoint.forward import REFUSE, Forwarder
 from broker_core.endpoint.namespace import globalize, header_ns, localize
 from broker_core.endpoint.pop import PopManager
 from broker_core.endpoint.routing import Routing
@@ -68,6 +68,7 @@ class Endpoint:
             tx_settings["check_interval_ms"] = cfg.check_interval_ms
         self.tx = TransactionService(broker, **tx_settings)
         self.delays = DelayService(broker)
+        self.delays.may_deliver = lambda: self.replicas_short() is None
         self.pop = PopManager(broker, max_attempts=cfg.max_attempts)
         #: when dead entries were last swept to their DLQ (``_persist_pop``)
         self._swept = 0.0
@@ -643,6 +644,9 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                     yield _bad
                     return
                 if fwd := await endpoint.forwarder.target(_name, ctx):
+                    if fwd == REFUSE:
+                        yield endpoint.forwarder.refusal(_resp)
+                        return
                     async for out in endpoint.forwarder.stream(
                         fwd, _name, req, _resp, ctx
                     ):
@@ -673,6 +677,8 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                     return _bad
                 if fwd := await endpoint.forwarder.target(_name, ctx):
                     # This node takes no writes: its master answers (forward.py).
+                    if fwd == REFUSE:
+                        return endpoint.forwarder.refusal(_resp)
                     return await endpoint.forwarder.unary(fwd, _name, req, _resp, ctx)
                 try:
                     ns = localize(req, header_ns(ctx))

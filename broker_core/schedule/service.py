@@ -99,6 +99,9 @@ class DelayService:
     ) -> None:
         self.broker = broker
         self.store = broker.store
+        #: asked before each pass: False holds every delivery (a cluster
+        #: node sets it: a SYNC group short of its in-sync copies)
+        self.may_deliver: Callable[[], bool] | None = None
         self.levels_ms = list(self.store.config.delay_levels_ms)
         if max_delay_ms is None:
             max_delay_ms = self.store.config.timer_max_delay_s * 1000
@@ -426,6 +429,8 @@ class DelayService:
         res.passes += 1
         if time.monotonic() < self._backoff_until:
             return
+        if self.may_deliver is not None and not self.may_deliver():
+            return  # e.g. too few in-sync copies: nothing stored on one alone
         with self._lock:
             self._queue_nums = {}  # topic -> queue count, looked up once a pass
             try:

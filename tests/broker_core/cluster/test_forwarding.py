@@ -138,6 +138,23 @@ def test_a_forwarded_call_is_not_forwarded_again(pair) -> None:
         timeout=30,
     )  # fmt: skip
     assert r.status.code == C.FORBIDDEN, r
+    # Nor is a receive served from the slave's replica for a client that
+    # sets the header itself (its acks were kept on the slave, and the group
+    # got every message again from the master).
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="g-spoof"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="Orders"), id=0),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=32,
+    )  # fmt: skip
+    req.invisible_duration.seconds = 30
+    req.long_polling_timeout.seconds = 1
+    spoofed = (*MD, ("x-mq-forwarded-by", "broker-a/0@127.0.0.1:1"))
+    out = list(slave.stub.ReceiveMessage(req, metadata=spoofed, timeout=20))
+    assert [o.status.code for o in out if o.WhichOneof("content") == "status"] == [
+        C.FORBIDDEN
+    ], out
+    assert not [o for o in out if o.WhichOneof("content") == "message"]
 
 
 def test_a_master_that_does_not_answer_is_a_retryable_error(pair) -> None:
