@@ -789,6 +789,24 @@ class ClusterNode:
             "--min-in-sync-replicas asks for: nothing was stored, try again"
         )
 
+    def visible_end(self) -> int | None:
+        """How far consumers may read on a SYNC master under the controller:
+        the log end every member of the in-sync set has (Kafka's high
+        watermark). A message a timer delivered (or anything else stored
+        without waiting for the slaves) is handed out only once an
+        electable slave holds it, so a failover never delivers it again.
+        None: no limit (ASYNC, no controller, or nobody in the set: then no
+        slave is electable and nothing can be delivered twice)."""
+        ha = self.ha_server
+        if self.leadership is None or ha is None or not self.sync:
+            return None
+        with self._isr_lock:
+            members = set(self.isr)
+        if not members:
+            return None
+        acked = ha.acked_by_node()
+        return min(acked.get(n, -1) for n in members)
+
     def _shrink_isr(self, keep: set[str], members: set[str]) -> bool:
         """Publish the smaller in-sync set ``keep`` (the caller holds
         ``_isr_lock``); False, and kept as it is, when etcd has no quorum or

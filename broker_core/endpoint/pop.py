@@ -43,6 +43,7 @@ import os
 import random
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,9 @@ class PopManager:
         #: auto-renew handles (push consumers, G7): (group, topic, qid, offset)
         #: -> (client id, invisible ms, renew until ms, nonce)
         self.renew: dict[tuple[str, str, int, int], tuple[str, int, int, int]] = {}
+        #: the log end consumers may read up to (None: no limit), asked at
+        #: every read: a SYNC cluster node's in-sync end (``visible_end``)
+        self.visible_end: Callable[[], int | None] | None = None
         self.state = PopState(self.store.root, self.apply_resets, self._forget)
         self.path = self.state.path
         try:
@@ -511,6 +515,14 @@ class PopManager:
         if r.status is PullStatus.OFFSET_ILLEGAL:
             return r.next_offset, []
         messages = r.messages
+        limit = self.visible_end() if self.visible_end is not None else None
+        if limit is not None:
+            for i, m in enumerate(messages):
+                if m.commit_log_offset + m.store_size > limit:
+                    # Not on every in-sync slave yet: read again from here.
+                    messages = messages[:i]
+                    r.next_offset = m.queue_offset
+                    break
         if original is not None:
             messages = RT.keeps(messages, original, expression, expression_type)
         for m in messages:

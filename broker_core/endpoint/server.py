@@ -247,7 +247,14 @@ class Endpoint:
         position in its shared state file, a mapped read, every
         ``APPEND_WATCH_S`` while a long poll waits."""
         state = self.store.state
-        last = state.dispatched_pos
+
+        def mark() -> tuple[int, int | None]:
+            # A SYNC node hands out only what its in-sync slaves hold
+            # (``PopManager.visible_end``): wake the polls when that moves too.
+            limit = self.pop.visible_end
+            return state.dispatched_pos, limit() if limit is not None else None
+
+        last = mark()
         while True:
             if not self.wakeups:
                 # Nobody waits: sleep until a long poll joins (an idle broker
@@ -255,13 +262,13 @@ class Endpoint:
                 # ``last``. What was appended before it joined, its own pop
                 # after joining sees; at worst one pop too many.
                 self._first_waiter.clear()
-                last = state.dispatched_pos
+                last = mark()
                 await self._first_waiter.wait()
             else:
                 await asyncio.sleep(APPEND_WATCH_S)
-            pos = state.dispatched_pos
-            if pos != last:
-                last = pos
+            now = mark()
+            if now != last:
+                last = now
                 self.wake_all()
 
     def client(self, context: grpc.aio.ServicerContext) -> ClientInfo:
@@ -751,6 +758,7 @@ async def serve(
         from broker_core.cluster.node import ClusterNode
 
         endpoint.node = ClusterNode(broker.store, cfg.node)
+        endpoint.pop.visible_end = endpoint.node.visible_end
         from broker_core.errors import StaleMasterError
 
         try:
