@@ -240,8 +240,9 @@ def test_a_killed_master_host_is_replaced_without_the_clients_noticing(
     assert after, "no send reached the promoted slave"
     first = after[0] - killed
     assert first < TTL + 6, (first, took)
+    # What the old master cut on rejoining (a send it stored while waiting
+    # for the slave when it died) was never acknowledged: rejoin_and_check.
     acked, cut = rejoin_and_check(c, ctl, tmp_path, result, 200)
-    assert not cut  # a SIGKILLed SYNC master held nothing unacknowledged
     print(f"kill: elected {took:.1f} s after the kill; first send on the promoted "
           f"slave {first:.1f} s after it; {len(acked)} sends acknowledged, "
           f"{len(result['failed'])} failed")  # fmt: skip
