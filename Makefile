@@ -183,3 +183,45 @@ bench-peers-stop:
 
 apache-rocketmq:
 	python3 bench/peers/rocketmq.py fetch
+
+# The native gRPC front (docs/grpc.md, "Native front"): C++ on Debian's gRPC
+# (libgrpc++-dev) and pybind11, built into broker_core/_native*.so for the
+# venv's Python; `serve --front native` uses it. Safe to run again: apt-get
+# only what is missing, compile only what changed. native-test: its GoogleTest
+# tests (Debian's libgtest-dev, built from source with cmake).
+NATIVE_EXT := $(shell [ -x $(BIN)/python ] && $(BIN)/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+NATIVE_SO := broker_core/_native$(NATIVE_EXT)
+NATIVE_BUILD := native/build
+NATIVE_CXXFLAGS = -O2 -g -std=c++17 -fPIC -Wall -Wextra -Wno-unused-parameter $$(pkg-config --cflags grpc++)
+NATIVE_LIBS = $$(pkg-config --libs grpc++)
+.PHONY: native native-packages native-test
+
+native: native-packages $(NATIVE_SO)
+
+# Only when there is no venv at all (a shared venv is left as it is).
+$(BIN)/python:
+	$(MAKE) --no-print-directory venv
+
+native-packages:
+	@missing=""; \
+	for p in g++ pkg-config libgrpc++-dev pybind11-dev; do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; \
+	done; \
+	$(APT_INSTALL)
+
+$(NATIVE_BUILD)/%.o: native/%.cc native/front.h
+	@mkdir -p $(NATIVE_BUILD)
+	g++ $(NATIVE_CXXFLAGS) -c $< -o $@
+
+$(NATIVE_BUILD)/module.o: native/module.cc native/front.h | $(BIN)/python
+	@mkdir -p $(NATIVE_BUILD)
+	g++ $(NATIVE_CXXFLAGS) -fvisibility=hidden -I$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') -c $< -o $@
+
+$(NATIVE_SO): $(NATIVE_BUILD)/front.o $(NATIVE_BUILD)/module.o
+	g++ -shared -o $@ $^ $(NATIVE_LIBS)
+
+native-test: native-packages
+	@dpkg -s libgtest-dev >/dev/null 2>&1 || { missing=" libgtest-dev cmake"; $(APT_INSTALL); }
+	cmake -S native -B $(NATIVE_BUILD)/test -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(NATIVE_BUILD)/test -j2
+	cd $(NATIVE_BUILD)/test && ctest --output-on-failure
