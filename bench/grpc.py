@@ -22,6 +22,9 @@ For each client count N, in one run and measured the same way:
   native`` (the C++ front of ``make native``, row "native"; skipped with a
   note when it is not built). The native front's ratios over the echo are
   printed beside the issue's goal (#30: <= 0.35).
+* echo_native (with the native front): the echo's handlers behind the
+  native front and its Python adapter: what the front costs without the
+  broker's handlers.
 * echo: a bare ``grpc.aio`` server with one generic unary handler that returns
   its request, called ``--messages`` times with a ``--body`` payload by N
   processes with the same window: the floor for any Python gRPC server here;
@@ -759,6 +762,43 @@ def bench_apache(a, n: int, rmq, home: str) -> dict:
     return {"send": send, "receive_ack": recv}
 
 
+def echo_native_server(port: int) -> None:
+    """The echo's two handlers behind the endpoint's native front and its
+    adapter (``native_front.NativeServer``): what the front costs alone."""
+    import asyncio
+
+    sys.path.insert(0, str(ROOT))
+    from broker_core.endpoint.native_front import NativeServer
+    from broker_core.endpoint.server import Method
+
+    async def echo(request: bytes, context) -> bytes:
+        return request
+
+    async def stream(request: bytes, context):
+        body = request[4:]
+        for _ in range(int.from_bytes(request[:4], "big")):
+            yield body
+
+    def same(b: bytes) -> bytes:
+        return b
+
+    async def main() -> None:
+        server = NativeServer(
+            [
+                Method("Echo", ECHO_METHOD, "unary", echo, same, same),
+                Method(
+                    "Stream", ECHO_STREAM_METHOD, "server_stream", stream, same, same
+                ),
+            ],
+            16 << 20,
+        )
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
 def bench_echo(a, n: int, ep: str, spid: int, home: str) -> dict:
     per = a.messages // n
     args = [[ep, per, a.body, a.window]] * n
@@ -865,6 +905,9 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "_echo_server":
         echo_server(int(argv[1]))
         return 0
+    if argv and argv[0] == "_echo_native_server":
+        echo_native_server(int(argv[1]))
+        return 0
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -952,6 +995,16 @@ def main(argv: list[str]) -> int:
         )  # fmt: skip
         started.append(echo)
         wait_port(echo_port, echo)
+        echo_native = None
+        if "native" in endpoints:
+            echo_native_port = free_port()
+            echo_native = subprocess.Popen(
+                [PY, os.path.abspath(__file__), "_echo_native_server",
+                 str(echo_native_port)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            started.append(echo_native)
+            wait_port(echo_native_port, echo_native)
         for peer in peers:
             if peer == "apache":
                 continue
@@ -967,11 +1020,20 @@ def main(argv: list[str]) -> int:
             if rmq is not None:
                 run["apache"] = bench_apache(a, n, rmq, tmp)
             run["echo"] = bench_echo(a, n, f"127.0.0.1:{echo_port}", echo.pid, tmp)
+            if echo_native is not None:
+                run["echo_native"] = bench_echo(
+                    a, n, f"127.0.0.1:{echo_native_port}", echo_native.pid, tmp
+                )
             if "rabbitmq" in peers and "rabbitmq" not in res["skipped"]:
                 run["rabbitmq"] = bench_rabbit(a, n, tmp)
             if "nats" in peers and "nats" not in res["skipped"]:
                 run["nats"] = bench_nats(a, n, tmp)
             echo_us = run["echo"]["call"]["server_cpu_us_per_msg"]
+            if "echo_native" in run:
+                native_us = run["echo_native"]["call"]["server_cpu_us_per_msg"]
+                run["ratio_echo_native_vs_echo"] = (
+                    round(native_us / echo_us, 2) if native_us and echo_us else None
+                )
             streamed_us = run["echo"]["streamed"]["server_cpu_us_per_msg"]
             # What gRPC alone costs the echo server for what a received and
             # acknowledged message costs the endpoint in calls: a streamed
@@ -997,6 +1059,7 @@ def main(argv: list[str]) -> int:
         res["peak_rss_mb"] = {
             **{k: peak_rss_mb(pid) for k, (_ep, pid) in endpoints.items()},
             "echo": peak_rss_mb(echo.pid),
+            "echo_native": peak_rss_mb(echo_native.pid) if echo_native else None,
             "apache": peak_rss_mb(rmq.pids()) if rmq is not None else None,
             "rabbitmq": peak_rss_mb(pid_of("beam.smp")),
             "nats": peak_rss_mb(pid_of("nats-server")),
@@ -1029,12 +1092,20 @@ def print_run(n: int, run: dict) -> None:
         return "not measured" if v is None else format(v, spec)
 
     print(
-        f"{'':<10}{'phase':<13}{'msg/s':>10}{'server us/msg':>15}{'client us/msg':>15}"
+        f"{'':<12}{'phase':<13}{'msg/s':>10}{'server us/msg':>15}{'client us/msg':>15}"
     )
-    for system in ("endpoint", "native", "apache", "echo", "rabbitmq", "nats"):
+    for system in (
+        "endpoint",
+        "native",
+        "apache",
+        "echo",
+        "echo_native",
+        "rabbitmq",
+        "nats",
+    ):
         for kind, r in run.get(system, {}).items():
             print(
-                f"{system:<10}{kind:<13}{fmt(r['msg_per_s']):>10}"
+                f"{system:<12}{kind:<13}{fmt(r['msg_per_s']):>10}"
                 f"{fmt(r['server_cpu_us_per_msg']):>15}"
                 f"{fmt(r['client_cpu_us_per_msg']):>15}"
                 + (f"  ({r['errors']} errors)" if r["errors"] else "")
@@ -1055,6 +1126,11 @@ def print_run(n: int, run: dict) -> None:
                 f"{fmt(run[f'ratio_native_{kind}_vs_echo'], '.2f')} "
                 f"(issue #30 goal <= {run['target_native']})"
             )
+    if run.get("ratio_echo_native_vs_echo") is not None:
+        print(
+            "the native front alone (echo handlers) per call / grpcio echo per "
+            f"call: {run['ratio_echo_native_vs_echo']:.2f}"
+        )
     print(f"load average before {run['load_before']}, after {run['load_after']}")
 
 
