@@ -11,6 +11,8 @@ handler."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import threading
 import time
 
@@ -21,7 +23,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
 from tests.broker_core.endpoint.test_nonblocking import receive_request
-from tests.endpoint_server import result, spawn, start_server, stop_server
+from tests.endpoint_server import PY, result, spawn, start_server, stop_server
 from tests.support import free_port
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow]
@@ -52,6 +54,7 @@ def native(tmp_path_factory):
         "channel": ch,
         "stub": sgrpc.MessagingServiceStub(ch),
         "log": base / "server.log",
+        "store": base / "store",
     }
     ch.close()
     for p in runs.values():
@@ -196,3 +199,62 @@ def test_a_cancelled_receive_reaches_the_handler(native) -> None:
     assert _send(stub, topic, b"after-cancel").status.code == C.OK
     time.sleep(1.0)
     assert [m.body for m in _receive(stub, topic, group, 3)] == [b"after-cancel"]
+
+
+#: a process holding a Telemetry stream open (settings sent) until killed
+TELEMETRY_HOLDER = """
+import sys, time, grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb, service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
+stub = sgrpc.MessagingServiceStub(grpc.insecure_channel(sys.argv[1]))
+cmd = spb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER))
+def commands():
+    yield cmd
+    time.sleep(3600)
+for reply in stub.Telemetry(commands(), metadata=(("x-mq-client-id", sys.argv[2]),)):
+    print("settled", flush=True)
+"""
+
+
+def _telemetry_of(store, client_id: str) -> bool | None:
+    """Whether clients.json has ``client_id``'s Telemetry stream open (None:
+    not listed)."""
+    try:
+        data = json.loads((store / "clients.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for c in data["clients"]:
+        if c["client_id"] == client_id:
+            return bool(c["telemetry"])
+    return None
+
+
+def _until(pred, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_client_that_dies_ends_its_telemetry_stream(native) -> None:
+    """The client process is killed (no cancel, no half-close: its
+    connection just goes): the Telemetry handler must end, so that the client
+    is not taken for a live producer that check-backs could reach. (The front
+    tells Python as the stream's end or its cancellation, whichever gRPC
+    sees first: with neither reaching Python this fails.)"""
+    who = f"native-dies-{native['port']}"
+    holder = subprocess.Popen(
+        [PY, "-c", TELEMETRY_HOLDER, native["endpoint"], who],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "settled"
+        assert _until(lambda: _telemetry_of(native["store"], who) is True, 10)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _until(lambda: _telemetry_of(native["store"], who) is False, 10)
