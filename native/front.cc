@@ -90,13 +90,26 @@ Front::~Front() {
   if (efd_ >= 0) close(efd_);
 }
 
-void Front::AddPort(const std::string& address) { addresses_.push_back(address); }
+void Front::AddPort(const std::string& address, const std::string& key_pem,
+                    const std::string& cert_pem) {
+  addresses_.push_back(Port{address, key_pem, cert_pem});
+}
 
 bool Front::Start(int threads) {
   grpc::ServerBuilder builder;
   bound_.assign(addresses_.size(), 0);
-  for (size_t i = 0; i < addresses_.size(); i++)
-    builder.AddListeningPort(addresses_[i], grpc::InsecureServerCredentials(), &bound_[i]);
+  for (size_t i = 0; i < addresses_.size(); i++) {
+    const Port& p = addresses_[i];
+    std::shared_ptr<grpc::ServerCredentials> creds;
+    if (p.key_pem.empty()) {
+      creds = grpc::InsecureServerCredentials();
+    } else {
+      grpc::SslServerCredentialsOptions ssl;
+      ssl.pem_key_cert_pairs.push_back({p.key_pem, p.cert_pem});
+      creds = grpc::SslServerCredentials(ssl);
+    }
+    builder.AddListeningPort(p.address, creds, &bound_[i]);
+  }
   builder.SetMaxReceiveMessageSize(max_message_);
   builder.SetMaxSendMessageSize(max_message_);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, reuseport_ ? 1 : 0);
@@ -127,8 +140,13 @@ void Front::Shutdown(double grace_s) {
   if (!started_ || stopped_) return;
   stopped_ = true;
   shutting_down_ = true;
+  // Calls in flight may still be answered during the grace period.
   server_->Shutdown(std::chrono::system_clock::now() +
                     std::chrono::microseconds(static_cast<int64_t>(grace_s * 1e6)));
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    cq_closed_ = true;
+  }
   cq_->Shutdown();
   for (auto& t : threads_) t.join();
   threads_.clear();
@@ -176,13 +194,14 @@ void Front::Handle(Call* c, int kind, bool ok) {
       delete c;
       return;
     }
-    if (!shutting_down_) Spawn();
     std::unique_lock<std::mutex> g(mu_);
+    if (!shutting_down_ && !cq_closed_) Spawn();
     c->id = next_id_++;
     calls_[c->id] = c;
     stats_.calls++;
     c->outstanding = 1;  // the done tag
     auto it = index_.find(c->ctx.method());
+    if (cq_closed_) return;  // freed by Shutdown
     if (it == index_.end()) {
       c->finishing = true;
       c->outstanding++;
@@ -223,7 +242,7 @@ void Front::Handle(Call* c, int kind, bool ok) {
         c->rbuf.Clear();
         if (c->bidi) {
           ev.kind = kMessage;
-          if (!c->done) {
+          if (!c->done && !cq_closed_) {
             c->outstanding++;
             c->stream.Read(&c->rbuf, &c->tags[kTagRead]);
           }
@@ -251,7 +270,7 @@ void Front::Handle(Call* c, int kind, bool ok) {
       }
       // A unary or server-streaming call whose request never came (the
       // client went away): the owner never heard of it; end it here.
-      if (!c->finishing && !c->done) {
+      if (!c->finishing && !c->done && !cq_closed_) {
         c->finishing = true;
         c->outstanding++;
         c->stream.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "no request"),
@@ -289,7 +308,7 @@ void Front::Handle(Call* c, int kind, bool ok) {
 }
 
 void Front::StartNext(Call* c) {
-  if (c->writing || c->finishing || c->out.empty()) return;
+  if (c->writing || c->finishing || c->out.empty() || cq_closed_) return;
   if (c->done || c->broken) {
     // Nothing reaches the client any more; the status is still given so
     // that the call's resources go.
@@ -333,7 +352,7 @@ void Front::Submit(std::vector<Op>&& ops) {
   std::lock_guard<std::mutex> g(mu_);
   stats_.submits++;
   stats_.ops += ops.size();
-  if (shutting_down_) return;
+  if (cq_closed_) return;
   for (auto& op : ops) {
     auto it = calls_.find(op.id);
     if (it == calls_.end()) continue;  // ended meanwhile

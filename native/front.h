@@ -78,9 +78,11 @@ class Front {
   Front(const Front&) = delete;
   Front& operator=(const Front&) = delete;
 
-  // Before Start: listen on "host:port" (port 0: any); the bound port, 0 if
-  // it could not be bound (known only after Start: see BoundPorts).
-  void AddPort(const std::string& address);
+  // Before Start: listen on "host:port" (port 0: any), with TLS when a PEM
+  // key and certificate chain are given. The bound ports: BoundPorts, after
+  // Start.
+  void AddPort(const std::string& address, const std::string& key_pem = "",
+               const std::string& cert_pem = "");
   // Start serving with `threads` completion-queue threads; false if a port
   // could not be bound.
   bool Start(int threads);
@@ -113,7 +115,10 @@ class Front {
   std::unordered_map<std::string, int> index_;
   int max_message_;
   bool reuseport_;
-  std::vector<std::string> addresses_;
+  struct Port {
+    std::string address, key_pem, cert_pem;
+  };
+  std::vector<Port> addresses_;
   std::vector<int> bound_;
 
   grpc::AsyncGenericService service_;
@@ -123,6 +128,7 @@ class Front {
   std::atomic<bool> shutting_down_{false};
   bool started_ = false;
   bool stopped_ = false;
+  bool cq_closed_ = false;  // mu_: no operation may start on cq_ any more
 
   std::mutex mu_;  // calls_ and every call's outgoing state
   std::unordered_map<uint64_t, Call*> calls_;

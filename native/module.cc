@@ -125,7 +125,8 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init<std::vector<std::string>, std::vector<bool>, int, bool>(),
            py::arg("methods"), py::arg("bidi"), py::arg("max_message"),
            py::arg("reuseport") = false)
-      .def("add_port", &front::Front::AddPort)
+      .def("add_port", &front::Front::AddPort, py::arg("address"),
+           py::arg("key_pem") = "", py::arg("cert_pem") = "")
       .def("start", &front::Front::Start, py::arg("threads") = 1,
            py::call_guard<py::gil_scoped_release>())
       .def("bound_ports", &front::Front::BoundPorts)

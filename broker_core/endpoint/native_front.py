@@ -92,8 +92,8 @@ class _Call:
 
 class NativeServer:
     """The native front serving ``methods`` (``server.endpoint_methods``);
-    ``add_insecure_port`` before ``start``, which binds and returns the
-    ports."""
+    ``add_insecure_port`` / ``add_secure_port`` before ``start``, which
+    binds and returns the ports."""
 
     def __init__(
         self, methods: list[Method], max_message: int, reuseport: bool = False
@@ -107,7 +107,8 @@ class NativeServer:
             max_message,
             reuseport,
         )
-        self.addresses: list[str] = []
+        #: (address, PEM key, PEM certificate chain; both "" for plaintext)
+        self.addresses: list[tuple[str, str, str]] = []
         self.calls: dict[int, _Call] = {}
         self._out: list[tuple[int, int, bytes | None, int, str | None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,16 +120,20 @@ class NativeServer:
         self._finish = native.FINISH
 
     def add_insecure_port(self, address: str) -> None:
-        self.addresses.append(address)
+        self.addresses.append((address, "", ""))
+
+    def add_secure_port(self, address: str, key_pem: str, cert_pem: str) -> None:
+        self.addresses.append((address, key_pem, cert_pem))
 
     async def start(self) -> list[int]:
         """Listen and serve; the bound ports, in ``add_insecure_port`` order.
         SystemExit when one cannot be bound."""
-        for address in self.addresses:
-            self.front.add_port(address)
+        for address, key, cert in self.addresses:
+            self.front.add_port(address, key, cert)
         threads = int(os.environ.get("BROKER_NATIVE_THREADS", "1"))
         if not self.front.start(threads):
-            raise SystemExit(f"cannot listen on {', '.join(self.addresses)}")
+            where = ", ".join(a for a, _k, _c in self.addresses)
+            raise SystemExit(f"cannot listen on {where}")
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self.front.fileno(), self._drain)
         return list(self.front.bound_ports())

@@ -862,14 +862,17 @@ async def _start_native(endpoint: Endpoint, cfg: EndpointConfig, limit: int) -> 
     (``native_front.py``), started."""
     from broker_core.endpoint.native_front import NativeServer
 
-    if cfg.tls:
-        raise SystemExit("--front native serves no TLS yet: use --front python")
     server = NativeServer(endpoint_methods(endpoint), limit, cfg.worker is not None)
     server.add_insecure_port(f"{cfg.host}:{cfg.port}")
     if cfg.worker_port is not None:
         server.add_insecure_port(f"{cfg.host}:{cfg.worker_port}")
+    if cfg.tls:
+        listen, cert, key = cfg.tls
+        server.add_secure_port(listen, open(key).read(), open(cert).read())
     ports = await server.start()
     cfg.port = ports[0]
     endpoint.ports = set(ports)
+    if cfg.tls:
+        log.info("gRPC endpoint TLS on %s", cfg.tls[0])
     log.info("gRPC endpoint: native front")
     return server
