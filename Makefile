@@ -27,7 +27,7 @@ test:
 	(exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && redis_was=1; \
 	(exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null && pg_was=1; \
 	main=0; pg=0; \
-	if $(MAKE) --no-print-directory setup conformance-runners lint typecheck; then \
+	if $(MAKE) --no-print-directory setup conformance-runners lint typecheck native-test; then \
 	  BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS) || main=$$?; \
 	  $(MAKE) --no-print-directory test-postgres || pg=$$?; \
 	else main=2; pg=2; fi; \
@@ -53,7 +53,7 @@ test-fast: test-venv
 
 # What running needs (make run); setup adds what the tests need (make test).
 setup-run: system-packages venv redis
-setup: setup-run test-venv test-packages node-client
+setup: setup-run test-venv test-packages node-client native
 
 # apt-get only what is missing. Running needs redis-server, a Java 17+ runtime
 # (Spark) and Python; the tests also need Chromium, Node.js, a JDK with Maven,
@@ -183,3 +183,47 @@ bench-peers-stop:
 
 apache-rocketmq:
 	python3 bench/peers/rocketmq.py fetch
+
+# The native gRPC front (docs/grpc.md, "Native front"): C++ on Debian's gRPC
+# (libgrpc++-dev) and pybind11, built into broker_core/_native*.so for the
+# venv's Python; `serve --front native` uses it. Safe to run again: apt-get
+# only what is missing, compile only what changed. native-test: its GoogleTest
+# tests (Debian's libgtest-dev, cmake and ctest), no Python involved.
+NATIVE_EXT := $(shell [ -x $(BIN)/python ] && $(BIN)/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+NATIVE_SO := broker_core/_native$(NATIVE_EXT)
+NATIVE_BUILD := native/build
+NATIVE_CXXFLAGS = -O2 -g -std=c++17 -fPIC -Wall -Wextra -Wno-unused-parameter $$(pkg-config --cflags grpc++)
+NATIVE_LIBS = $$(pkg-config --libs grpc++)
+.PHONY: native native-packages native-test
+
+native: native-packages $(NATIVE_SO)
+
+# Only when there is no venv at all (a shared venv is left as it is).
+$(BIN)/python:
+	$(MAKE) --no-print-directory venv
+
+native-packages:
+	@missing=""; \
+	for p in g++ pkg-config libgrpc++-dev pybind11-dev; do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; \
+	done; \
+	$(APT_INSTALL)
+
+$(NATIVE_BUILD)/%.o: native/%.cc native/front.h
+	@mkdir -p $(NATIVE_BUILD)
+	g++ $(NATIVE_CXXFLAGS) -c $< -o $@
+
+$(NATIVE_BUILD)/module.o: native/module.cc native/front.h | $(BIN)/python
+	@mkdir -p $(NATIVE_BUILD)
+	g++ $(NATIVE_CXXFLAGS) -fvisibility=hidden -I$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') -c $< -o $@
+
+$(NATIVE_SO): $(NATIVE_BUILD)/front.o $(NATIVE_BUILD)/module.o
+	g++ -shared -o $@ $^ $(NATIVE_LIBS)
+
+native-test: native-packages
+	@missing=""; \
+	for p in libgtest-dev cmake; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	$(APT_INSTALL)
+	cmake -S native -B $(NATIVE_BUILD)/test -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(NATIVE_BUILD)/test -j2
+	cd $(NATIVE_BUILD)/test && ctest --output-on-failure

@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/grpc.py [--clients 1,4] [--messages 20000]
         [--body 1024] [--window 256] [--peers rabbitmq,nats]
-        [--endpoint HOST:PORT --server-pid PID | --workers N] [--json out.json]
+        [--endpoint HOST:PORT --server-pid PID | --workers N]
+        [--fronts python,native] [--json out.json]
 
 Peers need ``pip install -r requirements-bench.txt`` (pika, nats-py).
 
@@ -15,6 +16,15 @@ For each client count N, in one run and measured the same way:
   client send ``--messages`` in total with ``send_async`` (at most ``--window``
   in flight each), then N SimpleConsumers receive (batches of 32) and
   acknowledge each message.
+  With ``--fronts python,native`` (the default) this is done for each
+  front, one endpoint each on a store of its own, in the same run: ``serve
+  --front python`` (grpc.aio, table row "endpoint") and ``serve --front
+  native`` (the C++ front of ``make native``, row "native"; skipped with a
+  note when it is not built). The native front's ratios over the echo are
+  printed beside the issue's goal (#30: <= 0.35).
+* echo_native (with the native front): the echo's handlers behind the
+  native front and its Python adapter: what the front costs without the
+  broker's handlers.
 * echo: a bare ``grpc.aio`` server with one generic unary handler that returns
   its request, called ``--messages`` times with a ``--body`` payload by N
   processes with the same window: the floor for any Python gRPC server here;
@@ -752,6 +762,43 @@ def bench_apache(a, n: int, rmq, home: str) -> dict:
     return {"send": send, "receive_ack": recv}
 
 
+def echo_native_server(port: int) -> None:
+    """The echo's two handlers behind the endpoint's native front and its
+    adapter (``native_front.NativeServer``): what the front costs alone."""
+    import asyncio
+
+    sys.path.insert(0, str(ROOT))
+    from broker_core.endpoint.native_front import NativeServer
+    from broker_core.endpoint.server import Method
+
+    async def echo(request: bytes, context) -> bytes:
+        return request
+
+    async def stream(request: bytes, context):
+        body = request[4:]
+        for _ in range(int.from_bytes(request[:4], "big")):
+            yield body
+
+    def same(b: bytes) -> bytes:
+        return b
+
+    async def main() -> None:
+        server = NativeServer(
+            [
+                Method("Echo", ECHO_METHOD, "unary", echo, same, same),
+                Method(
+                    "Stream", ECHO_STREAM_METHOD, "server_stream", stream, same, same
+                ),
+            ],
+            16 << 20,
+        )
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
 def bench_echo(a, n: int, ep: str, spid: int, home: str) -> dict:
     per = a.messages // n
     args = [[ep, per, a.body, a.window]] * n
@@ -824,6 +871,31 @@ def available(peer: str) -> str | None:
     return None
 
 
+def native_built() -> bool:
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT))
+    return importlib.util.find_spec("broker_core._native") is not None
+
+
+def start_endpoint(a, tmp: str, front: str):
+    """``serve --front FRONT`` on a store of its own: address, pid(s), process."""
+    port = free_port()
+    ep = f"127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [PY, "-m", "broker_core", "serve", "--store", f"{tmp}/store-{front}",
+         "--listen", ep, "--no-redis-relay", "--workers", str(a.workers),
+         "--front", front],
+        cwd=ROOT, stdout=open(f"{tmp}/server-{front}.log", "w"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    wait_port(port, server)
+    spid: int | list[int] = server.pid
+    if a.workers > 1:
+        spid = [server.pid, *wait_workers(Path(tmp) / f"store-{front}", a.workers)]
+    return ep, spid, server
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "_worker":
         fn, types = WORKERS[argv[1]]
@@ -832,6 +904,9 @@ def main(argv: list[str]) -> int:
         os._exit(0)
     if argv and argv[0] == "_echo_server":
         echo_server(int(argv[1]))
+        return 0
+    if argv and argv[0] == "_echo_native_server":
+        echo_native_server(int(argv[1]))
         return 0
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -863,6 +938,12 @@ def main(argv: list[str]) -> int:
         default=1,
         help="serve the endpoint with --workers N (server CPU: all its processes)",
     )
+    ap.add_argument(
+        "--fronts",
+        default="python,native",
+        help="the endpoint's fronts to measure, each its own server (serve "
+        "--front F); native is skipped when not built",
+    )
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     counts = [int(x) for x in a.clients.split(",") if x]
@@ -883,22 +964,22 @@ def main(argv: list[str]) -> int:
     }
     try:
         ep, spid = a.endpoint, a.server_pid
-        if ep is None:
-            port = free_port()
-            ep = f"127.0.0.1:{port}"
-            t_start = time.time()
-            server = subprocess.Popen(
-                [PY, "-m", "broker_core", "serve", "--store", f"{tmp}/store",
-                 "--listen", ep, "--no-redis-relay", "--workers", str(a.workers)],
-                cwd=ROOT, stdout=open(f"{tmp}/server.log", "w"),  # noqa: SIM115
-                stderr=subprocess.STDOUT,
-            )  # fmt: skip
-            started.append(server)
-            wait_port(port, server)
-            spid = server.pid
-            if a.workers > 1:
-                spid = [server.pid, *wait_workers(Path(tmp) / "store", a.workers)]
-            res["startup_s"] = {"endpoint": first_send_s(ep, t_start, tmp)}
+        #: front -> (address, server pid(s)) of the endpoints measured
+        endpoints: dict[str, tuple[str, int | list[int] | None]] = {}
+        if ep is not None:
+            endpoints["endpoint"] = (ep, spid)
+        else:
+            for front in [f for f in a.fronts.split(",") if f]:
+                if front == "native" and not native_built():
+                    res["skipped"]["native"] = "not built (make native)"
+                    print("native: skipped, not built (make native)", flush=True)
+                    continue
+                t_start = time.time()
+                ep, spid, server = start_endpoint(a, tmp, front)
+                started.append(server)
+                key = "endpoint" if front == "python" else front
+                endpoints[key] = (ep, spid)
+                res.setdefault("startup_s", {})[key] = first_send_s(ep, t_start, tmp)
         if "apache" in peers:
             try:
                 rmq, ready = start_apache(a, tmp)
@@ -914,6 +995,16 @@ def main(argv: list[str]) -> int:
         )  # fmt: skip
         started.append(echo)
         wait_port(echo_port, echo)
+        echo_native = None
+        if "native" in endpoints:
+            echo_native_port = free_port()
+            echo_native = subprocess.Popen(
+                [PY, os.path.abspath(__file__), "_echo_native_server",
+                 str(echo_native_port)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            started.append(echo_native)
+            wait_port(echo_native_port, echo_native)
         for peer in peers:
             if peer == "apache":
                 continue
@@ -922,17 +1013,27 @@ def main(argv: list[str]) -> int:
                 res["skipped"][peer] = why
                 print(f"{peer}: skipped, {why}", flush=True)
         for n in counts:
-            run: dict = {}
+            run: dict = {"load_before": [round(x, 2) for x in os.getloadavg()]}
             print(f"-- {n} client process(es)", flush=True)
-            run["endpoint"] = bench_endpoint(a, n, ep, spid, tmp)
+            for key, (e_ep, e_pid) in endpoints.items():
+                run[key] = bench_endpoint(a, n, e_ep, e_pid, tmp)
             if rmq is not None:
                 run["apache"] = bench_apache(a, n, rmq, tmp)
             run["echo"] = bench_echo(a, n, f"127.0.0.1:{echo_port}", echo.pid, tmp)
+            if echo_native is not None:
+                run["echo_native"] = bench_echo(
+                    a, n, f"127.0.0.1:{echo_native_port}", echo_native.pid, tmp
+                )
             if "rabbitmq" in peers and "rabbitmq" not in res["skipped"]:
                 run["rabbitmq"] = bench_rabbit(a, n, tmp)
             if "nats" in peers and "nats" not in res["skipped"]:
                 run["nats"] = bench_nats(a, n, tmp)
             echo_us = run["echo"]["call"]["server_cpu_us_per_msg"]
+            if "echo_native" in run:
+                native_us = run["echo_native"]["call"]["server_cpu_us_per_msg"]
+                run["ratio_echo_native_vs_echo"] = (
+                    round(native_us / echo_us, 2) if native_us and echo_us else None
+                )
             streamed_us = run["echo"]["streamed"]["server_cpu_us_per_msg"]
             # What gRPC alone costs the echo server for what a received and
             # acknowledged message costs the endpoint in calls: a streamed
@@ -943,16 +1044,22 @@ def main(argv: list[str]) -> int:
                 else None
             )
             for kind, target in (("send", 1.3), ("receive_ack", 1.5)):
-                us = run["endpoint"][kind]["server_cpu_us_per_msg"]
-                run[f"ratio_{kind}_vs_echo"] = (
-                    round(us / echo_us, 2) if us is not None and echo_us else None
-                )
+                for key in endpoints:
+                    us = run[key][kind]["server_cpu_us_per_msg"]
+                    prefix = "" if key == "endpoint" else f"{key}_"
+                    run[f"ratio_{prefix}{kind}_vs_echo"] = (
+                        round(us / echo_us, 2) if us is not None and echo_us else None
+                    )
                 run[f"target_{kind}"] = target
+            # Issue #30: the native front at most 0.35x the echo, both ways.
+            run["target_native"] = 0.35
+            run["load_after"] = [round(x, 2) for x in os.getloadavg()]
             res["runs"][str(n)] = run
             print_run(n, run)
         res["peak_rss_mb"] = {
-            "endpoint": peak_rss_mb(spid),
+            **{k: peak_rss_mb(pid) for k, (_ep, pid) in endpoints.items()},
             "echo": peak_rss_mb(echo.pid),
+            "echo_native": peak_rss_mb(echo_native.pid) if echo_native else None,
             "apache": peak_rss_mb(rmq.pids()) if rmq is not None else None,
             "rabbitmq": peak_rss_mb(pid_of("beam.smp")),
             "nats": peak_rss_mb(pid_of("nats-server")),
@@ -985,12 +1092,20 @@ def print_run(n: int, run: dict) -> None:
         return "not measured" if v is None else format(v, spec)
 
     print(
-        f"{'':<10}{'phase':<13}{'msg/s':>10}{'server us/msg':>15}{'client us/msg':>15}"
+        f"{'':<12}{'phase':<13}{'msg/s':>10}{'server us/msg':>15}{'client us/msg':>15}"
     )
-    for system in ("endpoint", "apache", "echo", "rabbitmq", "nats"):
+    for system in (
+        "endpoint",
+        "native",
+        "apache",
+        "echo",
+        "echo_native",
+        "rabbitmq",
+        "nats",
+    ):
         for kind, r in run.get(system, {}).items():
             print(
-                f"{system:<10}{kind:<13}{fmt(r['msg_per_s']):>10}"
+                f"{system:<12}{kind:<13}{fmt(r['msg_per_s']):>10}"
                 f"{fmt(r['server_cpu_us_per_msg']):>15}"
                 f"{fmt(r['client_cpu_us_per_msg']):>15}"
                 + (f"  ({r['errors']} errors)" if r["errors"] else "")
@@ -1000,11 +1115,23 @@ def print_run(n: int, run: dict) -> None:
         f"call) / echo per call: {fmt(run['floor_receive_ack_vs_echo'], '.2f')}"
     )
     for kind in ("send", "receive_ack"):
-        ratio = run[f"ratio_{kind}_vs_echo"]
+        ratio = run.get(f"ratio_{kind}_vs_echo")
         print(
             f"endpoint server CPU per message {kind} / echo per call: "
             f"{fmt(ratio, '.2f')} (target <= {run[f'target_{kind}']})"
         )
+        if f"ratio_native_{kind}_vs_echo" in run:
+            print(
+                f"native front server CPU per message {kind} / echo per call: "
+                f"{fmt(run[f'ratio_native_{kind}_vs_echo'], '.2f')} "
+                f"(issue #30 goal <= {run['target_native']})"
+            )
+    if run.get("ratio_echo_native_vs_echo") is not None:
+        print(
+            "the native front alone (echo handlers) per call / grpcio echo per "
+            f"call: {run['ratio_echo_native_vs_echo']:.2f}"
+        )
+    print(f"load average before {run['load_before']}, after {run['load_after']}")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,10 @@ def start_server(
     """``serve --embedded-timers``; with ``workers`` > 1, check-backs between
     the workers go through Redis on a channel of this server's own. The
     default is ``$ENDPOINT_TEST_WORKERS`` (else 1): every test that starts
-    its server here runs against ``serve --workers N`` with it set."""
+    its server here runs against ``serve --workers N`` with it set. The front
+    is ``$ENDPOINT_FRONT`` (python, native; default: serve's own default):
+    every such test runs against the native front with
+    ``ENDPOINT_FRONT=native``."""
     if workers is None:
         workers = int(os.environ.get("ENDPOINT_TEST_WORKERS", "1"))
     if workers == 1:
@@ -48,7 +51,7 @@ def start_server(
         # topics made on first use (NORMAL); the type check has its own tests
         # (test_topic_types.py) and the conformance suite.
         "--no-topic-type-check",
-        *relay, *extra,
+        *relay, *front_args(), *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT
@@ -57,6 +60,12 @@ def start_server(
     if workers > 1:
         wait_workers(proc, store, workers)
     return proc
+
+
+def front_args() -> tuple[str, ...]:
+    """``--front`` for ``$ENDPOINT_FRONT`` (nothing when it is unset)."""
+    front = os.environ.get("ENDPOINT_FRONT", "")
+    return ("--front", front) if front else ()
 
 
 def wait_port(proc: subprocess.Popen, port: int) -> None:

@@ -29,6 +29,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --workers: worker I also listens on port BASE+I on the "
         "--listen host (health checks of one worker; pinning a client to one)",
     )
+    p.add_argument(
+        "--front",
+        choices=("python", "native"),
+        default=os.environ.get("GRPC_FRONT", "python"),
+        help="what terminates gRPC: python (grpc.aio) or native (the C++ front "
+        "built by `make native`; the same RPCs, in Python); default: "
+        "$GRPC_FRONT, else python",
+    )
     # Set by the supervisor for each worker it starts.
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument(
@@ -287,6 +295,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         if worker is None or args.worker_ports is None
         else args.worker_ports + worker,
         embedded_timers=args.embedded_timers,
+        front=args.front,
         transaction_timeout_ms=args.transaction_timeout_ms,
         check_interval_ms=args.check_interval_ms,
         max_attempts=args.max_delivery_attempts,

@@ -57,6 +57,8 @@ class EndpointConfig:
     auth_offsets_min: tuple[int, ...] = ()
     #: TLS port beside the plaintext one: (host:port, cert file, key file)
     tls: tuple[str, str, str] | None = None
+    #: the gRPC front: "python" (grpc.aio) or "native" (``native_front.py``)
+    front: str = "python"
     #: cluster membership (``broker_core.cluster.node.NodeConfig``); None: alone
     node: Any = None
     #: the admin API: (listen HOST:PORT, token, TLS (cert, key) or None)

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -587,12 +588,33 @@ def _refused(bad: Any, exc: Exception) -> Any:
     return out
 
 
-def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
-    """Register the servicer like the generated ``add_MessagingServiceServicer_
-    to_server``, but a request that does not decode gets RocketMQ's
-    BAD_REQUEST in the method's response type instead of a gRPC error."""
+@dataclass(frozen=True)
+class Method:
+    """One RPC of ``MessagingService`` with the endpoint's wrapping around its
+    handler, for either front (grpc.aio here, ``native_front.py``)."""
+
+    name: str
+    #: ``/apache.rocketmq.v2.MessagingService/<name>``
+    path: str
+    #: "unary", "server_stream" or "bidi"
+    kind: str
+    #: unary: ``async (request, context) -> response``; server_stream:
+    #: ``async gen (request, context)``; bidi: ``async gen (requests, context)``
+    #: (``request`` None: it did not decode)
+    handler: Callable[..., Any]
+    #: bytes -> request, None when it does not decode (answered BAD_REQUEST)
+    decode: Callable[[bytes], Any]
+    encode: Callable[[Any], bytes]
+
+
+def endpoint_methods(endpoint: Endpoint) -> list[Method]:
+    """Every RPC of ``MessagingService`` with its wrapping: authentication,
+    a request that does not decode answered with RocketMQ's BAD_REQUEST in the
+    method's response type (instead of a gRPC error), forwarding to the
+    master, namespaces; the RPCs this endpoint does not implement answer
+    NOT_IMPLEMENTED. Client-streaming RPCs (there are none) are left out."""
     svc = spb.DESCRIPTOR.services_by_name["MessagingService"]
-    handlers = {}
+    out: list[Method] = []
     implemented = endpoint.handlers()
     for method in svc.methods:
         req_cls = getattr(spb, method.input_type.name)
@@ -614,7 +636,9 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                 async def impl(req, ctx, _bad=bad):  # noqa: F811
                     yield _bad
 
+        handler: Callable[..., Any]
         if method.server_streaming and method.client_streaming:
+            kind = "bidi"
 
             async def bidi(it, ctx, _impl=impl, _unauth=unauth):
                 if not endpoint.authorized(ctx):
@@ -635,10 +659,9 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                 async for out in _impl(clean(), ctx):
                     yield globalize(out, ns[0])
 
-            h = grpc.stream_stream_rpc_method_handler(
-                bidi, _tolerant(req_cls), resp_cls.SerializeToString
-            )
+            handler = bidi
         elif method.server_streaming:
+            kind = "server_stream"
 
             async def ustream(
                 req, ctx, _impl=impl, _bad=bad, _unauth=unauth,
@@ -667,12 +690,11 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                 async for out in _impl(req, ctx):
                     yield globalize(out, ns)
 
-            h = grpc.unary_stream_rpc_method_handler(
-                ustream, _tolerant(req_cls), resp_cls.SerializeToString
-            )
+            handler = ustream
         elif method.client_streaming:
             continue
         else:
+            kind = "unary"
 
             async def unary(
                 req, ctx, _impl=impl, _bad=bad, _unauth=unauth,
@@ -693,10 +715,35 @@ def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
                     return _refused(_bad, exc)
                 return globalize(await _impl(req, ctx), ns)
 
-            h = grpc.unary_unary_rpc_method_handler(
-                unary, _tolerant(req_cls), resp_cls.SerializeToString
+            handler = unary
+        out.append(
+            Method(
+                name=method.name,
+                path=f"/{svc.full_name}/{method.name}",
+                kind=kind,
+                handler=handler,
+                decode=_tolerant(req_cls),
+                encode=resp_cls.SerializeToString,
             )
-        handlers[method.name] = h
+        )
+    return out
+
+
+def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
+    """Register the servicer on a grpc.aio server like the generated
+    ``add_MessagingServiceServicer_to_server``, with ``endpoint_methods``'
+    wrapping (a request that does not decode gets RocketMQ's BAD_REQUEST in
+    the method's response type instead of a gRPC error)."""
+    factories = {
+        "unary": grpc.unary_unary_rpc_method_handler,
+        "server_stream": grpc.unary_stream_rpc_method_handler,
+        "bidi": grpc.stream_stream_rpc_method_handler,
+    }
+    handlers = {
+        m.name: factories[m.kind](m.handler, m.decode, m.encode)
+        for m in endpoint_methods(endpoint)
+    }
+    svc = spb.DESCRIPTOR.services_by_name["MessagingService"]
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(svc.full_name, handlers),)
     )
@@ -767,6 +814,51 @@ async def serve(
             raise SystemExit(f"not serving: {exc}") from None
     limit = max(16 << 20, endpoint.max_body * 2 + (1 << 20))
     endpoint.forwarder.max_message = limit
+    server: Any
+    if cfg.front == "native":
+        server = await _start_native(endpoint, cfg, limit)
+    else:
+        server = await _start_grpcio(endpoint, cfg, limit)
+    admin = None
+    # With ``--workers N`` worker 0 serves the admin API (each binding its
+    # port made all but one fail to start).
+    if cfg.admin is not None and cfg.worker in (None, 0):
+        from broker_core.cluster.admin import AdminServer
+
+        listen, token, tls = cfg.admin
+        admin = AdminServer(endpoint, listen, token, tls).start()
+        log.info("admin API on %s://%s", admin.scheme, admin.address)
+    if endpoint.node is not None:
+        endpoint.node.on_promoted.append(
+            lambda: loop.call_soon_threadsafe(endpoint.start_master_services)
+        )
+        endpoint.node.start()
+    await endpoint.start_background()
+    if cfg.worker is not None:
+        from broker_core.endpoint.workers import announce
+
+        announce(
+            endpoint.store.root,
+            cfg.worker,
+            {"port": cfg.port, "worker_port": cfg.worker_port},
+        )
+    who = "" if cfg.worker is None else f" (worker {cfg.worker}, pid {os.getpid()})"
+    log.info("gRPC endpoint listening on %s:%d%s", cfg.host, cfg.port, who)
+    try:
+        await stop.wait()
+    finally:
+        if admin is not None:
+            admin.stop()
+        await server.stop(grace=1)
+        await endpoint.forwarder.close()
+        try:
+            endpoint.close()
+        finally:
+            broker.close()
+
+
+async def _start_grpcio(endpoint: Endpoint, cfg: EndpointConfig, limit: int) -> Any:
+    """``--front python``: a grpc.aio server (the ports, TLS), started."""
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", limit),
@@ -798,39 +890,25 @@ async def serve(
         endpoint.ports.add(tls_port)
         log.info("gRPC endpoint TLS on %s", listen)
     await server.start()
-    admin = None
-    # With ``--workers N`` worker 0 serves the admin API (each binding its
-    # port made all but one fail to start).
-    if cfg.admin is not None and cfg.worker in (None, 0):
-        from broker_core.cluster.admin import AdminServer
+    return server
 
-        listen, token, tls = cfg.admin
-        admin = AdminServer(endpoint, listen, token, tls).start()
-        log.info("admin API on %s://%s", admin.scheme, admin.address)
-    if endpoint.node is not None:
-        endpoint.node.on_promoted.append(
-            lambda: loop.call_soon_threadsafe(endpoint.start_master_services)
-        )
-        endpoint.node.start()
-    await endpoint.start_background()
-    if cfg.worker is not None:
-        from broker_core.endpoint.workers import announce
 
-        announce(
-            endpoint.store.root,
-            cfg.worker,
-            {"port": bound, "worker_port": cfg.worker_port},
-        )
-    who = "" if cfg.worker is None else f" (worker {cfg.worker}, pid {os.getpid()})"
-    log.info("gRPC endpoint listening on %s:%d%s", cfg.host, cfg.port, who)
-    try:
-        await stop.wait()
-    finally:
-        if admin is not None:
-            admin.stop()
-        await server.stop(grace=1)
-        await endpoint.forwarder.close()
-        try:
-            endpoint.close()
-        finally:
-            broker.close()
+async def _start_native(endpoint: Endpoint, cfg: EndpointConfig, limit: int) -> Any:
+    """``--front native``: the same RPCs behind the native front
+    (``native_front.py``), started."""
+    from broker_core.endpoint.native_front import NativeServer
+
+    server = NativeServer(endpoint_methods(endpoint), limit, cfg.worker is not None)
+    server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+    if cfg.worker_port is not None:
+        server.add_insecure_port(f"{cfg.host}:{cfg.worker_port}")
+    if cfg.tls:
+        listen, cert, key = cfg.tls
+        server.add_secure_port(listen, open(key).read(), open(cert).read())
+    ports = await server.start()
+    cfg.port = ports[0]
+    endpoint.ports = set(ports)
+    if cfg.tls:
+        log.info("gRPC endpoint TLS on %s", cfg.tls[0])
+    log.info("gRPC endpoint: native front")
+    return server

@@ -1,0 +1,236 @@
+"""``serve --front native``: the endpoint's RPCs behind the native gRPC front.
+
+The front (``native/front.cc``, built by ``make native`` into
+``broker_core._native``) terminates gRPC in C++ threads and hands calls over
+in batches: an eventfd wakes the event loop, ``drain()`` returns every call,
+request message, half-close and cancellation since the last one (the GIL
+taken once), and the answers of one loop iteration (stream messages, ends)
+go back in one ``submit()``. Everything else is the endpoint's own Python:
+each call runs the handler ``server.endpoint_methods`` wraps for grpc.aio
+(authentication, BAD_REQUEST for what does not decode, forwarding,
+namespaces), with a ``NativeContext`` that answers what handlers ask of a
+grpc.aio ServicerContext. A cancelled call (client gone, deadline passed) has
+its task cancelled, as grpc.aio does."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from broker_core.endpoint.server import Method
+
+log = logging.getLogger("broker_core.endpoint.native")
+
+#: gRPC status UNKNOWN: a handler that raised (as grpc.aio answers)
+_UNKNOWN = 2
+_END = object()
+
+
+def load() -> Any:
+    """The extension module, or SystemExit saying how to build it."""
+    try:
+        from broker_core import _native  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise SystemExit(
+            f"--front native: the native front is not built ({exc}); run `make native`"
+        ) from None
+    return _native
+
+
+class NativeContext:
+    """What the handlers ask of a grpc.aio ServicerContext, for a call of the
+    native front."""
+
+    __slots__ = ("_metadata", "_peer", "_deadline", "_cancelled", "code", "details")
+
+    def __init__(
+        self, metadata: tuple[tuple[str, Any], ...], peer: str, timeout: float | None
+    ) -> None:
+        self._metadata = metadata
+        self._peer = peer
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._cancelled = False
+        self.code: Any = None
+        self.details: str | None = None
+
+    def invocation_metadata(self) -> tuple[tuple[str, Any], ...]:
+        return self._metadata
+
+    def peer(self) -> str:
+        return self._peer
+
+    def time_remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - time.monotonic())
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def done(self) -> bool:
+        return self._cancelled
+
+    def set_code(self, code: Any) -> None:
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+
+class _Call:
+    __slots__ = ("task", "queue", "context")
+
+    def __init__(self, context: NativeContext) -> None:
+        self.context = context
+        self.task: asyncio.Task[None] | None = None
+        self.queue: asyncio.Queue[Any] | None = None
+
+
+class NativeServer:
+    """The native front serving ``methods`` (``server.endpoint_methods``);
+    ``add_insecure_port`` / ``add_secure_port`` before ``start``, which
+    binds and returns the ports."""
+
+    def __init__(
+        self, methods: list[Method], max_message: int, reuseport: bool = False
+    ) -> None:
+        native = load()
+        self._native = native
+        self.methods = methods
+        self.front = native.Front(
+            [m.path for m in methods],
+            [m.kind == "bidi" for m in methods],
+            max_message,
+            reuseport,
+        )
+        #: (address, PEM key, PEM certificate chain; both "" for plaintext)
+        self.addresses: list[tuple[str, str, str]] = []
+        self.calls: dict[int, _Call] = {}
+        self._out: list[tuple[int, int, bytes | None, int, str | None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._new = native.NEW_CALL
+        self._message = native.MESSAGE
+        self._half_close = native.HALF_CLOSE
+        self._cancel = native.CANCELLED
+        self._write = native.WRITE
+        self._finish = native.FINISH
+
+    def add_insecure_port(self, address: str) -> None:
+        self.addresses.append((address, "", ""))
+
+    def add_secure_port(self, address: str, key_pem: str, cert_pem: str) -> None:
+        self.addresses.append((address, key_pem, cert_pem))
+
+    async def start(self) -> list[int]:
+        """Listen and serve; the bound ports, in ``add_insecure_port`` order.
+        SystemExit when one cannot be bound."""
+        for address, key, cert in self.addresses:
+            self.front.add_port(address, key, cert)
+        threads = int(os.environ.get("BROKER_NATIVE_THREADS", "1"))
+        if not self.front.start(threads):
+            where = ", ".join(a for a, _k, _c in self.addresses)
+            raise SystemExit(f"cannot listen on {where}")
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self.front.fileno(), self._drain)
+        return list(self.front.bound_ports())
+
+    async def stop(self, grace: float) -> None:
+        """Refuse new calls, give those in flight ``grace`` seconds (their
+        answers still go out), then cancel the rest."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.front.shutdown, grace)
+        loop.remove_reader(self.front.fileno())
+        for call in list(self.calls.values()):
+            if call.task is not None:
+                call.task.cancel()
+        self.calls.clear()
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.front.stats())
+
+    # -- the hand-overs ------------------------------------------------------
+    def _drain(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        calls = self.calls
+        call: _Call | None
+        for kind, cid, index, md, peer, timeout, data in self.front.drain():
+            if kind == self._new:
+                m = self.methods[index]
+                new = calls[cid] = _Call(NativeContext(md, peer, timeout))
+                if m.kind == "unary":
+                    coro: Any = self._unary(cid, m, data, new.context)
+                elif m.kind == "server_stream":
+                    coro = self._stream(cid, m, m.decode(data), new.context)
+                else:
+                    new.queue = asyncio.Queue()
+                    coro = self._stream(cid, m, _requests(new.queue), new.context)
+                new.task = loop.create_task(coro)
+            elif kind == self._message:
+                call = calls.get(cid)
+                if call is not None and call.queue is not None:
+                    call.queue.put_nowait(self.methods[index].decode(data))
+            elif kind == self._half_close:
+                call = calls.get(cid)
+                if call is not None and call.queue is not None:
+                    call.queue.put_nowait(_END)
+            elif kind == self._cancel:
+                call = calls.pop(cid, None)
+                if call is not None:
+                    call.context._cancelled = True
+                    if call.task is not None:
+                        call.task.cancel()
+
+    def _send(self, op: tuple[int, int, bytes | None, int, str | None]) -> None:
+        if not self._out:
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
+        self._out.append(op)
+
+    def _flush(self) -> None:
+        ops, self._out = self._out, []
+        self.front.submit(ops)
+
+    # -- the calls -----------------------------------------------------------
+    async def _unary(
+        self, cid: int, m: Method, data: bytes, ctx: NativeContext
+    ) -> None:
+        try:
+            resp = await m.handler(m.decode(data), ctx)
+            self._send((cid, self._finish, m.encode(resp), 0, None))
+        except asyncio.CancelledError:
+            pass  # the client is gone: nobody to answer
+        except Exception as exc:  # noqa: BLE001 - answered as grpc.aio does
+            log.exception("%s failed", m.name)
+            self._send((cid, self._finish, None, _UNKNOWN, f"{type(exc).__name__}"))
+        finally:
+            self.calls.pop(cid, None)
+
+    async def _stream(self, cid: int, m: Method, req: Any, ctx: NativeContext) -> None:
+        """A server-streaming call (``req`` its request) or a bidirectional
+        one (``req`` the async iterator of its requests)."""
+        try:
+            async for out in m.handler(req, ctx):
+                self._send((cid, self._write, m.encode(out), 0, None))
+            self._send((cid, self._finish, None, 0, None))
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:  # noqa: BLE001
+            log.exception("%s failed", m.name)
+            self._send((cid, self._finish, None, _UNKNOWN, f"{type(exc).__name__}"))
+        finally:
+            self.calls.pop(cid, None)
+
+
+async def _requests(queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
+    """A bidirectional call's requests as they arrive, until the client
+    closes its side (None: one that did not decode)."""
+    while True:
+        x = await queue.get()
+        if x is _END:
+            return
+        yield x
