@@ -1442,17 +1442,25 @@ class ApacheControllerCluster(ApacheRocketMQ):
                 t0,
             )
             self._log("broker-a-0 elected master of broker-a")
-            for name in ("broker-a-1", "broker-b", *self.PROXIES):
+            for name in ("broker-a-1", "broker-b"):
                 self._start_jvm(name, paths[name], env)
             want = {
                 "broker-a": self.addr_of("broker-a-0"),
                 "broker-b": self.addr_of("broker-b"),
             }
             self._wait(
-                lambda: json.loads(self._admin_call("masters")) == want,
-                "both masters' registration with the namesrv",
+                lambda: (
+                    json.loads(self._admin_call("masters")) == want
+                    and self.addr_of("broker-a-1") in self.brokers()
+                ),
+                "the three brokers' registration with the namesrv",
                 t0,
             )
+            # Only now: a cluster-mode proxy makes its system topic
+            # (DefaultHeartBeatSyncerTopic) on the cluster's brokers as it
+            # starts, and exits when it cannot.
+            for name in self.PROXIES:
+                self._start_jvm(name, paths[name], env)
             self._wait(
                 lambda: (
                     self.addr_of("broker-a-1") in self.sync_state().get("inSync", [])
