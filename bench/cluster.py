@@ -305,7 +305,7 @@ def steady_send(ep: str, topic: str, seconds: float, rate: float) -> dict:
             r = p.send(m)
             sends.append([at, time.time() - at, 1, r.message_id])
         except Exception as exc:  # noqa: BLE001 - a failed send, counted
-            text = str(exc).replace("\n", " ")[:160]
+            text = str(exc).replace("\n", " ")[:600]
             sends.append([at, time.time() - at, 0, type(exc).__name__, text])
         i += 1
     try:
@@ -904,8 +904,15 @@ def bench_apache_failover(a, tmp: Path, base: str) -> dict:
     from bench.peers.rocketmq import ApacheControllerCluster, commitlog_bytes
 
     topic = "Steady"
+    # The client's channel goes through one proxy (ApacheControllerCluster.
+    # client_proxy): the one killed with the master, or another.
+    client_proxy = {"killed": "proxy-a-0", "survivor": "proxy-b", "any": None}
     cl = ApacheControllerCluster(
-        a.apache_version, workdir=tmp, verbose=True, proxy_conf=a.apache_proxy_conf
+        a.apache_version,
+        workdir=tmp,
+        verbose=True,
+        proxy_conf=a.apache_proxy_conf,
+        client_proxy=client_proxy[a.apache_client_on],
     )
     procs: list[subprocess.Popen] = []
     polls: list[tuple[float, dict]] = []
@@ -981,6 +988,8 @@ def bench_apache_failover(a, tmp: Path, base: str) -> dict:
             "clients": a.steady_clients,
             "rate_per_client": a.steady_rate,
             "killed": victims,
+            "proxy_conf": a.apache_proxy_conf,
+            "client_channel_proxy": cl.client_proxy,
             "start_s": round(start_s or 0, 1),
             "sync_state_before": before,
             "sync_state_after": polls[-1][1] if polls else None,
@@ -1052,9 +1061,11 @@ def _apache_election_line(home: Path) -> str | None:
 def print_apache(res: dict) -> None:
     r = res["apache_controller"]
     print(f"\n6. The same against Apache RocketMQ {r['apache_version']} in "
-          f"controller mode (killed: {', '.join(r['killed'])})")  # fmt: skip
+          f"controller mode (killed: {', '.join(r['killed'])}; the clients' "
+          f"channel on {r['client_channel_proxy']})")  # fmt: skip
     print(f"  {r['clients']} producers x {r['rate_per_client']:g}/s, access point "
-          f"= every proxy; cluster up in {r['start_s']} s")  # fmt: skip
+          f"= every proxy; cluster up in {r['start_s']} s; extra proxy conf "
+          f"{r.get('proxy_conf') or '-'}")  # fmt: skip
     print(f"  sends {r['sends']:,}, acknowledged {r['acknowledged']:,}, failed "
           f"{r['failed']:,} {r['failed_kinds']} (from/to after the kill: "
           f"{r['failed_after_kill_s']})")  # fmt: skip
@@ -1238,6 +1249,14 @@ def main(argv: list[str]) -> int:
         "--apache-kill", choices=("node", "broker"), default="node",
         help="section 6: SIGKILL broker-a's master JVM and the proxy in front "
         "of it (node, as section 5 kills a node), or the broker JVM only",
+    )  # fmt: skip
+    ap.add_argument(
+        "--apache-client-on", choices=("killed", "survivor", "any"),
+        default="killed",
+        help="section 6: the proxy the clients' gRPC channel goes through (the "
+        "official client uses the access point's first address, sorted): the "
+        "killed one (proxy-a-0), a surviving one (proxy-b), or as the free "
+        "ports fall",
     )  # fmt: skip
     ap.add_argument(
         "--apache-proxy-conf", type=json.loads, default={}, metavar="JSON",

@@ -1245,6 +1245,7 @@ class ApacheControllerCluster(ApacheRocketMQ):
         namesrv_heap: str = "256m",
         jvm_opts: Iterable[str] = (),
         cluster: str = "DefaultCluster",
+        client_proxy: str | None = None,
         workdir: str | os.PathLike[str] | None = None,
         keep: bool = False,
         start_timeout: float = 300.0,
@@ -1269,6 +1270,9 @@ class ApacheControllerCluster(ApacheRocketMQ):
         self.marker = f"-D{MARKER_PROP}=apache-rmq-ctl-{os.getpid()}-{id(self):x}"
         self.controller_conf = dict(controller_conf or {})
         self.proxy_heap = proxy_heap
+        if client_proxy is not None and client_proxy not in self.PROXIES:
+            raise ValueError(f"client_proxy must be one of {self.PROXIES}")
+        self.want_client_proxy = client_proxy
         self.controller_port = 0
         self.broker_ports: dict[str, int] = {}
         self.grpc_ports: dict[str, int] = {}
@@ -1300,6 +1304,19 @@ class ApacheControllerCluster(ApacheRocketMQ):
     @property
     def grpc_endpoint(self) -> str:
         return self.access_point
+
+    @property
+    def client_proxy(self) -> str:
+        """The proxy an official Python client's traffic goes through: its
+        gRPC channel to an access point of several addresses is
+        ``ipv4:<the addresses sorted as strings>`` with gRPC's default
+        pick_first policy, i.e. the first of them that connects (the
+        ``client_proxy`` argument chooses which one that is)."""
+        first = min(self.grpc_endpoints)
+        return next(x for x in self.PROXIES if self.grpc_endpoints_of(x) == first)
+
+    def grpc_endpoints_of(self, proxy: str) -> str:
+        return f"{self.host}:{self.grpc_ports[proxy]}"
 
     def home_of(self, name: str) -> Path:
         assert self.workdir is not None
@@ -1333,6 +1350,13 @@ class ApacheControllerCluster(ApacheRocketMQ):
         self.controller_port = pick()
         self.broker_ports = {b: pick(broker=True) for b in self.BROKERS}
         self.grpc_ports = {x: pick() for x in self.PROXIES}
+        if self.want_client_proxy is not None:
+            # Give that proxy the address that sorts first.
+            ports = sorted(self.grpc_ports.values(), key=lambda p: f"{self.host}:{p}")
+            others = [x for x in self.PROXIES if x != self.want_client_proxy]
+            self.grpc_ports = dict(
+                zip([self.want_client_proxy, *others], ports, strict=True)
+            )
         self.remoting_ports = {x: pick() for x in self.PROXIES}
 
     def _write_cluster_configs(self) -> dict[str, Path]:
