@@ -75,7 +75,11 @@ phase, per message; client CPU each client's own over its loop.
    lists the three proxies. The same producers (``steady_send``); after
    ``--kill-after`` s broker-a's master JVM is SIGKILLed, with the proxy in
    front of it (``--apache-kill node``, as section 5 kills a node that is also
-   an access point) or alone (``--apache-kill broker``). "Lost" and "stored on
+   an access point) or alone (``--apache-kill broker``). The official client
+   sends everything through the first of its access point's addresses (sorted,
+   gRPC pick_first): ``--apache-client-on killed`` (default) gives that to the
+   proxy killed with the master, ``survivor`` to broker-b's, ``any`` leaves it
+   to the free ports. "Lost" and "stored on
    the promoted slave" read the three brokers' commit logs after every JVM is
    stopped (``commitlog_bytes``, the message id being the UNIQ_KEY property);
    the election time is the first of the controller's sync-state answers
