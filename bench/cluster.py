@@ -65,7 +65,29 @@ phase, per message; client CPU each client's own over its loop.
    acknowledged sends in neither surviving store (must be 0), and the time
    from the kill to the first send stored on the promoted slave.
 
-``--sections 1,2,3,4,5`` runs only the given sections.
+6. The same against Apache RocketMQ 5.3.3 in controller mode
+   (``bench/peers/rocketmq.py``'s ``ApacheControllerCluster``, 7 JVMs on
+   free ports): the NameServer with the embedded DLedger controller (one
+   member), broker-a's two brokers with ``enableControllerMode`` and
+   ``allAckInSyncStateSet=true`` (the first one started is elected SYNC
+   master, the second waited for until it is in the SyncStateSet), broker-b a
+   plain master, and one cluster-mode gRPC proxy per broker; the access point
+   lists the three proxies. The same producers (``steady_send``); after
+   ``--kill-after`` s broker-a's master JVM is SIGKILLed, with the proxy in
+   front of it (``--apache-kill node``, as section 5 kills a node that is also
+   an access point) or alone (``--apache-kill broker``). The official client
+   sends everything through the first of its access point's addresses (sorted,
+   gRPC pick_first): ``--apache-client-on killed`` (default) gives that to the
+   proxy killed with the master, ``survivor`` to broker-b's, ``any`` leaves it
+   to the free ports. "Lost" and "stored on
+   the promoted slave" read the three brokers' commit logs after every JVM is
+   stopped (``commitlog_bytes``, the message id being the UNIQ_KEY property);
+   the election time is the first of the controller's sync-state answers
+   (polled every 100 ms, as ``mqadmin getSyncStateSet``) naming the slave
+   master. Not in the default ``--sections``: it needs Java and the jars
+   (``python bench/peers/rocketmq.py fetch``).
+
+``--sections 1,2,3,4,5`` runs only the given sections (6 only when named).
 
 Prints a table (with the load average at the start and the end: the figures
 depend on what else runs on the machine) and writes JSON (``--json``, else
@@ -266,7 +288,8 @@ def failover_probe(ep: str, topic: str, per: int, deadline_s: float) -> dict:
 def steady_send(ep: str, topic: str, seconds: float, rate: float) -> dict:
     """One official-client producer sending one message at a time at ``rate``
     per second for ``seconds``, through access point ``ep`` (several nodes:
-    ``a;b;c``): every send's time, outcome and message id."""
+    ``a;b;c``): every send's time, latency, outcome (1/0) and message id (or
+    the exception's type, then its text)."""
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
     p = Producer(ClientConfiguration(ep, Credentials(), request_timeout=3), (topic,))
@@ -286,7 +309,8 @@ def steady_send(ep: str, topic: str, seconds: float, rate: float) -> dict:
             r = p.send(m)
             sends.append([at, time.time() - at, 1, r.message_id])
         except Exception as exc:  # noqa: BLE001 - a failed send, counted
-            sends.append([at, time.time() - at, 0, type(exc).__name__])
+            text = str(exc).replace("\n", " ")[:600]
+            sends.append([at, time.time() - at, 0, type(exc).__name__, text])
         i += 1
     try:
         p.shutdown()
@@ -877,6 +901,191 @@ def print_controller(res: dict) -> None:
           f"{r['max_send_latency_s']} s")  # fmt: skip
 
 
+# -- 6. the same against Apache RocketMQ in controller mode -------------------------
+def bench_apache_failover(a, tmp: Path, base: str) -> dict:
+    """Section 6 (module doc): section 5's producers and kill against Apache
+    RocketMQ 5.3.3 in controller mode (bench/peers/rocketmq.py)."""
+    from bench.peers.rocketmq import ApacheControllerCluster, commitlog_bytes
+
+    topic = "Steady"
+    # The client's channel goes through one proxy (ApacheControllerCluster.
+    # client_proxy): the one killed with the master, or another.
+    client_proxy = {"killed": "proxy-a-0", "survivor": "proxy-b", "any": None}
+    cl = ApacheControllerCluster(
+        a.apache_version,
+        workdir=tmp,
+        verbose=True,
+        proxy_conf=a.apache_proxy_conf,
+        client_proxy=client_proxy[a.apache_client_on],
+    )
+    procs: list[subprocess.Popen] = []
+    polls: list[tuple[float, dict]] = []
+    stop_poll = threading.Event()
+
+    def poll() -> None:
+        while not stop_poll.is_set():
+            try:
+                polls.append((time.time(), cl.sync_state("broker-a")))
+            except Exception as exc:  # noqa: BLE001 - recorded
+                polls.append((time.time(), {"error": str(exc)[:200]}))
+            stop_poll.wait(0.1)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    try:
+        cl.start()
+        start_s = cl.start_seconds
+        # No +message.type attribute: Apache 5.3.2/5.3.3's slave cannot copy
+        # a topic with attributes from its master (apache/rocketmq#9403,
+        # fixed after 5.3.3: SyncTopicConfig fails with "only add attribute
+        # is supported while creating topic. key: essage.type" and the slave
+        # keeps no topic at all). The proxy takes NORMAL messages for a topic
+        # of no type (UNSPECIFIED).
+        cl.create_topic(topic, None, 4)
+        # The slave copies its master's topics every 10 s: wait for it, so
+        # that a promoted slave knows the topic.
+        slave_cfg = cl.store_of("broker-a-1") / "config" / "topics.json"
+        deadline = time.monotonic() + 60
+        while topic not in (slave_cfg.read_text() if slave_cfg.exists() else ""):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"broker-a-1 has no topic {topic} after 60 s")
+            time.sleep(0.2)
+        before = cl.sync_state("broker-a")
+        old, new = cl.addr_of("broker-a-0"), cl.addr_of("broker-a-1")
+        procs = [
+            spawn(
+                "steady_send",
+                cl.access_point,
+                topic,
+                a.steady_s,
+                a.steady_rate,
+                home=str(tmp),
+            )
+            for _ in range(a.steady_clients)
+        ]
+        poller.start()
+        time.sleep(a.kill_after)
+        victims = ["broker-a-0"] + (["proxy-a-0"] if a.apache_kill == "node" else [])
+        killed = cl.kill(*victims)
+        per = [result_of(p, a.steady_s + 120)["sends"] for p in procs]
+        sends = [x for r in per for x in r]
+        procs = []
+        stop_poll.set()
+        poller.join()
+        masters_after = cl.masters()
+        # Nothing writes any more: then read the three commit logs.
+        cl.kill(*[n for n in cl.pid_map() if n not in victims])
+        held = {b: commitlog_bytes(cl.store_of(b)) for b in cl.BROKERS}
+        elected = next(
+            (t for t, s in polls if t >= killed and s.get("masterAddress") == new),
+            None,
+        )
+        log_line = _apache_election_line(cl.home_of("namesrv"))
+        acked = [x for x in sends if x[2]]
+        failed = [x for x in sends if not x[2]]
+        survivors = held["broker-a-1"] + held["broker-b"]
+        lost = [x for x in acked if x[3].encode() not in survivors]
+        after = [x for x in acked if x[0] >= killed]
+        on_promoted = [x for x in after if x[3].encode() in held["broker-a-1"]]
+        on_old = [x for x in after if x[3].encode() in held["broker-a-0"]]
+        return {
+            "apache_version": a.apache_version,
+            "clients": a.steady_clients,
+            "rate_per_client": a.steady_rate,
+            "killed": victims,
+            "proxy_conf": a.apache_proxy_conf,
+            "client_channel_proxy": cl.client_proxy,
+            "start_s": round(start_s or 0, 1),
+            "sync_state_before": before,
+            "sync_state_after": polls[-1][1] if polls else None,
+            "namesrv_masters_after": masters_after,
+            "old_master": old,
+            "promoted": new,
+            "elected_s": None if elected is None else round(elected - killed, 2),
+            "election_log_line": log_line,
+            "sync_state_polls": len(polls),
+            "sync_state_poll_errors": sum(1 for _, s in polls if "error" in s),
+            "sends": len(sends),
+            "acknowledged": len(acked),
+            "failed": len(failed),
+            "failed_kinds": sorted({x[3] for x in failed}),
+            "failed_per_producer": [sum(1 for x in r if not x[2]) for r in per],
+            "failed_texts": _first_texts(failed, killed),
+            "after_kill_on_broker_b": sum(
+                1 for x in after if x[3].encode() in held["broker-b"]
+            ),
+            "failed_after_kill_s": (
+                [
+                    round(min(x[0] for x in failed) - killed, 2),
+                    round(max(x[0] for x in failed) - killed, 2),
+                ]
+                if failed
+                else None
+            ),  # fmt: skip
+            "acknowledged_lost": len(lost),
+            "first_send_on_promoted_s": (
+                round(min(x[0] for x in on_promoted) - killed, 2)
+                if on_promoted
+                else None
+            ),
+            "acknowledged_after_kill": len(after),
+            "after_kill_on_promoted": len(on_promoted),
+            "after_kill_on_old_master": len(on_old),
+            "max_send_latency_s": round(max((x[1] for x in sends), default=0), 2),
+            "commitlog_bytes": {b: len(v) for b, v in held.items()},
+        }
+    finally:
+        stop_poll.set()
+        for p in procs:
+            p.kill()
+            p.wait()
+        cl.stop(graceful=False)
+
+
+def _first_texts(failed: list[list], killed: float) -> list[str]:
+    """Each distinct failure text (first 3), with when it was first seen."""
+    seen: dict[str, float] = {}
+    for x in sorted(failed):
+        text = f"{x[3]}: {x[4]}" if len(x) > 4 else x[3]
+        seen.setdefault(text, x[0] - killed)
+    return [f"+{t:.2f}s {text}" for text, t in list(seen.items())[:3]]
+
+
+def _apache_election_line(home: Path) -> str | None:
+    """The controller's "Elect a new master ... done" line for broker-a (its
+    time is to the second, GMT+8: the sync-state polls time the election)."""
+    for name in ("controller.log", "namesrv.log"):
+        f = home / "logs" / "rocketmqlogs" / name
+        if f.exists():
+            for ln in f.read_text(errors="replace").splitlines():
+                if "Elect a new master in broker-set: broker-a done" in ln:
+                    return ln[:300]
+    return None
+
+
+def print_apache(res: dict) -> None:
+    r = res["apache_controller"]
+    print(f"\n6. The same against Apache RocketMQ {r['apache_version']} in "
+          f"controller mode (killed: {', '.join(r['killed'])}; the clients' "
+          f"channel on {r['client_channel_proxy']})")  # fmt: skip
+    print(f"  {r['clients']} producers x {r['rate_per_client']:g}/s, access point "
+          f"= every proxy; cluster up in {r['start_s']} s; extra proxy conf "
+          f"{r.get('proxy_conf') or '-'}")  # fmt: skip
+    print(f"  sends {r['sends']:,}, acknowledged {r['acknowledged']:,}, failed "
+          f"{r['failed']:,} {r['failed_kinds']} (from/to after the kill: "
+          f"{r['failed_after_kill_s']})")  # fmt: skip
+    print(f"  acknowledged and lost: {r['acknowledged_lost']}; controller elected "
+          f"broker-a-1 {r['elected_s']} s after the kill; first send stored on it "
+          f"{r['first_send_on_promoted_s']} s after the kill "
+          f"({r['after_kill_on_promoted']:,} of {r['acknowledged_after_kill']:,} "
+          f"acknowledged after it); slowest send "
+          f"{r['max_send_latency_s']} s")  # fmt: skip
+    print(f"  failed per producer {r['failed_per_producer']}; acknowledged after "
+          f"the kill stored on broker-b {r['after_kill_on_broker_b']:,}, on the old "
+          f"master {r['after_kill_on_old_master']}")  # fmt: skip
+    for text in r["failed_texts"]:
+        print(f"    {text}")
+
+
 # -- output ------------------------------------------------------------------------
 def fmt(v, spec=",.0f") -> str:
     return "-" if v is None else format(v, spec)
@@ -989,7 +1198,8 @@ def print_tables(res: dict) -> None:
     for key, show in (("scale", print_scale), ("replication", print_replication),
                       ("failover", print_failover),
                       ("auto_promote", print_auto_promote),
-                      ("controller", print_controller)):  # fmt: skip
+                      ("controller", print_controller),
+                      ("apache_controller", print_apache)):  # fmt: skip
         if key in res:
             show(res)
 
@@ -1038,6 +1248,24 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--kill-after", type=float, default=15, help="section 5")
     ap.add_argument("--lease-ttl", type=int, default=6, help="section 5")
     ap.add_argument("--controller-expiry", type=float, default=3, help="section 5")
+    ap.add_argument("--apache-version", default="5.3.3", help="section 6")
+    ap.add_argument(
+        "--apache-kill", choices=("node", "broker"), default="node",
+        help="section 6: SIGKILL broker-a's master JVM and the proxy in front "
+        "of it (node, as section 5 kills a node), or the broker JVM only",
+    )  # fmt: skip
+    ap.add_argument(
+        "--apache-client-on", choices=("killed", "survivor", "any"),
+        default="killed",
+        help="section 6: the proxy the clients' gRPC channel goes through (the "
+        "official client uses the access point's first address, sorted): the "
+        "killed one (proxy-a-0), a surviving one (proxy-b), or as the free "
+        "ports fall",
+    )  # fmt: skip
+    ap.add_argument(
+        "--apache-proxy-conf", type=json.loads, default={}, metavar="JSON",
+        help="section 6: extra rmq-proxy.json entries for every proxy",
+    )  # fmt: skip
     ap.add_argument("--registry", default="redis://127.0.0.1:6379/11")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
@@ -1081,6 +1309,9 @@ def main(argv: list[str]) -> int:
         if "5" in sections:
             print("5. controller failover, clients sending", flush=True)
             res["controller"] = bench_controller_failover(a, tmp, base)
+        if "6" in sections:
+            print("6. Apache RocketMQ controller failover, clients sending", flush=True)
+            res["apache_controller"] = bench_apache_failover(a, tmp, base)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         res["redis_keys_deleted"] = cleanup_redis(a.registry, base)

@@ -8,6 +8,7 @@
         [--detach] [--keep]
     python bench/peers/rocketmq.py status
     python bench/peers/rocketmq.py stop
+    python bench/peers/rocketmq.py controller [--version V] [--keep]
 
 ``fetch`` resolves ``org.apache.rocketmq:rocketmq-proxy`` (which brings the
 broker and the NameServer) and ``rocketmq-tools`` (mqadmin) from Maven Central
@@ -39,6 +40,11 @@ From Python::
         rmq.create_topic("t", "FIFO")
         rmq.create_group("g", fifo=True, max_delivery_attempts=4)
         rmq.grpc_endpoint  # "127.0.0.1:18081"
+
+``controller`` starts a controller-mode cluster in the foreground until
+Ctrl-C (``ApacheControllerCluster``: NameServer with the embedded controller,
+broker-a master + slave, broker-b, a cluster-mode gRPC proxy per broker, all on
+free ports) and prints its access point; bench/cluster.py section 6 uses it.
 
 See docs/peers.md.
 """
@@ -200,7 +206,12 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
 import com.alibaba.fastjson.JSON;
+import java.util.ArrayList;
+import java.util.List;
 import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.remoting.protocol.body.BrokerReplicasInfo;
+import org.apache.rocketmq.remoting.protocol.body.BrokerReplicasInfo.ReplicaIdentity;
+import org.apache.rocketmq.remoting.protocol.body.BrokerReplicasInfo.ReplicasInfo;
 import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
 import org.apache.rocketmq.remoting.protocol.route.BrokerData;
 import org.apache.rocketmq.remoting.protocol.route.TopicRouteData;
@@ -280,7 +291,14 @@ public class RmqPeerAdmin {
                     attrs.put("+message.type", f[2]);
                 }
                 tc.setAttributes(attrs);
-                admin.createAndUpdateTopicConfig(brokerAddr, tc);
+                // f[7], when there: the brokers to make it on (comma-separated)
+                String[] targets = {brokerAddr};
+                if (f.length > 7 && !f[7].isEmpty()) {
+                    targets = f[7].split(",");
+                }
+                for (String addr : targets) {
+                    admin.createAndUpdateTopicConfig(addr, tc);
+                }
                 waitRoute(f[1]);
                 return f[1];
             }
@@ -299,7 +317,45 @@ public class RmqPeerAdmin {
                 return f[1];
             }
             case "topicconf":
-                return JSON.toJSONString(admin.examineTopicConfig(brokerAddr, f[1]));
+                // topicconf NAME [BROKER ADDRESS]
+                return JSON.toJSONString(admin.examineTopicConfig(
+                    f.length > 2 && !f[2].isEmpty() ? f[2] : brokerAddr, f[1]));
+            case "masters": {
+                // brokerName -> the address of its brokerId 0 ("" when none)
+                ClusterInfo info = admin.examineBrokerClusterInfo();
+                Map<String, String> m = new HashMap<>();
+                for (BrokerData bd : info.getBrokerAddrTable().values()) {
+                    String addr = bd.getBrokerAddrs().get(0L);
+                    m.put(bd.getBrokerName(), addr == null ? "" : addr);
+                }
+                return JSON.toJSONString(m);
+            }
+            case "syncstate": {
+                // syncstate CONTROLLER_ADDR BROKER_NAME: what the controller
+                // holds for that broker name (mqadmin getSyncStateSet)
+                List<String> names = new ArrayList<>();
+                names.add(f[2]);
+                BrokerReplicasInfo info = admin.getInSyncStateData(f[1], names);
+                ReplicasInfo r = info.getReplicasInfoTable().get(f[2]);
+                Map<String, Object> m = new HashMap<>();
+                if (r != null) {
+                    m.put("masterBrokerId", r.getMasterBrokerId());
+                    m.put("masterAddress", r.getMasterAddress());
+                    m.put("masterEpoch", r.getMasterEpoch());
+                    m.put("syncStateSetEpoch", r.getSyncStateSetEpoch());
+                    List<String> in = new ArrayList<>();
+                    for (ReplicaIdentity id : r.getInSyncReplicas()) {
+                        in.add(id.getBrokerAddress());
+                    }
+                    List<String> out = new ArrayList<>();
+                    for (ReplicaIdentity id : r.getNotInSyncReplicas()) {
+                        out.add(id.getBrokerAddress());
+                    }
+                    m.put("inSync", in);
+                    m.put("notInSync", out);
+                }
+                return JSON.toJSONString(m);
+            }
             case "groupconf":
                 return JSON.toJSONString(
                     admin.examineSubscriptionGroupConfig(brokerAddr, f[1]));
@@ -656,7 +712,16 @@ class ApacheRocketMQ:
         env.pop("JAVA_TOOL_OPTIONS", None)
         return env
 
-    def _java(self, heap: list[str], logback: str, main: str, *args: str) -> list[str]:
+    def _java(
+        self,
+        heap: list[str],
+        logback: str,
+        main: str,
+        *args: str,
+        home: Path | None = None,
+    ) -> list[str]:
+        """A JVM command line; ``home`` (default: the workdir) is its
+        ``user.home``, where Apache's logback puts ``logs/rocketmqlogs``."""
         assert self.workdir is not None
         java = shutil.which("java")
         if java is None:
@@ -669,7 +734,7 @@ class ApacheRocketMQ:
             "-XX:-OmitStackTraceInFastThrow",
             "-XX:+IgnoreUnrecognizedVMOptions",
             self.marker,
-            f"-Duser.home={self.workdir}",
+            f"-Duser.home={home or self.workdir}",
             f"-Drocketmq.home.dir={self.workdir}",
             f"-Drmq.logback.configurationFile={logback}",
             "-Drocketmq.client.logUseSlf4j=true",
@@ -837,7 +902,7 @@ class ApacheRocketMQ:
         except OSError:
             return "(no output)"
 
-    def _grpc_answers(self) -> bool:
+    def _grpc_answers(self, port: int | None = None) -> bool:
         """A real QueryRoute over gRPC, when grpcio and the official client's
         protobuf stubs are importable (any answer with a status counts: the
         proxy and the broker behind it are serving); else the TCP check and
@@ -851,15 +916,14 @@ class ApacheRocketMQ:
             )
         except Exception:
             return True
-        with grpc.insecure_channel(self.grpc_endpoint) as channel:
+        port = port or self.grpc_port
+        with grpc.insecure_channel(f"{self.host}:{port}") as channel:
             stub = service_pb2_grpc.MessagingServiceStub(channel)
             req = service_pb2.QueryRouteRequest(
                 topic=definition_pb2.Resource(name="bench-peer-probe"),
                 endpoints=definition_pb2.Endpoints(
                     scheme=definition_pb2.AddressScheme.IPv4,
-                    addresses=[
-                        definition_pb2.Address(host=self.host, port=self.grpc_port)
-                    ],
+                    addresses=[definition_pb2.Address(host=self.host, port=port)],
                 ),
             )
             try:
@@ -1015,7 +1079,10 @@ class ApacheRocketMQ:
         wq = write_queues if write_queues is not None else queues
         extra = json.dumps(dict(attributes)) if attributes else "-"
         try:
-            self._admin_call("topic", name, mtype, str(rq), str(wq), str(perm), extra)
+            self._admin_call(
+                "topic", name, mtype, str(rq), str(wq), str(perm), extra,
+                *self._topic_targets(),
+            )  # fmt: skip
         except PeerError as e:
             if mtype in ("PRIORITY", "LITE"):
                 raise PeerError(
@@ -1023,6 +1090,10 @@ class ApacheRocketMQ:
                     f"{mtype} for topic {name!r}: {e}"
                 ) from e
             raise
+
+    def _topic_targets(self) -> tuple[str, ...]:
+        """Where create_topic makes a topic: () is the peer's one broker."""
+        return ()
 
     def create_group(
         self,
@@ -1079,6 +1150,431 @@ class ApacheRocketMQ:
         )
 
 
+# ------------------------------------------------- controller-mode cluster
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (the kernel's choice)."""
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        return s.getsockname()[1]
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_broker_port() -> int:
+    """A broker listenPort whose listenPort - 2 (fast remoting) and
+    listenPort + 1 (HA) are free too."""
+    for _ in range(200):
+        p = free_port()
+        if p > 1026 and p < 65534 and all(_bindable(x) for x in (p - 2, p, p + 1)):
+            return p
+    raise PeerError("no free broker port (with its -2 and +1 neighbours)")
+
+
+# What a controller-mode broker of broker-a starts with (Apache's
+# distribution/conf/controller/quick-start/broker-n*.conf, and SYNC: a send is
+# answered once every member of the SyncStateSet has it). The controller
+# decides the role: the first one to register becomes SYNC_MASTER (brokerId
+# 0), the next one its SLAVE; timing settings are Apache's defaults.
+CONTROLLER_BROKER_CONF: dict[str, str] = {
+    "brokerId": "-1",
+    "brokerRole": "SLAVE",
+    "enableControllerMode": "true",
+    "allAckInSyncStateSet": "true",
+    "minInSyncReplicas": "1",
+}
+
+# The embedded controller (Apache's
+# distribution/conf/controller/cluster-3n-namesrv-plugin/namesrv-n0.conf with
+# one member): DLedger, no election outside the SyncStateSet.
+CONTROLLER_CONF: dict[str, str] = {
+    "enableControllerInNamesrv": "true",
+    "controllerType": "DLedger",
+    "controllerDLegerGroup": "bench",
+    "controllerDLegerSelfId": "n0",
+    "enableElectUncleanMaster": "false",
+    "notifyBrokerRoleChanged": "true",
+}
+
+
+class ApacheControllerCluster(ApacheRocketMQ):
+    """Apache RocketMQ in controller mode (RIP-44) on a temp dir, 7 JVMs:
+
+    - ``namesrv``: the NameServer with the embedded DLedger controller
+      (``enableControllerInNamesrv``, ONE controller member; the controller
+      listens on its own port, ``controller_addr``);
+    - ``broker-a-0``, ``broker-a-1``: brokerName broker-a,
+      ``enableControllerMode``, ``allAckInSyncStateSet``; broker-a-0 is started
+      first and is elected master, broker-a-1 follows it and is waited for
+      until it is in the SyncStateSet;
+    - ``broker-b``: a plain ASYNC_MASTER without a slave;
+    - ``proxy-a-0``, ``proxy-a-1``, ``proxy-b``: one cluster-mode gRPC proxy
+      per broker (a local-mode proxy answers QueryRoute with brokerIP:its own
+      gRPC port for every broker, which on one host cannot point at several
+      proxies). ``access_point`` lists all three.
+
+    Every port is a free one (chosen at ``start``). ``broker_conf`` entries go
+    to the two broker-a brokers, ``controller_conf`` to namesrv.properties,
+    ``proxy_conf`` to every proxy's rmq-proxy.json. Each JVM has a home of its
+    own under the workdir (its logs in ``<workdir>/<name>/logs/rocketmqlogs``,
+    a broker's store in ``<workdir>/<name>/store``); console output in
+    ``<workdir>/logs/<name>.out``.
+    """
+
+    BROKERS = ("broker-a-0", "broker-a-1", "broker-b")
+    PROXIES = ("proxy-a-0", "proxy-b", "proxy-a-1")
+
+    def __init__(
+        self,
+        version: str = DEFAULT_VERSION,
+        *,
+        broker_conf: Mapping[str, Any] | None = None,
+        controller_conf: Mapping[str, Any] | None = None,
+        proxy_conf: Mapping[str, Any] | None = None,
+        heap: str = "512m",
+        heap_min: str = "128m",
+        proxy_heap: str = "256m",
+        namesrv_heap: str = "256m",
+        jvm_opts: Iterable[str] = (),
+        cluster: str = "DefaultCluster",
+        client_proxy: str | None = None,
+        workdir: str | os.PathLike[str] | None = None,
+        keep: bool = False,
+        start_timeout: float = 300.0,
+        stop_timeout: float = 30.0,
+        verbose: bool = False,
+    ):
+        super().__init__(
+            version,
+            broker_conf=broker_conf,
+            proxy_conf=proxy_conf,
+            heap=heap,
+            heap_min=heap_min,
+            namesrv_heap=namesrv_heap,
+            jvm_opts=jvm_opts,
+            cluster=cluster,
+            workdir=workdir,
+            keep=keep,
+            start_timeout=start_timeout,
+            stop_timeout=stop_timeout,
+            verbose=verbose,
+        )
+        self.marker = f"-D{MARKER_PROP}=apache-rmq-ctl-{os.getpid()}-{id(self):x}"
+        self.controller_conf = dict(controller_conf or {})
+        self.proxy_heap = proxy_heap
+        if client_proxy is not None and client_proxy not in self.PROXIES:
+            raise ValueError(f"client_proxy must be one of {self.PROXIES}")
+        self.want_client_proxy = client_proxy
+        self.controller_port = 0
+        self.broker_ports: dict[str, int] = {}
+        self.grpc_ports: dict[str, int] = {}
+        self.remoting_ports: dict[str, int] = {}
+
+    # ---------------------------------------------------------- addresses
+
+    @property
+    def controller_addr(self) -> str:
+        return f"{self.host}:{self.controller_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        """broker-a-0's address (the admin helper's default broker)."""
+        return self.addr_of("broker-a-0")
+
+    def addr_of(self, broker: str) -> str:
+        return f"{self.host}:{self.broker_ports[broker]}"
+
+    @property
+    def grpc_endpoints(self) -> list[str]:
+        return [f"{self.host}:{self.grpc_ports[p]}" for p in self.PROXIES]
+
+    @property
+    def access_point(self) -> str:
+        """Every proxy, ``;``-separated (proxy-a-0, proxy-b, proxy-a-1)."""
+        return ";".join(self.grpc_endpoints)
+
+    @property
+    def grpc_endpoint(self) -> str:
+        return self.access_point
+
+    @property
+    def client_proxy(self) -> str:
+        """The proxy an official Python client's traffic goes through: its
+        gRPC channel to an access point of several addresses is
+        ``ipv4:<the addresses sorted as strings>`` with gRPC's default
+        pick_first policy, i.e. the first of them that connects (the
+        ``client_proxy`` argument chooses which one that is)."""
+        first = min(self.grpc_endpoints)
+        return next(x for x in self.PROXIES if self.grpc_endpoints_of(x) == first)
+
+    def grpc_endpoints_of(self, proxy: str) -> str:
+        return f"{self.host}:{self.grpc_ports[proxy]}"
+
+    def home_of(self, name: str) -> Path:
+        assert self.workdir is not None
+        return self.workdir / name
+
+    def store_of(self, broker: str) -> Path:
+        return self.home_of(broker) / "store"
+
+    def ports(self) -> dict[str, int]:
+        out = {"namesrv": self.namesrv_port, "controller": self.controller_port}
+        for b, p in self.broker_ports.items():
+            out.update({b: p, f"{b}-fast": p - 2, f"{b}-ha": p + 1})
+        for x, p in self.grpc_ports.items():
+            out.update({f"{x}-grpc": p, f"{x}-remoting": self.remoting_ports[x]})
+        return out
+
+    # ---------------------------------------------------------- start
+
+    def _allocate_ports(self) -> None:
+        taken: set[int] = set()
+
+        def pick(broker: bool = False) -> int:
+            while True:
+                p = free_broker_port() if broker else free_port()
+                near = {p - 2, p, p + 1} if broker else {p}
+                if not near & taken:
+                    taken.update(near)
+                    return p
+
+        self.namesrv_port = pick()
+        self.controller_port = pick()
+        self.broker_ports = {b: pick(broker=True) for b in self.BROKERS}
+        self.grpc_ports = {x: pick() for x in self.PROXIES}
+        if self.want_client_proxy is not None:
+            # Give that proxy the address that sorts first.
+            ports = sorted(self.grpc_ports.values(), key=lambda p: f"{self.host}:{p}")
+            others = [x for x in self.PROXIES if x != self.want_client_proxy]
+            self.grpc_ports = dict(
+                zip([self.want_client_proxy, *others], ports, strict=True)
+            )
+        self.remoting_ports = {x: pick() for x in self.PROXIES}
+
+    def _write_cluster_configs(self) -> dict[str, Path]:
+        assert self.workdir is not None
+        conf = self.workdir / "conf"
+        conf.mkdir(parents=True, exist_ok=True)
+        paths: dict[str, Path] = {}
+        namesrv = {
+            "listenPort": self.namesrv_port,
+            **CONTROLLER_CONF,
+            "controllerDLegerPeers": f"n0-{self.controller_addr}",
+            "controllerStorePath": self.workdir / "controller",
+            **self.controller_conf,
+        }
+        paths["namesrv"] = conf / "namesrv.properties"
+        paths["namesrv"].write_text(
+            "".join(f"{k}={_prop(v)}\n" for k, v in namesrv.items()), encoding="utf-8"
+        )
+        for b in self.BROKERS:
+            store = self.store_of(b)
+            ctl = b.startswith("broker-a")
+            broker: dict[str, Any] = {
+                "brokerClusterName": self.cluster,
+                "brokerName": "broker-a" if ctl else "broker-b",
+                "brokerId": 0,
+                "brokerIP1": self.host,
+                "listenPort": self.broker_ports[b],
+                "namesrvAddr": self.namesrv_addr,
+                "storePathRootDir": store,
+                "storePathCommitLog": store / "commitlog",
+                **BASE_BROKER_CONF,
+            }
+            if ctl:
+                broker.update(CONTROLLER_BROKER_CONF)
+                broker["controllerAddr"] = self.controller_addr
+                broker.update(self.broker_conf)
+            paths[b] = conf / f"{b}.conf"
+            paths[b].write_text(
+                "".join(f"{k}={_prop(v)}\n" for k, v in broker.items()),
+                encoding="utf-8",
+            )
+        for x in self.PROXIES:
+            proxy: dict[str, Any] = {
+                "rocketMQClusterName": self.cluster,
+                "proxyMode": "cluster",
+                "grpcServerPort": self.grpc_ports[x],
+                "remotingListenPort": self.remoting_ports[x],
+                "namesrvAddr": self.namesrv_addr,
+                "authenticationEnabled": False,
+                "authorizationEnabled": False,
+                **self.proxy_conf,
+            }
+            paths[x] = conf / f"{x}.json"
+            paths[x].write_text(json.dumps(proxy, indent=2), encoding="utf-8")
+        return paths
+
+    def _start_jvm(self, name: str, conf: Path, env: dict[str, str]) -> None:
+        home = self.home_of(name)
+        home.mkdir(parents=True, exist_ok=True)
+        if name == "namesrv":
+            heap = _heap_opts(self.namesrv_heap, "64m")
+            main, logback, args = "NamesrvStartup", "namesrv", ["-c", str(conf)]
+            main = "org.apache.rocketmq.namesrv." + main
+        elif name.startswith("broker"):
+            heap = _heap_opts(self.heap, self.heap_min)
+            main, logback = "org.apache.rocketmq.broker.BrokerStartup", "broker"
+            args = ["-c", str(conf)]
+        else:
+            heap = _heap_opts(self.proxy_heap, "64m")
+            main, logback = "org.apache.rocketmq.proxy.ProxyStartup", "proxy"
+            args = ["-pm", "cluster", "-pc", str(conf)]
+        cmd = self._java(heap, f"rmq.{logback}.logback.xml", main, *args, home=home)
+        self._spawn(name, cmd, env)
+
+    def start(self) -> ApacheControllerCluster:
+        if self._procs:
+            return self
+        t0 = time.monotonic()
+        ensure_jars(self._jars_version, quiet=not self.verbose)
+        ensure_admin(self._jars_version)
+        if self.workdir_arg is not None:
+            parent = Path(self.workdir_arg)
+            parent.mkdir(parents=True, exist_ok=True)
+            self.workdir = Path(tempfile.mkdtemp(prefix="apache-rmq-ctl-", dir=parent))
+        else:
+            self.workdir = Path(tempfile.mkdtemp(prefix="apache-rmq-ctl-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = self._java_env()
+        try:
+            self._allocate_ports()
+            paths = self._write_cluster_configs()
+            self._start_jvm("namesrv", paths["namesrv"], env)
+            self._wait(
+                lambda: (
+                    _port_open(self.namesrv_port) and _port_open(self.controller_port)
+                ),
+                "the namesrv and its controller",
+                t0,
+            )
+            self._log(f"namesrv {self.namesrv_addr}, controller {self.controller_addr}")
+            # broker-a-0 alone first, so that the controller makes it master.
+            self._start_jvm("broker-a-0", paths["broker-a-0"], env)
+            self._admin_open()
+            self._wait(
+                lambda: self.sync_state().get("masterAddress") == self.broker_addr,
+                "the controller to elect broker-a-0",
+                t0,
+            )
+            self._log("broker-a-0 elected master of broker-a")
+            for name in ("broker-a-1", "broker-b"):
+                self._start_jvm(name, paths[name], env)
+            want = {
+                "broker-a": self.addr_of("broker-a-0"),
+                "broker-b": self.addr_of("broker-b"),
+            }
+            self._wait(
+                lambda: (
+                    json.loads(self._admin_call("masters")) == want
+                    and self.addr_of("broker-a-1") in self.brokers()
+                ),
+                "the three brokers' registration with the namesrv",
+                t0,
+            )
+            # Only now: a cluster-mode proxy makes its system topic
+            # (DefaultHeartBeatSyncerTopic) on the cluster's brokers as it
+            # starts, and exits when it cannot.
+            for name in self.PROXIES:
+                self._start_jvm(name, paths[name], env)
+            self._wait(
+                lambda: (
+                    self.addr_of("broker-a-1") in self.sync_state().get("inSync", [])
+                ),
+                "broker-a-1 in broker-a's SyncStateSet",
+                t0,
+            )
+            self._log("broker-a-1 in the SyncStateSet")
+            for x in self.PROXIES:
+                port = self.grpc_ports[x]
+                self._wait(lambda p=port: _port_open(p), f"{x} gRPC port", t0)
+                self._wait(lambda p=port: self._grpc_answers(p), f"{x} QueryRoute", t0)
+        except BaseException:
+            self.stop(graceful=False)
+            raise
+        self.start_seconds = time.monotonic() - t0
+        self._log(
+            f"ready in {self.start_seconds:.1f}s, access point {self.access_point}"
+        )
+        return self
+
+    # ---------------------------------------------------------- admin
+
+    def sync_state(self, broker_name: str = "broker-a") -> dict[str, Any]:
+        """The controller's view of ``broker_name`` (mqadmin getSyncStateSet):
+        masterAddress, masterBrokerId, masterEpoch, syncStateSetEpoch, inSync,
+        notInSync; {} while it knows nothing of it."""
+        return json.loads(
+            self._admin_call("syncstate", self.controller_addr, broker_name)
+        )
+
+    def masters(self) -> dict[str, str]:
+        """brokerName -> its brokerId 0 address, as the namesrv has it."""
+        return json.loads(self._admin_call("masters"))
+
+    def _topic_targets(self) -> tuple[str, ...]:
+        # Every current master (broker-a's slave copies topics from its master).
+        return (",".join(a for a in self.masters().values() if a),)
+
+    def topic_config_at(self, broker: str, name: str) -> dict[str, Any]:
+        return json.loads(self._admin_call("topicconf", name, self.addr_of(broker)))
+
+    def kill(self, *names: str) -> float:
+        """SIGKILL these JVMs (checked to be ours) at once; the time.time()
+        just after the signals were sent."""
+        for n in names:
+            pid = self._pids.get(n)
+            if pid and _pid_alive(pid) and self.marker in _cmdline(pid):
+                os.kill(pid, signal.SIGKILL)
+        at = time.time()
+        for n in names:
+            proc = self._procs.get(n)
+            if proc is not None:
+                proc.wait()
+        return at
+
+    def state(self) -> dict[str, Any]:
+        raise PeerError("a controller-mode cluster cannot be detached")
+
+
+def commitlog_bytes(store: Path) -> bytes:
+    """The messages of an Apache store's commit log (``store/commitlog``), as
+    bytes: each mapped file walked record by record (4-byte size, 4-byte magic
+    code) up to the first hole or end-of-file blank; the JVM need not run
+    (its writes are in the page cache)."""
+    import mmap
+    import struct
+
+    magic = {-626843481, -626843477}  # MESSAGE_MAGIC_CODE, _V2
+    blank = -875286124
+    out = bytearray()
+    d = store / "commitlog"
+    for seg in sorted(d.iterdir()) if d.is_dir() else []:
+        with open(seg, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                continue
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                pos = 0
+                while pos + 8 <= size:
+                    total, code = struct.unpack_from(">ii", m, pos)
+                    if total <= 0 or code not in magic or pos + total > size:
+                        break
+                    pos += total
+                out += m[:pos]
+                if pos + 8 <= size and struct.unpack_from(">ii", m, pos)[1] != blank:
+                    break  # the log ends inside this file
+    return bytes(out)
+
+
 def _prop(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -1128,7 +1624,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description="Apache RocketMQ as a bench/conformance peer (see docs/peers.md)"
     )
-    ap.add_argument("command", choices=["fetch", "start", "stop", "status"])
+    ap.add_argument(
+        "command", choices=["fetch", "start", "stop", "status", "controller"]
+    )
     ap.add_argument("--version", default=DEFAULT_VERSION)
     ap.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT)
     ap.add_argument("--remoting-port", type=int, default=DEFAULT_REMOTING_PORT)
@@ -1197,6 +1695,9 @@ def main(argv: list[str] | None = None) -> int:
         print("stopped Apache RocketMQ:", ", ".join(f"{k} {v}" for k, v in how.items()))
         return 0
 
+    if a.command == "controller":
+        return _controller_foreground(a)
+
     # start
     if STATE_FILE.exists():
         st = json.loads(STATE_FILE.read_text())
@@ -1263,6 +1764,46 @@ def main(argv: list[str] | None = None) -> int:
         pass
     _ignore_signals()  # let the stop finish
     how = rmq.stop()
+    print("stopped: " + ", ".join(f"{k} {v}" for k, v in how.items()))
+    return 0
+
+
+def _controller_foreground(a: argparse.Namespace) -> int:
+    def on_signal(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    cl = ApacheControllerCluster(
+        a.version,
+        broker_conf=_parse_kv(a.broker_conf, as_json=False),
+        proxy_conf=_parse_kv(a.proxy_conf, as_json=True),
+        heap=a.heap,
+        workdir=a.workdir,
+        keep=a.keep,
+        verbose=True,
+    )
+    try:
+        cl.start()
+        print(
+            f"Apache RocketMQ {a.version} controller mode ready in "
+            f"{cl.start_seconds:.1f}s: access point {cl.access_point}, namesrv "
+            f"{cl.namesrv_addr}, controller {cl.controller_addr}, broker-a "
+            f"{cl.sync_state()}, workdir {cl.workdir}; Ctrl-C stops it",
+            flush=True,
+        )
+        while all(_pid_alive(p) for p in cl.pid_map().values()):
+            time.sleep(1)
+        print("a JVM exited; stopping", file=sys.stderr)
+    except KeyboardInterrupt:
+        pass
+    except PeerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        _ignore_signals()
+        cl.stop(graceful=False)
+        return 1
+    _ignore_signals()
+    how = cl.stop()
     print("stopped: " + ", ".join(f"{k} {v}" for k, v in how.items()))
     return 0
 
