@@ -246,3 +246,46 @@ def test_a_killed_master_host_is_replaced_without_the_clients_noticing(
     print(f"kill: elected {took:.1f} s after the kill; first send on the promoted "
           f"slave {first:.1f} s after it; {len(acked)} sends acknowledged, "
           f"{len(result['failed'])} failed")  # fmt: skip
+
+
+def test_a_stalled_slave_then_a_killed_master_lose_no_acknowledged_message(
+    network, tmp_path
+):
+    """The slave's host stalls (SIGSTOP of its processes) while the client
+    sends: the SYNC master acknowledges nothing the slave lacks (sends go to
+    broker-b meanwhile) and empties its in-sync set; resumed, the slave
+    catches up and is in the set again; then the master's host dies and the
+    slave, elected, holds every acknowledged message."""
+    import os
+    import signal
+
+    c, etcd, ctl, slave_id = three_hosts(network, tmp_path)
+    isr = "/rocketmq/c1/broker-a/isr"
+    sender = steady(c, tmp_path)
+    try:
+        time.sleep(5)
+        stalled = c.s.pids()
+        for pid in stalled:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 20
+            while (etcd.get(isr)[0] or {}).get("members"):
+                assert time.monotonic() < deadline, "the stalled slave stayed in sync"
+                time.sleep(0.2)
+        finally:
+            for pid in stalled:
+                os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while (etcd.get(isr)[0] or {}).get("members") != [slave_id]:
+            assert time.monotonic() < deadline, "the slave did not rejoin the set"
+            time.sleep(0.2)
+        time.sleep(2)
+        c.a.kill()
+        took = elected(etcd, slave_id, time.monotonic())
+        time.sleep(5)
+    finally:
+        result = results(sender, tmp_path)
+    acked, cut = rejoin_and_check(c, ctl, tmp_path, result, 200)
+    print(f"stall then kill: elected {took:.1f} s after the kill; {len(acked)} "
+          f"sends acknowledged, {len(result['failed'])} failed; {len(cut)} "
+          "unacknowledged messages cut from the old master")  # fmt: skip
