@@ -793,6 +793,42 @@ def bench_auto_promote(a, tmp: Path, base: str, expiry: float) -> dict:
         c.stop()
 
 
+def failover_figures(
+    sends: list, killed: float, old: bytes, promoted: bytes, other: bytes
+) -> dict:
+    """What sections 5 and 6 report of the producers' sends (``steady_send``:
+    time, latency, ok, body) around a kill at ``killed``, from the old
+    master's, the promoted slave's and the other master's logs."""
+    acked = [x for x in sends if x[2]]
+    failed = [x for x in sends if not x[2]]
+    survivors = promoted + other
+    after = [x for x in acked if x[0] >= killed]
+    on_promoted = [x for x in after if x[3].encode() in promoted]
+    return {
+        "sends": len(sends),
+        "acknowledged": len(acked),
+        "failed": len(failed),
+        "failed_kinds": sorted({x[3] for x in failed}),
+        "failed_after_kill_s": (
+            [
+                round(min(x[0] for x in failed) - killed, 2),
+                round(max(x[0] for x in failed) - killed, 2),
+            ]
+            if failed
+            else None
+        ),  # fmt: skip
+        "acknowledged_lost": sum(1 for x in acked if x[3].encode() not in survivors),
+        "first_send_on_promoted_s": (
+            round(min(x[0] for x in on_promoted) - killed, 2) if on_promoted else None
+        ),
+        "acknowledged_after_kill": len(after),
+        "after_kill_on_promoted": len(on_promoted),
+        "after_kill_on_old_master": sum(1 for x in after if x[3].encode() in old),
+        "after_kill_on_broker_b": sum(1 for x in after if x[3].encode() in other),
+        "max_send_latency_s": round(max((x[1] for x in sends), default=0), 2),
+    }
+
+
 def bench_controller_failover(a, tmp: Path, base: str) -> dict:
     """Section 5 (module doc): SIGKILL of a SYNC master under the controller
     while producers whose access point lists every node keep sending."""
@@ -832,40 +868,12 @@ def bench_controller_failover(a, tmp: Path, base: str) -> dict:
         procs = []
         c.stop()
         held = {k: _log_bytes(c.stores[k]) for k in ("a", "s", "b")}
-        acked = [x for x in sends if x[2]]
-        failed = [x for x in sends if not x[2]]
-        survivors = held["s"] + held["b"]
-        lost = [x for x in acked if x[3].encode() not in survivors]
-        after = [x for x in acked if x[0] >= killed]
-        on_promoted = [x for x in after if x[3].encode() in held["s"]]
-        on_old = [x for x in after if x[3].encode() in held["a"]]
         return {
             "clients": a.steady_clients,
             "rate_per_client": a.steady_rate,
             "lease_ttl_s": a.lease_ttl,
             "registry_expiry_s": a.controller_expiry,
-            "sends": len(sends),
-            "acknowledged": len(acked),
-            "failed": len(failed),
-            "failed_kinds": sorted({x[3] for x in failed}),
-            "failed_after_kill_s": (
-                [
-                    round(min(x[0] for x in failed) - killed, 2),
-                    round(max(x[0] for x in failed) - killed, 2),
-                ]
-                if failed
-                else None
-            ),  # fmt: skip
-            "acknowledged_lost": len(lost),
-            "first_send_on_promoted_s": (
-                round(min(x[0] for x in on_promoted) - killed, 2)
-                if on_promoted
-                else None
-            ),
-            "acknowledged_after_kill": len(after),
-            "after_kill_on_promoted": len(on_promoted),
-            "after_kill_on_old_master": len(on_old),
-            "max_send_latency_s": round(max((x[1] for x in sends), default=0), 2),
+            **failover_figures(sends, killed, held["a"], held["s"], held["b"]),
             "node_errors": node_errors(c),
         }
     finally:
@@ -980,13 +988,7 @@ def bench_apache_failover(a, tmp: Path, base: str) -> dict:
             None,
         )
         log_line = _apache_election_line(cl.home_of("namesrv"))
-        acked = [x for x in sends if x[2]]
         failed = [x for x in sends if not x[2]]
-        survivors = held["broker-a-1"] + held["broker-b"]
-        lost = [x for x in acked if x[3].encode() not in survivors]
-        after = [x for x in acked if x[0] >= killed]
-        on_promoted = [x for x in after if x[3].encode() in held["broker-a-1"]]
-        on_old = [x for x in after if x[3].encode() in held["broker-a-0"]]
         return {
             "apache_version": a.apache_version,
             "clients": a.steady_clients,
@@ -1004,33 +1006,11 @@ def bench_apache_failover(a, tmp: Path, base: str) -> dict:
             "election_log_line": log_line,
             "sync_state_polls": len(polls),
             "sync_state_poll_errors": sum(1 for _, s in polls if "error" in s),
-            "sends": len(sends),
-            "acknowledged": len(acked),
-            "failed": len(failed),
-            "failed_kinds": sorted({x[3] for x in failed}),
+            **failover_figures(
+                sends, killed, held["broker-a-0"], held["broker-a-1"], held["broker-b"]
+            ),
             "failed_per_producer": [sum(1 for x in r if not x[2]) for r in per],
             "failed_texts": _first_texts(failed, killed),
-            "after_kill_on_broker_b": sum(
-                1 for x in after if x[3].encode() in held["broker-b"]
-            ),
-            "failed_after_kill_s": (
-                [
-                    round(min(x[0] for x in failed) - killed, 2),
-                    round(max(x[0] for x in failed) - killed, 2),
-                ]
-                if failed
-                else None
-            ),  # fmt: skip
-            "acknowledged_lost": len(lost),
-            "first_send_on_promoted_s": (
-                round(min(x[0] for x in on_promoted) - killed, 2)
-                if on_promoted
-                else None
-            ),
-            "acknowledged_after_kill": len(after),
-            "after_kill_on_promoted": len(on_promoted),
-            "after_kill_on_old_master": len(on_old),
-            "max_send_latency_s": round(max((x[1] for x in sends), default=0), 2),
             "commitlog_bytes": {b: len(v) for b, v in held.items()},
         }
     finally:

@@ -84,3 +84,19 @@ def send(node: Node, *msgs: pb.Message) -> list[int]:
 
 def cluster_args(cluster: str, name: str = "broker-a") -> list[str]:
     return ["--cluster", cluster, "--node", name]
+
+
+def receive(
+    node: Node, topic: str, group: str, wait_s: int = 2, invisible_s: int = 30
+) -> list[pb.Message]:
+    """One ReceiveMessage long poll of ``group`` on ``topic``: the messages."""
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=32, auto_renew=False,
+    )  # fmt: skip
+    req.invisible_duration.seconds = invisible_s
+    req.long_polling_timeout.seconds = wait_s
+    out = node.stub.ReceiveMessage(req, metadata=MD, timeout=wait_s + 20)
+    return [r.message for r in out if r.WhichOneof("content") == "message"]

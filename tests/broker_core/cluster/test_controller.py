@@ -27,7 +27,15 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from broker_core.cluster.controller import Etcd
 from broker_core.ha.role import read_role
 from broker_core.shared import read_commit_pos
-from tests.broker_core.cluster._nodes import MD, C, Node, cluster_args, message, send
+from tests.broker_core.cluster._nodes import (
+    MD,
+    C,
+    Node,
+    cluster_args,
+    message,
+    receive,
+    send,
+)
 from tests.broker_core.ha._hahelpers import ROOT, free_port, redis_up, wait_for
 from tests.etcd import EtcdCluster, etcd_unavailable
 from tests.support import redis_db
@@ -561,16 +569,7 @@ def test_with_two_slaves_only_one_holding_every_ack_is_elected(
 
 
 def _receive_bodies(node: Node, topic: str, group: str, wait_s: int) -> list[bytes]:
-    req = spb.ReceiveMessageRequest(
-        group=pb.Resource(name=group),
-        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
-        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-        batch_size=32, auto_renew=False,
-    )  # fmt: skip
-    req.invisible_duration.seconds = 60
-    req.long_polling_timeout.seconds = wait_s
-    out = node.stub.ReceiveMessage(req, metadata=MD, timeout=wait_s + 20)
-    return [r.message.body for r in out if r.WhichOneof("content") == "message"]
+    return [m.body for m in receive(node, topic, group, wait_s, invisible_s=60)]
 
 
 def test_a_delivery_no_in_sync_slave_holds_is_not_handed_out(

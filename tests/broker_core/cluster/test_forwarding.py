@@ -19,7 +19,15 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.shared import read_commit_pos
-from tests.broker_core.cluster._nodes import MD, C, Node, cluster_args, message, send
+from tests.broker_core.cluster._nodes import (
+    MD,
+    C,
+    Node,
+    cluster_args,
+    message,
+    receive,
+    send,
+)
 from tests.broker_core.ha._hahelpers import ROOT, free_port, redis_up, wait_for
 from tests.broker_core.rawclient import RawClient
 
@@ -38,22 +46,6 @@ def _stored(node: Node, text: bytes) -> int:
         return 0
     with open(segments[0], "rb") as f:
         return f.read(end).count(text)
-
-
-def _receive(node: Node, topic: str, group: str) -> list[pb.Message]:
-    req = spb.ReceiveMessageRequest(
-        group=pb.Resource(name=group),
-        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
-        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-        batch_size=32, auto_renew=False,
-    )  # fmt: skip
-    req.invisible_duration.seconds = 30
-    req.long_polling_timeout.seconds = 2
-    out = []
-    for r in node.stub.ReceiveMessage(req, metadata=MD, timeout=20):
-        if r.WhichOneof("content") == "message":
-            out.append(r.message)
-    return out
 
 
 @pytest.fixture
@@ -110,7 +102,7 @@ def test_a_slave_answers_writes_and_receives_with_its_masters_answer(pair) -> No
     assert e.status.code == C.OK, e
 
     # Receive and acknowledge through the slave: the master's pop state.
-    got = _receive(slave, "Orders", "g-fwd")
+    got = receive(slave, "Orders", "g-fwd")
     assert [m.system_properties.message_id for m in got] == [first]
     ack = slave.stub.AckMessage(
         spb.AckMessageRequest(
@@ -124,8 +116,8 @@ def test_a_slave_answers_writes_and_receives_with_its_masters_answer(pair) -> No
     )  # fmt: skip
     assert ack.status.code == C.OK, ack
     # Acknowledged on the master: nothing more to receive there.
-    assert _receive(master, "Orders", "g-fwd") == []
-    got = _receive(master, "Payments", "g-fwd")
+    assert receive(master, "Orders", "g-fwd") == []
+    got = receive(master, "Payments", "g-fwd")
     assert [m.body for m in got] == [b"payload-" + half_id.encode()]
 
 
@@ -208,5 +200,5 @@ def test_a_producer_connected_to_the_slave_alone_is_checked_by_the_master(
         assert e.status.code == C.OK, e
     finally:
         producer.close()
-    got = _receive(master, "Payments", "g-check")
+    got = receive(master, "Payments", "g-check")
     assert [m.body for m in got] == [b"checked-through-the-slave"]
