@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -106,9 +107,23 @@ def cluster(spark, stores, settings, tmp_path):
     return tmp_path / "export"
 
 
+@dataclass
+class Ran:
+    """A succeeded run's figures as plain values, kept past its test's
+    database (``node_reports``): its summary, tables (``_table``'s rows) and
+    input records."""
+
+    summary: dict
+    rows: dict
+    tables: dict[str, list[dict]]
+    input_records: int
+
+
 def _table(run, name: str) -> list[dict]:
     from console.reports import results as report_results
 
+    if isinstance(run, Ran):
+        return run.tables[name]
     data = report_results.read_arrow(run, name)
     moment = [c for c in data.column_names if c.endswith(MOMENT_SUFFIXES)]
     rows = data.drop_columns(moment).to_pylist()
@@ -151,14 +166,42 @@ def _run(name: str, node: str = ""):
     return run
 
 
-def test_cluster_report_is_the_sum_of_its_nodes(cluster, stores, settings):
+@pytest.fixture(scope="module")
+def node_reports(spark, stores, tmp_path_factory, django_db_setup, django_db_blocker):
+    """Every report over the nodes' export in a local directory (returned as
+    ``export``): over the cluster (``""``) and over each node, each run once
+    for the module and kept as plain values (``Ran``); the runs' history rows
+    are rolled back at once, their result files stay for the module."""
+    from django.conf import settings
+    from django.db import transaction
+    from django.test import override_settings
+
+    tmp = tmp_path_factory.mktemp("node-reports")
+    out: dict = {}
+    with django_db_blocker.unblock(), transaction.atomic(), override_settings():
+        _export_nodes(settings, stores, str(tmp / "export"), "", tmp)
+        for node in ("", *NODES):
+            out[node] = {}
+            for name in REPORT_NAMES:
+                run = _run(name, node)
+                tables = {t: _table(run, t) for t in run.rows}
+                out[node][name] = Ran(
+                    run.summary, dict(run.rows), tables, run.input_records
+                )
+        transaction.set_rollback(True)
+    out["export"] = tmp / "export"
+    return out
+
+
+def test_cluster_report_is_the_sum_of_its_nodes(node_reports, stores):
     # The layout: one directory and manifest per node, nothing at the root.
+    cluster = node_reports["export"]
     assert sorted(p.name for p in cluster.iterdir()) == list(NODES)
     for node in NODES:
         manifest = json.loads((cluster / node / "manifest.json").read_text())
         assert manifest["node"] == node and manifest["offsets"]
 
-    runs = {node: {n: _run(n, node) for n in REPORT_NAMES} for node in ("", *NODES)}
+    runs = {node: node_reports[node] for node in ("", *NODES)}
     whole, a, b = runs[""], runs["broker-a"], runs["broker-b"]
     facts = {node: stores[node][1] for node in NODES}
 
@@ -223,10 +266,14 @@ def test_cluster_report_is_the_sum_of_its_nodes(cluster, stores, settings):
     )
 
 
-def test_one_node_equals_its_store_alone(cluster, stores, settings, tmp_path):
+def test_one_node_equals_its_store_alone(node_reports, stores, settings, tmp_path):
     """broker-b's report from the cluster's export is what a single host with
     broker-b's store reports (today's layout), but for the node's name."""
-    node_runs = {n: _run(n, "broker-b") for n in REPORT_NAMES}
+    node_runs = node_reports["broker-b"]
+    settings.BROKER_STORE_OPTIONS = {}
+    settings.REPORTS_DIR = tmp_path / "reports"
+    settings.REPORTS_RESULTS_URI = ""
+    settings.BROKER_NODE = ""
     settings.CLUSTER_NODES = []
     settings.BROKER_STORE_DIR = stores["broker-b"][0]
     settings.REPORTS_EXPORT_URI = str(tmp_path / "single-host-export")
@@ -289,14 +336,13 @@ def test_a_node_export_missing_stale_or_incomplete_fails_the_run(cluster, settin
         services.run_now("topic_traffic", node="broker-z")
 
 
-def test_nodes_export_to_the_object_store(spark, stores, s3, settings, tmp_path):
+def test_nodes_export_to_the_object_store(node_reports, stores, s3, settings, tmp_path):
     """The same nodes exported to an S3 prefix (moto's server): the cluster's
     reports, with their results there too, equal the local directory's."""
     from console.reports.jobs import storage
 
-    _export_nodes(settings, stores, str(tmp_path / "export"), "", tmp_path)
     names = ("topic_traffic", "consumer_lag")
-    local = {n: _run(n) for n in names}
+    local = {n: node_reports[""][n] for n in names}
     _export_nodes(
         settings, stores, s3.format("n/export"), s3.format("n/results"), tmp_path
     )

@@ -72,28 +72,52 @@ def _instant(value):
     return value
 
 
-def _local_runs(settings, produced, tmp_path) -> dict:
+@pytest.fixture(scope="module")
+def local(spark, produced, tmp_path_factory, django_db_setup, django_db_blocker):
+    """The four reports in local mode, run once for the module: what both
+    tests compare their object-store runs with, as plain values (summary
+    without the moment's figures, tables, input records). The runs' history
+    rows are rolled back at once; their result files stay for the module."""
+    from django.db import transaction
+    from django.test import override_settings
+
+    from console.reports import services
+    from console.reports.models import ReportRun
+
+    path, opts, _ = produced
+    out = {}
+    with (
+        django_db_blocker.unblock(),
+        transaction.atomic(),
+        override_settings(
+            BROKER_STORE_DIR=path,
+            BROKER_STORE_OPTIONS=opts,
+            REPORTS_DIR=tmp_path_factory.mktemp("local"),
+            REPORTS_EXPORT_URI="",
+            REPORTS_RESULTS_URI="",
+        ),
+    ):
+        for name in REPORT_NAMES:
+            run = services.run_now(name)
+            assert run.status == ReportRun.Status.SUCCEEDED, run.error
+            out[name] = {
+                "summary": _without_moment(run.summary),
+                "tables": _tables(run),
+                "input_records": run.input_records,
+            }
+        transaction.set_rollback(True)
+    return out
+
+
+def test_reports_on_the_object_store_equal_local_mode(
+    spark, produced, local, s3, settings, tmp_path
+):
     from console.reports import services
     from console.reports.models import ReportRun
 
     path, opts, _ = produced
     settings.BROKER_STORE_DIR = path
     settings.BROKER_STORE_OPTIONS = opts
-    settings.REPORTS_DIR = tmp_path / "local"
-    settings.REPORTS_EXPORT_URI = settings.REPORTS_RESULTS_URI = ""
-    runs = {name: services.run_now(name) for name in REPORT_NAMES}
-    for run in runs.values():
-        assert run.status == ReportRun.Status.SUCCEEDED, run.error
-    return runs
-
-
-def test_reports_on_the_object_store_equal_local_mode(
-    spark, produced, s3, settings, tmp_path
-):
-    from console.reports import services
-    from console.reports.models import ReportRun
-
-    local = _local_runs(settings, produced, tmp_path)
     settings.REPORTS_DIR = tmp_path / "remote"
     settings.REPORTS_EXPORT_URI = s3.format("t1/export")
     settings.REPORTS_RESULTS_URI = s3.format("t1/results")
@@ -101,9 +125,9 @@ def test_reports_on_the_object_store_equal_local_mode(
     for name, run in remote.items():
         assert run.status == ReportRun.Status.SUCCEEDED, run.error
         assert run.result_dir.startswith(f"s3://{BUCKET}/t1/results/{name}/")
-        assert _without_moment(run.summary) == _without_moment(local[name].summary)
-        assert _tables(run) == _tables(local[name]), name
-        assert run.input_records == local[name].input_records
+        assert _without_moment(run.summary) == local[name]["summary"]
+        assert _tables(run) == local[name]["tables"], name
+        assert run.input_records == local[name]["input_records"]
     # Nothing of the export or the results was written on this host.
     assert not (tmp_path / "remote").exists() or not any(
         (tmp_path / "remote").rglob("*.parquet")
@@ -118,7 +142,7 @@ def test_reports_on_the_object_store_equal_local_mode(
 
 
 def test_cluster_without_shared_disk_reads_only_the_object_store(
-    spark, produced, s3, settings, tmp_path, tmp_path_factory
+    spark, produced, local, s3, tmp_path, tmp_path_factory
 ):
     """A Master and two Workers that cannot see the store, the local export
     or the project's code run all four reports from the object store; the
@@ -128,7 +152,6 @@ def test_cluster_without_shared_disk_reads_only_the_object_store(
     sys.path.insert(0, str(ROOT / "bench"))
     import spark_cluster
 
-    local = _local_runs(settings, produced, tmp_path)
     store, opts, _ = produced
     base = tmp_path_factory.getbasetemp()
     port, ui, worker_ui = (spark_cluster._free_port() for _ in range(3))
@@ -183,7 +206,7 @@ def test_cluster_without_shared_disk_reads_only_the_object_store(
     for name in REPORT_NAMES:
         out = outs[name]
         assert out["status"] == "SUCCEEDED", out.get("error")
-        assert _without_moment(out["summary"]) == _without_moment(local[name].summary)
+        assert _without_moment(out["summary"]) == local[name]["summary"]
         run = ReportRun(pk=out["run"], report=name, rows=out["rows"],
                         result_dir=out["result_dir"])  # fmt: skip
-        assert _tables(run) == _tables(local[name]), name
+        assert _tables(run) == local[name]["tables"], name

@@ -10,13 +10,9 @@ import time
 
 import pytest
 
+from tests.support import free_port as _closed_port
+
 pytestmark = [pytest.mark.spark, pytest.mark.django_db]
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_dead_master_fails_the_run_with_its_reason(spark, produced, settings):
