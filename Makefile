@@ -189,8 +189,11 @@ apache-rocketmq:
 # venv's Python; `serve --front native` uses it. Safe to run again: apt-get
 # only what is missing, compile only what changed. native-test: its GoogleTest
 # tests (Debian's libgtest-dev, cmake and ctest), no Python involved.
-NATIVE_EXT := $(shell [ -x $(BIN)/python ] && $(BIN)/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
-NATIVE_SO := broker_core/_native$(NATIVE_EXT)
+# A plain ``.so`` (CPython imports it as well as a tagged one): the suffix
+# cannot come from the venv's Python, which a fresh clone does not have yet
+# when make reads this file (the module was built as ``_native`` and never
+# imported: CI14).
+NATIVE_SO := broker_core/_native.so
 NATIVE_BUILD := native/build
 NATIVE_CXXFLAGS = -O2 -g -std=c++17 -fPIC -Wall -Wextra -Wno-unused-parameter $$(pkg-config --cflags grpc++)
 NATIVE_LIBS = $$(pkg-config --libs grpc++)
@@ -219,6 +222,7 @@ $(NATIVE_BUILD)/module.o: native/module.cc native/front.h | $(BIN)/python
 
 $(NATIVE_SO): $(NATIVE_BUILD)/front.o $(NATIVE_BUILD)/module.o
 	g++ -shared -o $@ $^ $(NATIVE_LIBS)
+	@rm -f broker_core/_native.cpython-*.so broker_core/_native  # older builds
 
 native-test: native-packages
 	@missing=""; \
