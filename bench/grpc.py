@@ -223,26 +223,30 @@ def rmq_recv(ep: str, topic: str, group: str, total: int, deadline_s: float) -> 
     return {"done": got, "errors": ack_errors, "t0": t0, "t1": t1, "cpu_s": cpu1 - cpu0}
 
 
+async def echo(request: bytes, context) -> bytes:
+    """The echo servers' unary handler (grpcio's and the native front's)."""
+    return request
+
+
+async def echo_stream(request: bytes, context):
+    """A ReceiveMessage's shape: one request, BATCH (its first 4 bytes)
+    messages streamed, each the rest of the request."""
+    body = request[4:]
+    for _ in range(int.from_bytes(request[:4], "big")):
+        yield body
+
+
 def echo_server(port: int) -> None:
     import asyncio
 
     import grpc
 
     async def main() -> None:
-        async def echo(request: bytes, context) -> bytes:
-            return request
-
-        async def stream(request: bytes, context):
-            # A ReceiveMessage's shape: one request, BATCH messages streamed.
-            body = request[4:]
-            for _ in range(int.from_bytes(request[:4], "big")):
-                yield body
-
         handler = grpc.method_handlers_generic_handler(
             "bench.Echo",
             {
                 "Echo": grpc.unary_unary_rpc_method_handler(echo),
-                "Stream": grpc.unary_stream_rpc_method_handler(stream),
+                "Stream": grpc.unary_stream_rpc_method_handler(echo_stream),
             },
         )
         server = grpc.aio.server()
@@ -771,14 +775,6 @@ def echo_native_server(port: int) -> None:
     from broker_core.endpoint.native_front import NativeServer
     from broker_core.endpoint.server import Method
 
-    async def echo(request: bytes, context) -> bytes:
-        return request
-
-    async def stream(request: bytes, context):
-        body = request[4:]
-        for _ in range(int.from_bytes(request[:4], "big")):
-            yield body
-
     def same(b: bytes) -> bytes:
         return b
 
@@ -787,7 +783,12 @@ def echo_native_server(port: int) -> None:
             [
                 Method("Echo", ECHO_METHOD, "unary", echo, same, same),
                 Method(
-                    "Stream", ECHO_STREAM_METHOD, "server_stream", stream, same, same
+                    "Stream",
+                    ECHO_STREAM_METHOD,
+                    "server_stream",
+                    echo_stream,
+                    same,
+                    same,
                 ),
             ],
             16 << 20,

@@ -100,3 +100,19 @@ def receive(
     req.long_polling_timeout.seconds = wait_s
     out = node.stub.ReceiveMessage(req, metadata=MD, timeout=wait_s + 20)
     return [r.message for r in out if r.WhichOneof("content") == "message"]
+
+
+def stored(store: Path) -> bytes:
+    """A node's commit log up to its commit position (read, never opened:
+    the node may be running); empty before its first append."""
+    from broker_core.shared import read_commit_pos
+
+    end = read_commit_pos(store)
+    log = store / "commitlog"
+    out = bytearray()
+    for seg in sorted(log.iterdir()) if log.is_dir() else []:
+        if len(out) >= end:
+            break
+        with open(seg, "rb") as f:
+            out += f.read(end - len(out))
+    return bytes(out)

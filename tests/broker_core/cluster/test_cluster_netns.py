@@ -65,14 +65,9 @@ def node_client(*args: str) -> dict:
 
 def stored_keys(store: Path) -> set[str]:
     """The KEYS values in a running node's log (read, never opened)."""
-    from broker_core.shared import read_commit_pos
+    from tests.broker_core.cluster._nodes import stored
 
-    end = read_commit_pos(store)
-    data = b""
-    for seg in sorted((store / "commitlog").iterdir()):
-        with open(seg, "rb") as f:
-            data += f.read(max(0, end - len(data)))
-    text = data.decode("latin-1")
+    text = stored(store).decode("latin-1")
     return set(re.findall("KEYS\x01([^\x02]*)\x02", text))
 
 

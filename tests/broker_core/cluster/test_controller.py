@@ -35,6 +35,7 @@ from tests.broker_core.cluster._nodes import (
     message,
     receive,
     send,
+    stored,
 )
 from tests.broker_core.ha._hahelpers import ROOT, free_port, redis_up, wait_for
 from tests.etcd import EtcdCluster, etcd_unavailable
@@ -158,14 +159,6 @@ def acked(node: Node, n: int) -> list[str]:
         if codes == [C.OK]:
             ok.append("payload-" + mid)
     return ok
-
-
-def stored(store: Path) -> bytes:
-    end = read_commit_pos(store)
-    out = b""
-    for seg in sorted((store / "commitlog").iterdir()):
-        out += seg.read_bytes()
-    return out[:end]
 
 
 def test_a_killed_master_is_replaced_by_the_quorums_choice(pair: Pair) -> None:

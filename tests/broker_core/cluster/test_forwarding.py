@@ -18,7 +18,6 @@ import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from broker_core.shared import read_commit_pos
 from tests.broker_core.cluster._nodes import (
     MD,
     C,
@@ -27,6 +26,7 @@ from tests.broker_core.cluster._nodes import (
     message,
     receive,
     send,
+    stored,
 )
 from tests.broker_core.ha._hahelpers import ROOT, free_port, redis_up, wait_for
 from tests.broker_core.rawclient import RawClient
@@ -35,17 +35,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.protocol]
 
 if not redis_up():
     pytestmark.append(pytest.mark.skip(reason="no Redis on 127.0.0.1:6379"))
-
-
-def _stored(node: Node, text: bytes) -> int:
-    """How many times ``text`` is in ``node``'s commit log."""
-    end = read_commit_pos(node.store)
-    log = node.store / "commitlog"
-    segments = sorted(log.iterdir()) if log.is_dir() else []
-    if not segments:
-        return 0
-    with open(segments[0], "rb") as f:
-        return f.read(end).count(text)
 
 
 @pytest.fixture
@@ -79,8 +68,10 @@ def test_a_slave_answers_writes_and_receives_with_its_masters_answer(pair) -> No
     assert send(slave, message("Orders", first)) == [C.OK]
     assert send(slave, message("Orders", first)) == [C.OK]
     text = b"payload-" + first.encode()
-    assert _stored(master, text) == 1
-    wait_for(lambda: _stored(slave, text) == 1, 30, "the slave to replicate it")
+    assert stored(master.store).count(text) == 1
+    wait_for(
+        lambda: stored(slave.store).count(text) == 1, 30, "the slave to replicate it"
+    )
 
     # A transaction: its half and its commit, each through the slave.
     half_id = uuid.uuid4().hex
@@ -173,7 +164,7 @@ def test_a_master_that_does_not_answer_is_a_retryable_error(pair) -> None:
     # client hears the master did not answer, and tries again elsewhere; the
     # slave stores nothing of its own.
     assert r.status.code == C.HA_NOT_AVAILABLE, r
-    assert _stored(slave, body.encode()) == 0
+    assert stored(slave.store).count(body.encode()) == 0
 
 
 def test_a_producer_connected_to_the_slave_alone_is_checked_by_the_master(
