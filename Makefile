@@ -9,10 +9,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.requirements-$(shell sha1sum requirements.txt 2>/dev/null | cut -c1-12)
 TEST_STAMP := $(VENV)/.test-requirements-$(shell cat requirements.txt tests/requirements.txt 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
+# make test's pytest-xdist workers (tests/workers.py keeps them apart: a Redis, a
+# network range and Spark per worker); 0: one process
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-p tests.workers -n $(TEST_WORKERS) --dist loadfile)
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: conformance conformance-runners run test test-postgres test-fast setup setup-run system-packages test-packages venv test-venv redis node-client migrate admin admin-token seed demo-data lint typecheck clean
+.PHONY: conformance conformance-runners run test test-postgres test-python-front test-fast setup setup-run system-packages test-packages venv test-venv redis node-client migrate admin admin-token seed demo-data lint typecheck clean
 
 run: setup-run migrate admin demo-data admin-token
 	@$(BIN)/python manage.py print_urls
@@ -28,7 +32,7 @@ test:
 	(exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null && pg_was=1; \
 	main=0; pg=0; \
 	if $(MAKE) --no-print-directory setup conformance-runners lint typecheck native-test; then \
-	  BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS) || main=$$?; \
+	  BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest $(XDIST) --durations=25 $(PYTEST_ARGS) || main=$$?; \
 	  $(MAKE) --no-print-directory test-postgres || pg=$$?; \
 	else main=2; pg=2; fi; \
 	[ $$redis_was = 1 ] || $(BIN)/python -m console.core.ensure_redis --stop; \
@@ -46,6 +50,11 @@ test-postgres: test-venv
 	@url=$$($(BIN)/python -m console.core.ensure_postgres) && echo "console suite on $$url" && \
 	DATABASE_URL=$$url CONSOLE_VIA_ADMIN=1 BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest tests/console -q \
 	  -m "not spark and not services and not slow" $(PYTEST_ARGS)
+
+# The endpoint suite and the conformance runners on the grpc.aio front (the
+# default is the native front where it is built): every `serve` a test starts.
+test-python-front: setup conformance-runners
+	GRPC_FRONT=python ENDPOINT_FRONT=python $(BIN)/python -m pytest tests/broker_core/endpoint tests/conformance $(PYTEST_ARGS)
 
 # Everything but the crash, browser, Spark, protocol and service groups.
 test-fast: test-venv

@@ -3,7 +3,7 @@
     .venv/bin/python bench/grpc.py [--clients 1,4] [--messages 20000]
         [--body 1024] [--window 256] [--peers rabbitmq,nats]
         [--endpoint HOST:PORT --server-pid PID | --workers N]
-        [--fronts python,native] [--json out.json]
+        [--fronts python,native] [--rate 1000 --rate-seconds 10] [--json out.json]
 
 Peers need ``pip install -r requirements-bench.txt`` (pika, nats-py).
 
@@ -22,6 +22,10 @@ For each client count N, in one run and measured the same way:
   native`` (the C++ front of ``make native``, row "native"; skipped with a
   note when it is not built). The native front's ratios over the echo are
   printed beside the issue's goal (#30: <= 0.35).
+* fixed rate (``--rate``, default 1,000 msg/s, ``--rate-seconds`` 10): after
+  the client counts, one official client sends at that rate to each endpoint
+  and to Apache RocketMQ (``send_async`` at each message's due time): the
+  rate reached, p50/p99/max latency from due time to answer, server CPU.
 * echo_native (with the native front): the echo's handlers behind the
   native front and its Python adapter: what the front costs without the
   broker's handlers.
@@ -117,6 +121,69 @@ def rmq_send(ep: str, topic: str, n: int, body: int, window: int) -> dict:
         "t0": t0,
         "t1": t1,
         "cpu_s": cpu1 - cpu0,
+    }
+
+
+def rmq_rate(ep: str, topic: str, rate: int, seconds: float, body: int) -> dict:
+    """Send at a fixed ``rate`` for ``seconds`` (``send_async`` at its due
+    times, whatever the answers): each send's latency, from its due time to
+    its answer, so a server that falls behind shows it."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    p = Producer(ClientConfiguration(ep, Credentials()), (topic,))
+    p.startup()
+    payload = b"x" * body
+    latencies: list[float] = []
+    errors = [0]
+    n = int(rate * seconds)
+    futures = []
+    cpu0, t0 = time.process_time(), time.perf_counter()
+
+    def answered(due: float):
+        def done(f) -> None:
+            if f.exception() is not None:
+                errors[0] += 1
+            else:
+                latencies.append(time.perf_counter() - due)
+
+        return done
+
+    for i in range(n):
+        due = t0 + i / rate
+        wait_s = due - time.perf_counter()
+        if wait_s > 0:
+            time.sleep(wait_s)
+        m = Message()
+        m.topic = topic
+        m.body = payload
+        f = p.send_async(m)
+        f.add_done_callback(answered(due))
+        futures.append(f)
+    for f in futures:
+        try:
+            f.result(timeout=30)
+        except Exception:  # noqa: BLE001 - counted by its callback
+            pass
+    t1, cpu1 = time.perf_counter(), time.process_time()
+    p.shutdown()
+    latencies.sort()
+
+    def pct(q: float) -> float | None:
+        if not latencies:
+            return None
+        return round(
+            latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3, 2
+        )
+
+    return {
+        "done": len(latencies),
+        "errors": errors[0],
+        "t0": t0,
+        "t1": t1,
+        "cpu_s": cpu1 - cpu0,
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "max_ms": round(latencies[-1] * 1e3, 2) if latencies else None,
     }
 
 
@@ -568,6 +635,7 @@ WORKERS = {
     "rmq_send": (rmq_send, (str, str, int, int, int)),
     "rmq_recv": (rmq_recv, (str, str, str, int, float)),
     "rmq_first": (rmq_first, (str, str, float)),
+    "rmq_rate": (rmq_rate, (str, str, int, float, int)),
     "rmq_join": (rmq_join, (str, str, str)),
     "echo_client": (echo_client, (str, int, int, int)),
     "echo_stream_client": (echo_stream_client, (str, int, int, int)),
@@ -716,6 +784,30 @@ def bench_endpoint(a, n: int, ep: str, spid: int | None, home: str) -> dict:
         spid,
     )
     return {"send": send, "receive_ack": recv}
+
+
+def fixed_rate(a, ep: str, pid, home: str, make_topic=None) -> dict:
+    """One official client sending ``--rate`` messages a second for
+    ``--rate-seconds``: the rate reached, p50/p99 send latency, server CPU."""
+    topic = f"Rate{uuid.uuid4().hex[:8]}"
+    if make_topic is not None:
+        make_topic(topic)
+    c0 = proc_cpu(pid)
+    r = run_workers("rmq_rate", [[ep, topic, a.rate, a.rate_seconds, a.body]], home)[0]
+    c1 = proc_cpu(pid)
+    span = r["t1"] - r["t0"]
+    return {
+        "target_msg_per_s": a.rate,
+        "messages": r["done"],
+        "errors": r["errors"],
+        "msg_per_s": round(r["done"] / span, 1) if span > 0 else None,
+        "p50_ms": r["p50_ms"],
+        "p99_ms": r["p99_ms"],
+        "max_ms": r["max_ms"],
+        "server_cpu_us_per_msg": None
+        if c0 is None or c1 is None
+        else round((c1 - c0) / max(1, r["done"]) * 1e6, 1),
+    }
 
 
 def first_send_s(ep: str, t0: float, home: str, topic: str = "") -> float | None:
@@ -945,6 +1037,14 @@ def main(argv: list[str]) -> int:
         help="the endpoint's fronts to measure, each its own server (serve "
         "--front F); native is skipped when not built",
     )
+    ap.add_argument(
+        "--rate",
+        type=int,
+        default=1000,
+        help="the fixed-rate phase: one client sends this many messages a "
+        "second to each endpoint and to Apache RocketMQ (0: none)",
+    )
+    ap.add_argument("--rate-seconds", type=float, default=10.0)
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     counts = [int(x) for x in a.clients.split(",") if x]
@@ -1057,6 +1157,31 @@ def main(argv: list[str]) -> int:
             run["load_after"] = [round(x, 2) for x in os.getloadavg()]
             res["runs"][str(n)] = run
             print_run(n, run)
+        if a.rate > 0:
+            res["fixed_rate"] = {}
+            targets = list(endpoints.items())
+            for key, (e_ep, e_pid) in targets:
+                res["fixed_rate"][key] = fixed_rate(a, e_ep, e_pid, tmp)
+            if rmq is not None:
+                res["fixed_rate"]["apache"] = fixed_rate(
+                    a,
+                    rmq.grpc_endpoint,
+                    rmq.pids(),
+                    tmp,
+                    lambda t: rmq.create_topic(t, "NORMAL", 8),
+                )
+            print(f"-- fixed rate: one client, {a.rate} msg/s for {a.rate_seconds} s")
+            print(
+                f"{'':<12}{'msg/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}"
+                f"{'server us/msg':>15}"
+            )
+            for key, r in res["fixed_rate"].items():
+                print(
+                    f"{key:<12}{r['msg_per_s'] or 0:>10,.0f}{r['p50_ms'] or 0:>10}"
+                    f"{r['p99_ms'] or 0:>10}{r['max_ms'] or 0:>10}"
+                    f"{r['server_cpu_us_per_msg'] or 0:>15}"
+                    + (f"  ({r['errors']} errors)" if r["errors"] else "")
+                )
         res["peak_rss_mb"] = {
             **{k: peak_rss_mb(pid) for k, (_ep, pid) in endpoints.items()},
             "echo": peak_rss_mb(echo.pid),

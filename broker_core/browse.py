@@ -1,8 +1,8 @@
 """Messages as an operator reads them: a page of one queue from an offset or a
 time, and a message as JSON (its fields, properties and a bounded body).
 
-The console's message and topic pages and a node's admin API
-(``GET /v1/messages``) both read messages through here; searches by id, key
+The console's message and topic pages (the node's ``browse_queue`` and
+``get_message`` operations) read messages through here; searches by id, key
 or topic go through ``broker_core.search``.
 """
 

@@ -1,4 +1,4 @@
-"""The checkpoint file and the abort marker (RocketMQ ``StoreCheckpoint``, §3.4).
+"""The checkpoint file and the abort marker (RocketMQ ``StoreCheckpoint``).
 
 The checkpoint records how far each derived structure is known to be on disk,
 so abnormal recovery re-dispatches only the log beyond those points.

@@ -3,8 +3,8 @@
 The endpoint keeps a record per client (``ClientInfo.as_json``: type, group,
 topics, address, heartbeat in seconds) and writes them to
 ``<store>/clients.json``; the console reads that file, a node's admin API
-(``GET /v1/clients``) its endpoint's table. Both shape and filter the records
-here.
+(the ``clients`` operation) its endpoint's table. Both shape and filter the
+records here.
 """
 
 from __future__ import annotations

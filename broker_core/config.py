@@ -86,8 +86,6 @@ class StoreConfig:
     #: (0: off), reading at most ``scrub_bytes_per_s``.
     scrub_interval_s: int = 0
     scrub_bytes_per_s: int = 64 * 1024 * 1024
-    #: How often a process with dispatchers polls for other processes' appends.
-    reput_interval_ms: int = 20
     delay_levels_ms: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:

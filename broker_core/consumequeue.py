@@ -1,4 +1,4 @@
-"""Consume queues: per (topic, queue id) arrays of 20-byte units (§3.2).
+"""Consume queues: per (topic, queue id) arrays of 20-byte units.
 
 Unit ``k`` (logical offset k) sits at byte ``k * 20`` and holds the record's
 commit-log offset, size and tag hash code. Units are written only for records

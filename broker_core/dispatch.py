@@ -1,14 +1,13 @@
 """Dispatch: what each appended record tells derived-state builders.
 
-A dispatcher is a callable taking a ``DispatchRequest``. Register one with
-``MessageStore.register_dispatcher``; it is called once per record, in log
-order, for records appended by this process, by other processes (when this
-process catches up), and for the replay of a log range given at registration.
+``MessageStore.iter_dispatch(start, end)`` yields one ``DispatchRequest`` per
+record in log order, whichever process appended it: a service that keeps
+derived state persists ``next_offset`` of the last record it handled and reads
+on from there.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,14 +19,14 @@ from broker_core.message import (
     PROPERTY_UNIQ_KEY,
     decode_properties,
 )
-from broker_core.record import HEADER, MAGIC_V1, PROPS_LEN, TOPIC_LEN_V2
+from broker_core.record import HEADER, topic_and_properties
 from broker_core.tags import tags_code
 from broker_core.validation import SCHEDULE_TOPIC
 
 
 @dataclass(slots=True)
 class DispatchRequest:
-    """One record as dispatchers see it (RocketMQ ``DispatchRequest``).
+    """One record as derived-state builders see it (RocketMQ ``DispatchRequest``).
 
     ``tags_code`` is the consume-queue tag field: the ``TAGS`` hash, or for
     ``SCHEDULE_TOPIC_XXXX`` with a ``DELAY`` property the delivery timestamp.
@@ -53,11 +52,8 @@ class DispatchRequest:
 
     @property
     def next_offset(self) -> int:
-        """The log offset after this record: a dispatcher's progress to persist."""
+        """The log offset after this record: a reader's progress to persist."""
         return self.commit_log_offset + self.msg_size
-
-
-Dispatcher = Callable[[DispatchRequest], None]
 
 
 def compute_tags_code(
@@ -66,7 +62,7 @@ def compute_tags_code(
     store_ts: int,
     delay_ms: Callable[[int], int],
 ) -> int:
-    """Return the consume-queue tag field of a record (§2.3 and §4.1)."""
+    """Return the consume-queue tag field of a record."""
     if topic == SCHEDULE_TOPIC:
         raw = properties.get(PROPERTY_DELAY)
         if raw:
@@ -77,29 +73,6 @@ def compute_tags_code(
             if level > 0:
                 return store_ts + (delay_ms(level) or 1000)
     return tags_code(properties.get(PROPERTY_TAGS))
-
-
-_I = struct.Struct(">i")
-
-
-def _topic_and_properties(
-    view: memoryview, pos: int, magic: int, sysflag: int, body_len: int
-) -> tuple[str, int, int]:
-    """Return the topic of the record at ``view[pos:]`` and where its property
-    text starts and how long it is (header fields already unpacked)."""
-    extra = (12 if sysflag & 0x10 else 0) + (12 if sysflag & 0x20 else 0)
-    if extra:
-        body_len = _I.unpack_from(view, pos + HEADER.size + extra - 4)[0]
-    tpos = pos + HEADER.size + extra + body_len
-    if magic == MAGIC_V1:
-        tl = view[tpos]
-        tpos += 1
-    else:
-        tl = TOPIC_LEN_V2.unpack_from(view, tpos)[0]
-        tpos += 2
-    topic = str(view[tpos : tpos + tl], "utf-8")
-    ppos = tpos + tl
-    return topic, ppos + 2, PROPS_LEN.unpack_from(view, ppos)[0]
 
 
 def _property(raw: bytes, marker: bytes) -> str | None:
@@ -121,7 +94,7 @@ def index_keys(view: memoryview, pos: int) -> tuple[int, int, int, str, list[str
     """
     head = HEADER.unpack_from(view, pos)
     sysflag = head[7]
-    topic, ppos, plen = _topic_and_properties(view, pos, head[1], sysflag, head[16])
+    topic, ppos, plen = topic_and_properties(view, pos, head[1], sysflag, head[16])
     raw = b"\x02" + bytes(view[ppos : ppos + plen])
     keys: list[str] = []
     uniq = _property(raw, _UNIQ_AT)
@@ -172,7 +145,7 @@ def decode_dispatch(
         prepared,
         body_len,
     ) = HEADER.unpack_from(view, pos)
-    topic, ppos, plen = _topic_and_properties(view, pos, magic, sysflag, body_len)
+    topic, ppos, plen = topic_and_properties(view, pos, magic, sysflag, body_len)
     props = decode_properties(str(view[ppos : ppos + plen], "utf-8"))
     return DispatchRequest(
         topic=topic,
@@ -211,7 +184,7 @@ def queue_unit_fields(
         req = decode_dispatch(view, pos, delay_ms)
         return (req.topic, req.queue_id, req.consume_queue_offset, sysflag,
                 req.msg_size, req.tags_code)  # fmt: skip
-    topic, ppos, plen = _topic_and_properties(view, pos, head[1], sysflag, head[16])
+    topic, ppos, plen = topic_and_properties(view, pos, head[1], sysflag, head[16])
     raw = b"\x02" + bytes(view[ppos : ppos + plen])
     props = {}
     tags = _property(raw, _TAGS_AT)

@@ -323,6 +323,14 @@ class ControllerUnavailable(BrokerError):
     http_status = 503
 
 
+class PromotionRefusedError(BrokerError):
+    """A node was not made a master: it is one already, it is no cluster node,
+    its master still heartbeats, or another promotion is under way."""
+
+    code = "promotion_refused"
+    http_status = 409
+
+
 class RouteUnavailableError(BrokerError):
     """A node in a cluster that cannot reach the route registry and takes no
     writes: it has no route to answer with (the client keeps its own, or asks

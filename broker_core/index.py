@@ -1,4 +1,4 @@
-"""The message index: hash files keyed by ``topic#key`` (RocketMQ ``IndexFile``, §3.3).
+"""The message index: hash files keyed by ``topic#key`` (RocketMQ ``IndexFile``).
 
 Keys indexed per record: its ``UNIQ_KEY`` and each space-separated ``KEYS``
 token. A file is a 40-byte header, ``slots`` 4-byte hash slots and ``entries``

@@ -2,8 +2,8 @@
 behind each queue's end its committed offset is (RocketMQ's
 ``ConsumerProgress``: broker offset, consumer offset, diff).
 
-The console's consumer pages and a node's admin API (``GET /v1/consumers``)
-both read it from here.
+The console's consumer pages and the Cluster page (the node's
+``consumer_lag`` operation) both read it from here.
 """
 
 from __future__ import annotations

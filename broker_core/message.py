@@ -140,7 +140,7 @@ class MessageInner:
     them (``tags_code`` is computed from ``TAGS`` on dispatch). ``queue_id`` must be
     within the topic's queues. ``sysflag`` carries the transaction bits: records
     whose transaction value is PREPARED or ROLLBACK get queue offset 0 and no
-    consume-queue unit; ROLLBACK records are not indexed (RocketMQ §1.5).
+    consume-queue unit; ROLLBACK records are not indexed (as in RocketMQ).
     ``born_timestamp`` of 0 means "now".
     """
 

@@ -1,4 +1,4 @@
-"""Client message ids (``UNIQ_KEY``, RocketMQ ``MessageClientIDSetter``, §3.6).
+"""Client message ids (``UNIQ_KEY``, RocketMQ ``MessageClientIDSetter``).
 
 16 bytes as 32 uppercase hex digits: IPv4 address, pid (short), a per-process
 random int, milliseconds since the start of the local month (int, wrapping) and

@@ -2,8 +2,8 @@
 a time (RocketMQ's ``resetOffsetByTimestamp``): preview what would change,
 then apply it.
 
-The console's consumer pages and a node's admin API
-(``POST /v1/consumers/<group>/reset``) both reset through here.
+The console's consumer pages and the Cluster page (the node's
+``preview_reset`` and ``apply_reset`` operations) both reset through here.
 """
 
 from __future__ import annotations

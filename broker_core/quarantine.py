@@ -62,10 +62,6 @@ class Quarantine:
                 continue
         self.ranges = sorted(out, key=lambda r: r.offset)
 
-    def covers(self, offset: int) -> bool:
-        """Whether ``offset`` lies in a quarantined range."""
-        return any(r.offset <= offset < r.end for r in self.ranges)
-
     def known(self, offset: int) -> bool:
         return any(r.offset == offset for r in self.ranges)
 

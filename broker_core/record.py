@@ -1,4 +1,4 @@
-"""The commit-log record format (RocketMQ ``MessageExtEncoder`` layout, §3.1).
+"""The commit-log record format (RocketMQ ``MessageExtEncoder`` layout).
 
 Everything here is a pure function over bytes, so another process (a Spark
 job decoding a segment range, the ``inspect`` command) can decode records with
@@ -150,7 +150,7 @@ def encode_record(
 
 
 def offset_msg_id(store_host: bytes, store_port: int, physical_offset: int) -> str:
-    """Return the offset message id: hex of store IP, port, log offset (§3.6)."""
+    """Return the offset message id: hex of store IP, port, log offset."""
     if physical_offset < 0:
         return (
             (store_host + struct.pack(">iq", store_port, physical_offset)).hex().upper()
@@ -279,6 +279,12 @@ _PHYS = struct.Struct(">q")
 _MAGICS = (MAGIC_V1, MAGIC_V2)
 
 
+def physical_offset(buf: memoryview | bytes, pos: int) -> int:
+    """The log offset a record at ``buf[pos]`` says it was written at (its
+    header's physical offset field)."""
+    return _PHYS.unpack_from(buf, pos + PHYSICAL_OFFSET_AT)[0]
+
+
 def starts_record(buf: memoryview | bytes, pos: int, size: int, offset: int) -> bool:
     """Whether a record of ``size`` bytes that names log ``offset`` starts at
     ``buf[pos]``: the cheap check of a queue unit against the log, for records
@@ -395,6 +401,31 @@ def header_layout(sysflag: int) -> struct.Struct:
     return HEADER_V6[
         (bool(sysflag & SYSFLAG_BORNHOST_V6), bool(sysflag & SYSFLAG_STOREHOST_V6))
     ]
+
+
+def topic_and_properties(
+    view: memoryview, pos: int, magic: int, sysflag: int, body_len: int
+) -> tuple[str, int, int]:
+    """Return the topic of the record at ``view[pos:]`` and where its property
+    text starts and how long it is, from the header fields the caller unpacked
+    with ``HEADER`` (``magic``, ``sysflag`` and the v4 body length; a record
+    with an IPv6 host has 12 more header bytes per such host, and its body
+    length after them)."""
+    extra = (12 if sysflag & SYSFLAG_BORNHOST_V6 else 0) + (
+        12 if sysflag & SYSFLAG_STOREHOST_V6 else 0
+    )
+    if extra:
+        body_len = TOTAL_SIZE.unpack_from(view, pos + HEADER.size + extra - 4)[0]
+    tpos = pos + HEADER.size + extra + body_len
+    if magic == MAGIC_V1:
+        tl = view[tpos]
+        tpos += 1
+    else:
+        tl = TOPIC_LEN_V2.unpack_from(view, tpos)[0]
+        tpos += 2
+    topic = str(view[tpos : tpos + tl], "utf-8")
+    ppos = tpos + tl
+    return topic, ppos + 2, PROPS_LEN.unpack_from(view, ppos)[0]
 
 
 def decode_record(

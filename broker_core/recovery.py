@@ -1,4 +1,4 @@
-"""Crash recovery and progress checkpoints (RocketMQ §3.4, §3.5).
+"""Crash recovery and progress checkpoints (as in RocketMQ).
 
 The first process to open a store (no other process has it open) runs
 ``recover``: it validates the log's tail record by record (sizes, magic, body

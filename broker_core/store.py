@@ -4,8 +4,9 @@
 This is the layer transaction, schedule and protocol services build on:
 ``put_inner`` / ``put_inner_batch`` (no sendable-topic check, every field set
 by the caller), ``read_message`` by commit-log offset, ``iter_messages`` over a
-log range, ``get_queue_units`` for consume-queue units, ``register_dispatcher``
-for derived state, and min/max offsets per queue. ``Broker`` is the client facade.
+log range, ``get_queue_units`` for consume-queue units, ``iter_dispatch`` for
+what derived state is built from, and min/max offsets per queue. ``Broker`` is
+the client facade.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from broker_core.config import (
 from broker_core.consumequeue import ConsumeQueueTable, pack_unit
 from broker_core.diskio import DiskGuard
 from broker_core.dispatch import (
-    Dispatcher,
     DispatchRequest,
     decode_dispatch,
     iter_index_keys,
@@ -187,10 +187,8 @@ class MessageStore:
         self.topic_registry.on_reload = self._trusted_ends.clear
         self.store_ip, self.store_port = parse_host(config.store_host)
         self._delay_ms = config.delay_ms
-        #: Registered dispatchers, the reput thread and index building.
-        self.dispatch = DispatchService(
-            self.state, self.commitlog, self.index, config, lambda: self.closed
-        )
+        #: The log read as dispatch requests, and index building.
+        self.dispatch = DispatchService(self.state, self.commitlog, self.index, config)
         #: The parts recovery, the flusher and the scrubber work on.
         self.parts = StoreParts(
             self.root,
@@ -238,6 +236,11 @@ class MessageStore:
         self.check_open()
         if self.state.topics_version != self.topic_registry.version:
             self.topic_registry.reload()
+
+    def has_topic(self, topic: str) -> bool:
+        """Whether ``topic`` exists now (another process's creation seen)."""
+        self.refresh_topics()
+        return topic in self.topics.topics
 
     def topic_config(self, topic: str) -> TopicConfig | None:
         """Return the current configuration of ``topic`` (None if unknown)."""
@@ -324,17 +327,7 @@ class MessageStore:
         """Return every committed offset: ``{"topic@group": {queue_id: offset}}``."""
         return self.consumer_offsets.all()
 
-    # -- dispatchers and the index (``DispatchService``) ----------------------
-    def register_dispatcher(
-        self, name: str, callback: Dispatcher, from_offset: int | None = None
-    ) -> None:
-        """Call ``callback`` for every record from ``from_offset`` on, in log
-        order (``DispatchService.register``)."""
-        self.dispatch.register(name, callback, from_offset)
-
-    def unregister_dispatcher(self, name: str) -> None:
-        self.dispatch.unregister(name)
-
+    # -- dispatch requests and the index (``DispatchService``) ---------------
     def iter_dispatch(
         self, start: int, end: int | None = None
     ) -> Iterator[DispatchRequest]:
@@ -533,8 +526,6 @@ class MessageStore:
             )
             if not ok:
                 status = SendStatus.FLUSH_DISK_TIMEOUT
-        if self.dispatch.has_dispatchers:
-            self.dispatch.run()
         return offsets, sizes, qoffs, now, status
 
     def _encode(self, items: Sequence[PutItem]) -> tuple[list[tuple[Any, ...]], int]:
@@ -692,22 +683,13 @@ class MessageStore:
 
         Inside, no other thread or process appends, every record in the log is
         visible (a dead appender's undispatched range is repaired first) and
-        ``put_inner`` may be called. Dispatchers run after the lock is released,
-        not inside: a dispatcher that puts would otherwise wait for this lock.
+        ``put_inner`` may be called.
         """
         self.check_open()
-        dispatch = self.dispatch
-        outer = dispatch.active
         with self.state.append_lock:
             if self.state.dispatched_pos != self.state.commit_pos:
                 self.repair_dispatch()
-            dispatch.active = True
-            try:
-                yield
-            finally:
-                dispatch.active = outer
-        if not outer and dispatch.has_dispatchers:
-            dispatch.run()
+            yield
 
     # -- replication (``broker_core.ha``) -----------------------------------
     def replica_append(self, start: int, data: bytes | memoryview) -> int:
@@ -720,6 +702,17 @@ class MessageStore:
         from broker_core.ha.replica import apply_chunk
 
         return apply_chunk(self, start, data)
+
+    @property
+    def replica(self) -> bool:
+        """Whether the store follows a master: client appends are refused
+        (``ReplicaReadOnlyError``) and only replicated bytes are appended. Seen
+        by every process of the store (``SharedState.replica``)."""
+        return self.state.replica
+
+    @replica.setter
+    def replica(self, value: bool) -> None:
+        self.state.replica = value
 
     def replica_truncate(self, end: int) -> bool:
         """Cut the log, its queue units and index entries at ``end``
@@ -878,7 +871,6 @@ class MessageStore:
             self.state.close()
             return
         self.scrubber.stop()
-        self.dispatch.stop()
         self.flusher.stop()
         try:
             self.consumer_offsets.persist()

@@ -1,4 +1,4 @@
-"""Tag hash codes and the tag subscription filter (RocketMQ §4.1).
+"""Tag hash codes and the tag subscription filter (as in RocketMQ).
 
 The consume queue stores ``TAGS.hashCode()`` (Java ``String.hashCode``); a pull
 matches the hash first, then the exact tag, as RocketMQ's broker and client do.

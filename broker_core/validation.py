@@ -1,4 +1,4 @@
-"""Input validation: topic and group names (§3.7) and message limits."""
+"""Input validation: topic and group names and message limits."""
 
 from __future__ import annotations
 

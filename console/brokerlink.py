@@ -13,12 +13,12 @@ import atexit
 import os
 import threading
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
 
 from broker_core import Broker
-from broker_core.cluster.node_ops import NodeOps
+from broker_core.cluster.node_ops import NodeOperations, NodeOps
 
 _lock = threading.Lock()
 _broker: Broker | None = None
@@ -104,7 +104,7 @@ def local_node_ops() -> NodeOps:
     )
 
 
-def node_ops() -> NodeOps:
+def node_ops() -> NodeOperations:
     """The operations of the node whose store the console's pages show.
 
     On a cluster, the node the operator picked for this request
@@ -123,9 +123,9 @@ def node_ops() -> NodeOps:
     url = getattr(settings, "BROKER_ADMIN_URL", "")
     if not url:
         return local_node_ops()
-    from console.cluster.services import remote_node_ops
+    from console.cluster.nodes import remote_node_ops
 
-    return cast(NodeOps, remote_node_ops(url))
+    return remote_node_ops(url)
 
 
 def _close_services() -> None:

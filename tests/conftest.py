@@ -17,6 +17,16 @@ ROOT = Path(__file__).resolve().parents[1]
 STRICT = os.environ.get("BROKER_TESTS_STRICT") == "1"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    workers = config.getoption("numprocesses", None)
+    if workers and not config.pluginmanager.has_plugin("tests.workers"):
+        raise pytest.UsageError(
+            "pytest-xdist workers share Redis and the netns subnet without "
+            "tests/workers.py: run with -p tests.workers --dist loadfile "
+            "(make test TEST_WORKERS=N does)"
+        )
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator:
     outcome = yield

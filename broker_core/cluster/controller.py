@@ -155,9 +155,6 @@ class Etcd:
             op["lease"] = str(lease)
         return {"request_put": op}
 
-    def delete_op(self, key: str) -> dict[str, Any]:
-        return {"request_delete_range": {"key": _b64(key)}}
-
     @staticmethod
     def same_mod(key: str, revision: int) -> dict[str, Any]:
         """Compare: the key's mod_revision is ``revision`` (0: it is absent)."""

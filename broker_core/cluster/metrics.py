@@ -3,7 +3,7 @@
 Scraped with the node's admin token (Prometheus: ``authorization:
 {credentials_file: /etc/broker/admin.token}``), from the admin port of every
 node (``serve --admin-listen``) and of ``serve --admin-only``. Each scrape
-reads the node as ``GET /v1/node`` does, plus the transaction gauges and
+reads the node as its ``node_status`` operation does, plus the transaction gauges and
 counters, the delay backlog, the store's disk and the consume queues it can
 check (``store_damaged``); nothing is kept between scrapes (the counters
 are the node's own since it started, or, for the transaction counters, since

@@ -318,7 +318,7 @@ class ClusterNode:
             f"{self.cfg.name} with a newer history (epoch {live.epoch})"
         )
         # Client appends refused from now on, in every process of the store.
-        self.store.state.replica = True
+        self.store.replica = True
         log.error("fenced: %s; this store takes no more writes and leaves the "
                   "routes: restart it as that master's slave", self.fenced)  # fmt: skip
         return False
@@ -335,14 +335,14 @@ class ClusterNode:
                 node=self.identity,
             ).start()  # fmt: skip
         else:
-            if self.store.state.replica:
+            if self.store.replica:
                 # Fenced in an earlier run (``_may_register``); no newer master
                 # of this name is live now (``check_not_stale``).
                 log.warning(
                     "%s: lifting the fence of an earlier run: no other master "
                     "of %s is live", self.store.root, self.cfg.name,
                 )  # fmt: skip
-                self.store.state.replica = False
+                self.store.replica = False
             if self.leadership is None:
                 self.store.state.lease_until_ns = 0  # no controller: no lease
             self._become_master_services()

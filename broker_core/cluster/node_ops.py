@@ -1,38 +1,52 @@
-"""Everything the console does to one node's store, as one interface.
+"""Everything the console does to one node, as one protocol.
 
-``NodeOps`` runs the operations on a store this process has open: the node's
-admin API runs them for a console elsewhere (``POST /v1/ops/<name>``), and a
-console that opens the store itself (tests, development) runs them in place.
-``RemoteNodeOps`` has the same methods and sends each call to a node's admin
-API, so the console's pages are written once and cannot tell a local store
-from a node on another host: arguments and answers cross as the library's own
-types (``opscodec``), errors as the library's own exceptions.
+``NodeOperations`` lists the operations. ``NodeOps`` runs them on a store
+this process has open: the node's admin API runs them for a console
+elsewhere (``POST /v1/ops/<name>``, the API's only route besides
+``/metrics``), and a console that opens the store itself (tests,
+development) runs them in place. ``RemoteNodeOps`` has the same methods and
+sends each call to a node's admin API, so the console's pages are written
+once and cannot tell a local store from a node on another host: arguments and
+answers cross as the library's own types (``opscodec``), errors as the
+library's own exceptions. A node that does not answer, or answers with an
+error that is not the library's, is ``NodeUnavailableError`` (with the HTTP
+``status`` when it answered one).
 
-Only the methods in ``READS`` and ``WRITES`` can be called remotely; a slave
-refuses ``WRITES`` (``ReplicaReadOnlyError``), as its store does. Writes
-carry the operator's name where the log records one (transaction outcomes);
-the console audits every write on its side.
+Only the methods in ``READS``, ``WRITES`` and ``NODE_WRITES`` can be called
+remotely; a slave refuses ``WRITES`` (``ReplicaReadOnlyError``), as its store
+does; ``NODE_WRITES`` change the node itself (``promote``: a slave made a
+master), so a slave takes them. Writes carry the operator's name where the
+node records one (transaction outcomes, a promotion); the console audits
+every write on its side.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
+import ipaddress
 import json
 import platform
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import broker_core
 from broker_core import browse, offset_reset
 from broker_core.clients import client_rows
 from broker_core.cluster import opscodec
 from broker_core.endpoint.config import EndpointConfig
-from broker_core.errors import BrokerError, GroupNotConsumingError, StoreError
+from broker_core.errors import (
+    BrokerError,
+    GroupNotConsumingError,
+    PromotionRefusedError,
+    StoreError,
+)
 from broker_core.groups import GroupConfig
 from broker_core.lag import QueueLag, consumer_lag, lag_of, subscribed_queues
 from broker_core.message import (
@@ -72,6 +86,7 @@ READS = frozenset(
         "delay_stats",
         "list_scheduled",
         "store_status",
+        "node_status",
     }
 )
 WRITES = frozenset(
@@ -91,6 +106,111 @@ WRITES = frozenset(
         "recall",
     }
 )
+#: Writes to the node itself, which a slave takes (they make it a master).
+NODE_WRITES = frozenset({"promote"})
+#: Every operation (``NodeOperations``' methods).
+OPERATIONS = READS | WRITES | NODE_WRITES
+
+
+class NodeControl(Protocol):
+    """What only a node's server knows of the node (``AdminServer``): its
+    status (role, replication, counters) and its promotion."""
+
+    def node(self) -> dict[str, Any]: ...
+
+    def promote(self, operator: str, role: str, force: bool) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class NodeOperations(Protocol):
+    """Every operation the console does to one node (module doc).
+
+    Reads: transactions (``list_halves``, ``get_half``,
+    ``transaction_metrics``, ``producer_group_counts``, ``checkers``),
+    messages (``offset_for_time``, ``browse_queue``, ``get_message``,
+    ``message_consumers``, ``search_messages``), topics
+    (``topics_with_depths``, ``get_topic``, ``queue_ranges``), consumers
+    (``clients``, ``consumer_lag``, ``group_queues``, ``groups``,
+    ``preview_reset``), delays (``delay_stats``, ``list_scheduled``) and the
+    node (``store_status``, ``node_runtime``, ``node_status``). Writes:
+    ``commit``, ``rollback``, ``resume``, ``configure_checker``,
+    ``remove_checker``, ``send``, ``resend``, ``create_topic``,
+    ``update_topic``, ``delete_topic``, ``apply_reset``, ``put_group``,
+    ``recall``; and ``promote``, which a slave takes.
+    """
+
+    # -- transactions
+    def list_halves(self, **filters: Any) -> Any: ...
+    def get_half(self, transaction_id: str) -> Any: ...
+    def commit(self, transaction_id: str, operator: str) -> Any: ...
+    def rollback(self, transaction_id: str, operator: str) -> Any: ...
+    def resume(self, transaction_id: str, operator: str) -> Any: ...
+    def transaction_metrics(self) -> Any: ...
+    def producer_group_counts(self) -> list[tuple[str, int, int]]: ...
+    def checkers(self) -> dict[str, dict[str, Any]]: ...
+    def configure_checker(
+        self, group: str, url: str, secret: str, timeout_s: float
+    ) -> None: ...
+    def remove_checker(self, group: str) -> None: ...
+
+    # -- messages
+    def offset_for_time(self, topic: str, queue_id: int, at_ms: int) -> int: ...
+    def browse_queue(
+        self, topic: str, queue_id: int, offset: int | None, at_ms: int | None,
+        count: int,
+    ) -> browse.QueuePage: ...  # fmt: skip
+    def get_message(self, msg_id: str, topic: str | None = None) -> MessageExt: ...
+    def search_messages(
+        self, query: MessageQuery, limit: int, cursor: str | None, budget: int
+    ) -> SearchPage: ...
+    def send(self, message: Message) -> SendResult: ...
+    def resend(self, msg_id: str, group: str) -> PutResult: ...
+
+    # -- topics
+    def topics_with_depths(self) -> list[tuple[TopicConfig, list[int]]]: ...
+    def get_topic(self, name: str) -> TopicConfig: ...
+    def create_topic(
+        self, name: str, read_queue_nums: int, write_queue_nums: int, perm: int,
+        message_type: str,
+    ) -> TopicConfig: ...  # fmt: skip
+    def update_topic(self, name: str, **changes: Any) -> TopicConfig: ...
+    def delete_topic(self, name: str) -> None: ...
+    def queue_ranges(self, name: str) -> list[dict[str, int]]: ...
+
+    # -- consumers
+    def clients(self, group: str | None = None) -> list[dict[str, Any]]: ...
+    def consumer_lag(self) -> list[QueueLag]: ...
+    def group_queues(self, group: str) -> list[dict[str, Any]]: ...
+    def message_consumers(
+        self, topic: str, queue_id: int, queue_offset: int, msg_id: str
+    ) -> list[dict[str, Any]]: ...
+    def groups(self) -> dict[str, Any]: ...
+    def put_group(
+        self, group: str, fifo: bool, max_delivery_attempts: int | None
+    ) -> GroupConfig: ...
+    def preview_reset(
+        self, group: str, topic: str, to_offset: int | None = None,
+        to_ms: int | None = None, queue_id: int | None = None,
+    ) -> list[ResetChange]: ...  # fmt: skip
+    def apply_reset(
+        self, group: str, topic: str, to_offset: int | None = None,
+        to_ms: int | None = None, queue_id: int | None = None,
+    ) -> list[ResetChange]: ...  # fmt: skip
+
+    # -- delays
+    def delay_stats(self) -> Any: ...
+    def list_scheduled(
+        self, kind: str | None, level: int | None, limit: int, start: int
+    ) -> Any: ...
+    def recall(self, msg_id: str) -> Any: ...
+
+    # -- the node
+    def store_status(self) -> dict[str, Any]: ...
+    def node_runtime(self) -> dict[str, Any]: ...
+    def node_status(self) -> dict[str, Any]: ...
+    def promote(
+        self, operator: str, role: str = "ASYNC_MASTER", force: bool = False
+    ) -> dict[str, Any]: ...
 
 
 class NodeOps:
@@ -101,7 +221,10 @@ class NodeOps:
     topics never builds the transaction index; ``clients(group)`` returns
     the clients the node's endpoint knows (``broker_core.clients`` rows).
     ``max_delivery_attempts`` is what the node's endpoint gives a group with
-    no setting of its own (``serve --max-delivery-attempts``).
+    no setting of its own (``serve --max-delivery-attempts``). ``control``
+    is the node's server (``AdminServer``: ``node_status``, ``promote``);
+    without one, the store is no cluster node (``node_status`` says what the
+    store knows, ``promote`` is refused).
     """
 
     def __init__(
@@ -112,6 +235,7 @@ class NodeOps:
         clients: Callable[[str | None], list[dict[str, Any]]],
         max_delivery_attempts: int = EndpointConfig.max_attempts,
         topics_changed: Callable[[], None] | None = None,
+        control: NodeControl | None = None,
     ) -> None:
         self._broker = broker
         self._tx = tx
@@ -122,6 +246,13 @@ class NodeOps:
         #: node registers again at once: routes follow without waiting for
         #: its next heartbeat)
         self._topics_changed = topics_changed or (lambda: None)
+        self._control = control
+
+    def with_control(self, control: NodeControl) -> NodeOps:
+        """These operations with the node's server as their ``control``."""
+        twin = copy.copy(self)
+        twin._control = control
+        return twin
 
     @staticmethod
     def clients_file(store_root: str | Path) -> Callable[[str | None], list[dict]]:
@@ -476,13 +607,54 @@ class NodeOps:
             "config": config,
         }
 
+    def node_status(self) -> dict[str, Any]:
+        """The node as its cluster sees it: ``node``, ``cluster``, ``role``,
+        ``log_end``, replication (a master's ``slaves`` with their lag, a
+        slave's ``following`` master and lag), ``registry_error``, the
+        endpoint's ``counters`` and ``runtime`` (``store_runtime``). Without
+        a node's server: the store's own (an ``ASYNC_MASTER`` outside any
+        cluster, the counters of its endpoint's ``clients.json``, the tails
+        it cut)."""
+        if self._control is not None:
+            return self._control.node()
+        from broker_core.ha.replica import cut_tails
+
+        store = self._broker().store
+        try:
+            data = json.loads((Path(store.root) / "clients.json").read_text())
+            counters = dict(data.get("counters") or {})
+        except (OSError, ValueError, AttributeError, TypeError):
+            counters = {}
+        return {
+            "node": "",
+            "cluster": "",
+            "role": "ASYNC_MASTER",
+            "log_end": store.max_physical_offset(),
+            "counters": counters,
+            "runtime": store_runtime(store),
+            "cut_tails": cut_tails(store.root)[:20],
+        }
+
+    def promote(
+        self, operator: str, role: str = "ASYNC_MASTER", force: bool = False
+    ) -> dict[str, Any]:
+        """Make this slave a master with ``role`` (``ASYNC_MASTER`` or
+        ``SYNC_MASTER``), recorded with ``operator``'s name: refused
+        (``PromotionRefusedError``) for a master, a store outside a cluster,
+        and while its master still heartbeats in the registry unless
+        ``force``; ``RouteUnavailableError`` when the registry cannot tell.
+        Answers ``node``, ``role``, ``operator``, ``log_end``."""
+        if self._control is None:
+            raise PromotionRefusedError("this store is not a cluster node")
+        return self._control.promote(operator, role, force)
+
     # -- the admin API's side ---------------------------------------------------
     def call(self, name: str, body: dict[str, Any], writable: bool = True) -> Any:
         """Run ``name`` with the encoded ``{"args", "kwargs"}`` of ``body``;
         the encoded answer. ``KeyError`` for a name that is not an operation."""
-        if name not in READS and name not in WRITES:
+        if name not in OPERATIONS:
             raise KeyError(name)
-        if name in WRITES and not writable:
+        if name in WRITES and not writable:  # NODE_WRITES: a slave takes them
             from broker_core.errors import ReplicaReadOnlyError
 
             raise ReplicaReadOnlyError(f"{name}: this node is a slave (read-only)")
@@ -503,7 +675,7 @@ def store_runtime(store: Any) -> dict[str, Any]:
     over the last minute, its disk (the filesystem's size, free bytes and
     fill, None when unknown; the fill at which appends are refused) and the
     log's first offset: on a single node's page and, through the admin API's
-    ``GET /v1/node``, on the cluster's page of each node."""
+    ``node_status``, on the cluster's page of each node."""
     guard = store.disk_guard
     try:
         used, free, total = guard.usage()
@@ -536,14 +708,61 @@ def _newest_copy(broker: Any, topic: str, msg_id: str) -> Any:
 
 
 class NodeUnavailableError(StoreError):
-    """The node's admin API did not answer (down, refused, timed out) or
-    answered something that is not an operation's result."""
+    """The node's admin API did not answer (down, refused, timed out, no
+    admin API, a host the token is not sent to) or answered something that is
+    not an operation's result; ``status`` is the HTTP status it answered
+    (None: no answer)."""
 
     code = "node_unavailable"
 
+    def __init__(self, message: str = "", status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def check_host(url: str, allowed: Iterable[str]) -> None:
+    """Refuse (``NodeUnavailableError``) an admin URL whose host is not in
+    ``allowed`` (host names, addresses or networks; empty: any), so that the
+    token is never sent there."""
+    allowed = [a for a in allowed if a]
+    if not allowed:
+        return
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in allowed:
+        if host == entry.lower():
+            return
+        if address is not None:
+            try:
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return
+            except ValueError:
+                continue
+    raise NodeUnavailableError(
+        f"{url}: {host} is not in CLUSTER_ADMIN_HOSTS, so the admin token is "
+        "not sent there"
+    )
+
+
+def _remote(name: str) -> Callable[..., Any]:
+    def call(self: RemoteNodeOps, *args: Any, **kwargs: Any) -> Any:
+        return self._call(name, list(args), kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``NodeOps.{name}`` on the remote node."
+    return call
+
 
 class RemoteNodeOps:
-    """``NodeOps`` of a node reached through its admin API (module doc)."""
+    """``NodeOperations`` of a node reached through its admin API (module
+    doc): each method is ``POST <url>/v1/ops/<name>``.
+
+    ``allowed_hosts`` (``CLUSTER_ADMIN_HOSTS``) is checked before every call:
+    a URL outside it gets ``NodeUnavailableError`` and never the token.
+    """
 
     def __init__(
         self,
@@ -552,25 +771,68 @@ class RemoteNodeOps:
         timeout: float = 5.0,
         context: ssl.SSLContext | None = None,
         write_timeout: float = 30.0,
+        allowed_hosts: Iterable[str] = (),
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token
-        #: how long a read (``READS``) and a write (``WRITES``) may take
+        #: how long a read (``READS``) and a write may take
         self.timeout = timeout
         self.write_timeout = write_timeout
         self.context = context
+        self.allowed_hosts = tuple(allowed_hosts)
 
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        if name not in READS and name not in WRITES:
-            raise AttributeError(name)
+    def within(self, seconds: float) -> RemoteNodeOps:
+        """The same node, every call (read or write) answered within
+        ``seconds`` at most (a fan-out's share of its one deadline)."""
+        twin = copy.copy(self)
+        twin.timeout = min(self.timeout, seconds)
+        twin.write_timeout = min(self.write_timeout, seconds)
+        return twin
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self._call(name, list(args), kwargs)
-
-        call.__name__ = name
-        return call
+    list_halves = _remote("list_halves")
+    get_half = _remote("get_half")
+    commit = _remote("commit")
+    rollback = _remote("rollback")
+    resume = _remote("resume")
+    transaction_metrics = _remote("transaction_metrics")
+    producer_group_counts = _remote("producer_group_counts")
+    checkers = _remote("checkers")
+    configure_checker = _remote("configure_checker")
+    remove_checker = _remote("remove_checker")
+    offset_for_time = _remote("offset_for_time")
+    browse_queue = _remote("browse_queue")
+    get_message = _remote("get_message")
+    search_messages = _remote("search_messages")
+    send = _remote("send")
+    resend = _remote("resend")
+    topics_with_depths = _remote("topics_with_depths")
+    get_topic = _remote("get_topic")
+    create_topic = _remote("create_topic")
+    update_topic = _remote("update_topic")
+    delete_topic = _remote("delete_topic")
+    queue_ranges = _remote("queue_ranges")
+    clients = _remote("clients")
+    consumer_lag = _remote("consumer_lag")
+    group_queues = _remote("group_queues")
+    message_consumers = _remote("message_consumers")
+    groups = _remote("groups")
+    put_group = _remote("put_group")
+    preview_reset = _remote("preview_reset")
+    apply_reset = _remote("apply_reset")
+    delay_stats = _remote("delay_stats")
+    list_scheduled = _remote("list_scheduled")
+    recall = _remote("recall")
+    store_status = _remote("store_status")
+    node_runtime = _remote("node_runtime")
+    node_status = _remote("node_status")
+    promote = _remote("promote")
 
     def _call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if not self.url:
+            raise NodeUnavailableError(
+                "the node advertises no admin API (--admin-listen)"
+            )
+        check_host(self.url, self.allowed_hosts)
         data = json.dumps(
             {"args": opscodec.encode(args), "kwargs": opscodec.encode(kwargs)}
         ).encode()
@@ -583,7 +845,7 @@ class RemoteNodeOps:
                 "Content-Type": "application/json",
             },
         )
-        write = name in WRITES
+        write = name not in READS
         wait = self.write_timeout if write else self.timeout
         try:
             with urllib.request.urlopen(req, timeout=wait, context=self.context) as r:
@@ -607,7 +869,8 @@ class RemoteNodeOps:
                 raise opscodec.decode_error(err) from None
             detail = payload.get("error") if isinstance(payload, dict) else None
             raise NodeUnavailableError(
-                f"node {self.url}: {name} answered {exc.code}: {detail or exc.reason}"
+                f"node {self.url}: {name} answered {exc.code}: {detail or exc.reason}",
+                exc.code,
             ) from None
         except (OSError, ValueError) as exc:
             raise NodeUnavailableError(f"node {self.url}: {name}: {exc}") from None
@@ -634,3 +897,8 @@ def run_remote(
             "error": str(exc),
             "broker_error": opscodec.encode_error(exc),
         }
+
+
+def _conforms(local: NodeOps, remote: RemoteNodeOps) -> list[NodeOperations]:
+    """Both kinds of node are ``NodeOperations`` (checked by mypy)."""
+    return [local, remote]

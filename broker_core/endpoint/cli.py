@@ -10,6 +10,21 @@ import os
 from broker_core.config import DEFAULT_TIMER_MAX_DELAY_S
 
 
+def default_front() -> str:
+    """``$GRPC_FRONT`` when set, else ``native`` where ``make native`` built
+    it (``broker_core._native`` imports), else ``python``."""
+    chosen = os.environ.get("GRPC_FRONT", "")
+    if chosen:
+        if chosen not in ("python", "native"):
+            raise SystemExit(f"GRPC_FRONT={chosen!r}: python or native")
+        return chosen
+    try:
+        from broker_core import _native  # type: ignore[attr-defined]  # noqa: F401
+    except ImportError:
+        return "python"
+    return "native"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, help="store directory")
     p.add_argument("--listen", default="127.0.0.1:8081", help="HOST:PORT")
@@ -32,10 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--front",
         choices=("python", "native"),
-        default=os.environ.get("GRPC_FRONT", "python"),
-        help="what terminates gRPC: python (grpc.aio) or native (the C++ front "
-        "built by `make native`; the same RPCs, in Python); default: "
-        "$GRPC_FRONT, else python",
+        default=None,
+        help="what terminates gRPC: native (the C++ front built by `make "
+        "native`) or python (grpc.aio); the same RPCs, in Python, either way; "
+        "default: $GRPC_FRONT, else native where it is built, else python",
     )
     # Set by the supervisor for each worker it starts.
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
@@ -295,7 +310,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         if worker is None or args.worker_ports is None
         else args.worker_ports + worker,
         embedded_timers=args.embedded_timers,
-        front=args.front,
+        front=args.front or default_front(),
         transaction_timeout_ms=args.transaction_timeout_ms,
         check_interval_ms=args.check_interval_ms,
         max_attempts=args.max_delivery_attempts,

@@ -71,3 +71,27 @@ def merge_snapshots(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
         "consumers": newest.get("consumers", {}),
         "counters": counters,
     }
+
+
+class ClientTable(dict[str, ClientInfo]):
+    """The clients this endpoint knows, by client id (the event loop's: other
+    threads copy it in one call, ``list(table.values())``), and ``dirty``:
+    whether it changed since ``clients.json`` was last written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dirty = True
+
+    def touch(self, context: Any) -> ClientInfo:
+        """The calling client (by its ``x-mq-client-id``, else its peer),
+        added when new, heard from now."""
+        from broker_core.endpoint.wire import client_id_of
+
+        cid = client_id_of(context) or context.peer()
+        c = self.get(cid)
+        if c is None:
+            c = self[cid] = ClientInfo(cid, address=context.peer())
+            self.dirty = True
+        c.last_heartbeat = time.time()
+        c.online = True
+        return c

@@ -20,6 +20,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any
 
+#: A batch handler's answer for a call it leaves to the RPC's own handler
+#: (``server.Method.batch``): that call is served like any other.
+PER_CALL: Any = object()
+
 
 class Coalescer:
     """``await submit(item)`` runs ``run(items)`` on ``executor`` with the items
@@ -68,6 +72,81 @@ class Coalescer:
                 self._start(loop)
 
         job.add_done_callback(done)
+
+
+class TickBatch:
+    """``await submit(item)`` runs ``run(items)`` on the event loop itself,
+    once, at the end of the loop iteration in which the first of them came:
+    every call that reached the same point in that iteration goes with it.
+
+    The native front hands over the calls that arrived together in one
+    ``drain()``; their tasks all take their first step in the next iteration,
+    so their sends become one append and their acks one pop-state
+    transaction. On grpc.aio calls mostly come one an iteration, and a lone
+    call waits only for the rest of its iteration. ``run`` returns one result
+    per item, in order; an exception it raises goes to every caller of that
+    batch (for the caller to go the slow way)."""
+
+    def __init__(self, run: Callable[[list[Any]], Sequence[Any]]) -> None:
+        self.run = run
+        self.waiting: list[tuple[Any, asyncio.Future[Any]]] = []
+        #: batches run and items handled, for the endpoint's counters
+        self.batches = 0
+        self.items = 0
+
+    def run_in_place(
+        self,
+        out: list[Any],
+        todo: list[int],
+        items: list[Any],
+        run: Callable[[list[Any]], Sequence[Any]],
+        busy: type[Exception],
+        answer: Callable[[int, Any], Any],
+    ) -> list[Any]:
+        """A native drain's batch, run now instead of through ``submit``:
+        ``run(items)`` (one result per item), ``out[todo[k]]`` set to
+        ``answer(todo[k], result)``. ``busy`` raised: nothing was done, ``out``
+        is returned as it is (its calls go the per-call way); any other
+        exception goes into each of ``todo``'s places."""
+        if not items:
+            return out
+        try:
+            results = run(items)
+        except busy:
+            return out
+        except Exception as exc:  # noqa: BLE001 - as the per-call path raises it
+            for i in todo:
+                out[i] = exc
+            return out
+        self.batches += 1
+        self.items += len(items)
+        for i, r in zip(todo, results, strict=True):
+            out[i] = answer(i, r)
+        return out
+
+    async def submit(self, item: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        if not self.waiting:
+            loop.call_soon(self._flush)
+        self.waiting.append((item, fut))
+        return await fut
+
+    def _flush(self) -> None:
+        batch, self.waiting = self.waiting, []
+        self.batches += 1
+        self.items += len(batch)
+        try:
+            results: Sequence[Any] = self.run([i for i, _ in batch])
+        except Exception as exc:  # noqa: BLE001 - handed to each caller
+            results = [exc] * len(batch)
+        for (_item, fut), r in zip(batch, results, strict=True):
+            if fut.done():  # its caller went away
+                continue
+            if isinstance(r, BaseException):
+                fut.set_exception(r)
+            else:
+                fut.set_result(r)
 
 
 class Lanes(Executor):

@@ -9,6 +9,10 @@ from typing import Any
 APPEND_WATCH_S = 0.002
 #: A long poll pops again at least this often, whatever woke it or not.
 REPOLL_S = 1.0
+#: On SIGTERM: how long the calls in flight get to finish once the long
+#: polls have answered (Telemetry streams stay open until then, so this is
+#: also what stopping with clients connected costs).
+SHUTDOWN_GRACE_S = 1.0
 
 #: How long a restarted endpoint remembers the clients its last run saw.
 CLIENT_MEMORY_S = 600

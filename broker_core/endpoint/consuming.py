@@ -6,15 +6,17 @@ import asyncio
 import logging
 import sqlite3
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from broker_core.endpoint.coalesce import Coalescer
+from broker_core.endpoint.coalesce import PER_CALL, Coalescer, TickBatch
 from broker_core.endpoint.config import REPOLL_S
 from broker_core.endpoint.pop import (
     SHARDING_KEY,
+    Entry,
     encode_handle,
     now_ms,
 )
@@ -34,20 +36,54 @@ from broker_core.errors import Busy, InvalidHandle, ValidationError
 from broker_core.validation import validate_read_topic
 
 if TYPE_CHECKING:
-    from broker_core.endpoint.server import Endpoint
+    from broker_core.endpoint.clients import ClientTable
+    from broker_core.endpoint.config import EndpointConfig
+    from broker_core.endpoint.pop import PopManager
+    from broker_core.endpoint.threads import Threads
+    from broker_core.endpoint.waits import PollWaits
+    from broker_core.store import MessageStore
 
 log = logging.getLogger("broker_core.endpoint")
+_FILTER_TYPES = frozenset(pb.FilterType.values())
 #: client types (as their settings name them) that change invisibility only
 #: to retry a failed message
 PUSH_TYPES = frozenset({"PUSH_CONSUMER", "LITE_PUSH_CONSUMER"})
+#: receives remembered by attempt id (see ``Consuming.attempts``)
+MAX_ATTEMPTS_KEPT = 4096
 
 
 class Consuming:
     """Pop consumption: ReceiveMessage, acks, invisibility, dead letters."""
 
-    def __init__(self, ep: Endpoint) -> None:
-        self.ep = ep
-        self.acks = Coalescer(ep.consumer.first, self._ack_all_locked)
+    def __init__(
+        self,
+        *,
+        cfg: EndpointConfig,
+        store: MessageStore,
+        pop: PopManager,
+        clients: ClientTable,
+        threads: Threads,
+        waits: PollWaits,
+        counters: dict[str, int],
+    ) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.pop = pop
+        self.clients = clients
+        self.threads = threads
+        self.waits = waits
+        self.counters = counters
+        self.acks = Coalescer(threads.consumer.first, self._ack_all_locked)
+        self.ack_tick = TickBatch(self._ack_now)
+        #: (client id, group, topic, attempt id) -> what that receive popped.
+        #: The official clients send an attempt id with each ReceiveMessage
+        #: and send the same one again only when the call failed on their
+        #: side (deadline, broken stream, an answer they could not read):
+        #: what the first call popped never reached them. A retried attempt
+        #: releases it first, so it is delivered now instead of staying
+        #: invisible (auto-renewed for a push consumer, up to
+        #: ``max_renew_ms``). Apache RocketMQ keeps such messages invisible.
+        self.attempts: OrderedDict[tuple[str, str, str, str], list[Any]] = OrderedDict()
 
     # -- consuming -----------------------------------------------------------
     def _to_pb(self, qid: int, e: Any, invisible_ms: int) -> pb.Message:
@@ -109,13 +145,13 @@ class Consuming:
                 status=status(int(exc.grpc_code), str(exc))
             )
             return
-        if not self.ep.topic_exists(topic):
+        if not self.store.has_topic(topic):
             yield spb.ReceiveMessageResponse(
                 status=status(C.TOPIC_NOT_FOUND, f"topic {topic!r} not found")
             )
             return
         fe = request.filter_expression
-        if fe.type not in pb.FilterType.values():
+        if fe.type not in _FILTER_TYPES:
             # An unknown filter type was read as TAG.
             yield spb.ReceiveMessageResponse(
                 status=status(C.BAD_REQUEST, f"unknown filter type {fe.type}")
@@ -133,26 +169,49 @@ class Consuming:
                 )
                 return
         else:
-            invisible = self.ep.cfg.default_invisible_ms
-        batch = max(1, min(request.batch_size or 1, self.ep.cfg.max_batch))
+            invisible = self.cfg.default_invisible_ms
+        batch = max(1, min(request.batch_size or 1, self.cfg.max_batch))
         poll_ms = (
             dur_ms(request.long_polling_timeout)
             if request.HasField("long_polling_timeout")
-            else self.ep.cfg.long_polling_ms
+            else self.cfg.long_polling_ms
         )
         remaining = context.time_remaining()
         if remaining is not None:
             poll_ms = min(poll_ms, max(0, int((remaining - 1.0) * 1000)))
         deadline = time.monotonic() + poll_ms / 1000
-        self.ep.join_poll(topic)
+        attempt = (
+            (client_id_of(context), group, topic, request.attempt_id)
+            if request.attempt_id
+            else None
+        )
+        if attempt is not None and (lost := self.attempts.pop(attempt, None)):
+            log.debug(
+                "receive attempt retried group=%s topic=%s attempt=%s released=%s",
+                group,
+                topic,
+                request.attempt_id,
+                [(q, e.offset, e.nonce) for q, e in lost],
+            )
+            # Only the entries still under the handles that call made are
+            # released (acknowledged or changed ones are not touched).
+            await asyncio.get_running_loop().run_in_executor(
+                self.threads.consumer,
+                self.threads.pop_locked,
+                self.pop.release,
+                group,
+                topic,
+                lost,
+            )
+        self.waits.join_poll(topic)
         try:
             while True:
                 # Wait-list first, then pop: an append between the two still wakes us.
-                ev = self.ep.wait_list(topic)
-                renew = (client_id_of(context), self.ep.cfg.max_renew_ms)
+                ev = self.waits.wait_list(topic)
+                renew = (client_id_of(context), self.cfg.max_renew_ms)
                 popping = asyncio.get_running_loop().run_in_executor(
-                    self.ep.consumer,
-                    self.ep.pop_locked,
+                    self.threads.consumer,
+                    self.threads.pop_locked,
                     self._pop,
                     group,
                     topic,
@@ -179,6 +238,8 @@ class Consuming:
                 if got:
                     break
                 left = deadline - time.monotonic()
+                if self.waits.closing:
+                    left = 0  # the endpoint stops: answered, not cut off
                 if cut_short and left > 0:
                     # The pop ran out of scanning time with more to read: go
                     # on at once, behind the other consumers' pops.
@@ -198,8 +259,16 @@ class Consuming:
         finally:
             # Not waiting any more: with nobody else polling the topic, its
             # wait list is dropped (and the append watcher may sleep).
-            self.ep.leave_poll(topic)
-        self.ep.counters["received"] += len(got)
+            self.waits.leave_poll(topic)
+        self.counters["received"] += len(got)
+        if attempt is not None:
+            # the handles only, not the messages
+            self.attempts[attempt] = [
+                (q, Entry(e.offset, None, e.group, e.attempts, e.visible_at, e.nonce))
+                for q, e in got
+            ]
+            if len(self.attempts) > MAX_ATTEMPTS_KEPT:
+                self.attempts.popitem(last=False)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "popped group=%s topic=%s client=%s invisible_ms=%d entries=%s",
@@ -233,8 +302,8 @@ class Consuming:
                 [(q, e.offset, e.nonce) for q, e in rest],
             )
             if rest:
-                self.ep.consumer.submit(
-                    self.ep.pop_locked, self.ep.pop.release, group, topic, rest
+                self.threads.consumer.submit(
+                    self.threads.pop_locked, self.pop.release, group, topic, rest
                 )
             raise
 
@@ -251,12 +320,12 @@ class Consuming:
         """Pop a batch and encode it (on the consumer thread, where the pop
         state lives): the entries, their messages with receipt handles, and
         whether the pop stopped scanning before the end (``cut_short``)."""
-        got = self.ep.pop.pop(group, topic, batch, invisible, expr, expr_type)
+        got = self.pop.pop(group, topic, batch, invisible, expr, expr_type)
         if got and renew is not None:
-            self.ep.pop.auto_renew(group, topic, got, renew[0], invisible, renew[1])
+            self.pop.auto_renew(group, topic, got, renew[0], invisible, renew[1])
         messages = [self._to_pb(qid, e, invisible) for qid, e in got]
         # Read on the pop thread right after the pop: no other pop in between.
-        return got, messages, self.ep.pop.cut_short
+        return got, messages, self.pop.cut_short
 
     def _release_later(self, group: str, topic: str) -> Any:
         def done(fut: Any) -> None:
@@ -270,41 +339,71 @@ class Consuming:
                 [(q, e.offset, e.nonce) for q, e in got],
             )
             if got:
-                self.ep.consumer.submit(
-                    self.ep.pop_locked, self.ep.pop.release, group, topic, got
+                self.threads.consumer.submit(
+                    self.threads.pop_locked, self.pop.release, group, topic, got
                 )
 
         return done
 
-    async def AckMessage(self, request, context):  # noqa: N802
-        group, topic = request.group.name, request.topic.name
+    @staticmethod
+    def _ack_refusal(request: Any) -> spb.AckMessageResponse | None:
         if not request.entries:
             return spb.AckMessageResponse(status=status(C.BAD_REQUEST, "no entry"))
         if (refused := too_many(len(request.entries), "entries")) is not None:
             return spb.AckMessageResponse(status=refused)
+        return None
+
+    @staticmethod
+    def _ack_call(request: Any) -> tuple[str, str, list[str]]:
         handles = [e.receipt_handle for e in request.entries]
-        call = (group, topic, handles)
+        return (request.group.name, request.topic.name, handles)
+
+    async def AckMessage(self, request, context):  # noqa: N802
+        if (refused := self._ack_refusal(request)) is not None:
+            return refused
+        call = self._ack_call(request)
         # An ack is one short transaction: done here when the pop state is
         # free in this process and no other process holds its lock, else with
         # the acks arriving meanwhile in one job on the consumer thread (never
         # waiting here for a pop in progress).
-        errors = None
-        if self.ep.pop_lock.acquire(blocking=False):
-            try:
-                errors = self.ep.pop.ack_all([call], wait=False)[0]
-            except Busy:
-                pass
-            except sqlite3.DatabaseError as exc:
-                # damaged: set aside and started again; the handles are stale
-                if not self.ep.pop.recover(exc):
-                    raise
-            finally:
-                self.ep.pop_lock.release()
-        if errors is None:
+        # The acks of one loop iteration go together: one transaction.
+        try:
+            errors = await self.ack_tick.submit(call)
+        except Busy:
             errors = await self.acks.submit(call)
+        return self._ack_answer(request, errors)
+
+    def ack_many(self, calls: list[tuple[Any, Any]]) -> list[Any]:
+        """AckMessage for many calls at once, on the event loop and without
+        waiting (the calls of one drain of the native front): one
+        transaction for all. Per call its response, or ``PER_CALL`` for
+        ``AckMessage`` to answer it (the pop state is in use)."""
+        out: list[Any] = [PER_CALL] * len(calls)
+        todo: list[int] = []
+        acks: list[tuple[str, str, list[str]]] = []
+        for i, (request, _context) in enumerate(calls):
+            if (refused := self._ack_refusal(request)) is not None:
+                out[i] = refused
+                continue
+            todo.append(i)
+            acks.append(self._ack_call(request))
+        # Busy: nothing acknowledged, each call goes the way AckMessage goes.
+        return self.ack_tick.run_in_place(
+            out, todo, acks, self._ack_now, Busy,
+            lambda i, errs: self._ack_answer(calls[i][0], errs),
+        )  # fmt: skip
+
+    def _ack_answer(
+        self, request: Any, errors: list[str | None]
+    ) -> spb.AckMessageResponse:
+        group, topic = request.group.name, request.topic.name
         out = []
+        ok = status(C.OK)
         for e, err in zip(request.entries, errors, strict=True):
-            if err is not None:
+            if err is None:
+                st = ok
+                self.counters["acked"] += 1
+            else:
                 log.debug(
                     "ack refused group=%s topic=%s handle=%s: %s",
                     group,
@@ -312,10 +411,6 @@ class Consuming:
                     e.receipt_handle,
                     err,
                 )
-            if err is None:
-                st = status(C.OK)
-                self.ep.counters["acked"] += 1
-            else:
                 st = status(C.INVALID_RECEIPT_HANDLE, err)
             out.append(
                 spb.AckMessageResultEntry(
@@ -326,12 +421,30 @@ class Consuming:
             status=overall_status([x.status for x in out]), entries=out
         )
 
+    def _ack_now(
+        self, calls: list[tuple[str, str, list[str]]]
+    ) -> list[list[str | None]]:
+        """``ack_all`` on the event loop: ``Busy`` when the pop state is held
+        (a pop in progress here, a transaction in another process), for the
+        consumer thread to do it."""
+        if not self.threads.pop_lock.acquire(blocking=False):
+            raise Busy("the pop state is in use")
+        try:
+            return self.pop.ack_all(calls, wait=False)
+        except sqlite3.DatabaseError as exc:
+            # damaged: set aside and started again; the handles are stale
+            if not self.pop.recover(exc):
+                raise
+            raise Busy("the pop state was started again") from exc
+        finally:
+            self.threads.pop_lock.release()
+
     def _ack_all_locked(
         self, calls: list[tuple[str, str, list[str]]]
     ) -> list[list[str | None]]:
         """The acks of many AckMessage calls in one transaction (on the
         consumer thread): per call, per handle, None or why it was refused."""
-        return self.ep.pop_locked(self.ep.pop.ack_all, calls)
+        return self.threads.pop_locked(self.pop.ack_all, calls)
 
     async def ChangeInvisibleDuration(self, request, context):  # noqa: N802
         ms = dur_ms(request.invisible_duration)
@@ -346,15 +459,15 @@ class Consuming:
         # asks for 0, which redelivered at once, in a loop, where Apache waits
         # (~20 s: its revive) and our other clients wait the backoff.
         cid = client_id_of(context)
-        pusher = self.ep.clients.get(cid) if cid else None
+        pusher = self.clients.get(cid) if cid else None
         backoff = (
-            self.ep.cfg.consumer_backoff_ms
+            self.cfg.consumer_backoff_ms
             if pusher is not None and pusher.client_type in PUSH_TYPES
             else None
         )
         try:
-            h = await self.ep.on_consumer_first(
-                self.ep.pop.change_invisible,
+            h = await self.threads.on_consumer_first(
+                self.pop.change_invisible,
                 request.group.name,
                 request.topic.name,
                 request.receipt_handle,
@@ -385,8 +498,8 @@ class Consuming:
 
     async def ForwardMessageToDeadLetterQueue(self, request, context):  # noqa: N802
         try:
-            await self.ep.on_consumer_first(
-                self.ep.pop.forward_dlq,
+            await self.threads.on_consumer_first(
+                self.pop.forward_dlq,
                 request.group.name,
                 request.topic.name,
                 request.receipt_handle,

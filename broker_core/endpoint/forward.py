@@ -86,11 +86,19 @@ class Forwarder:
     def node(self) -> Any:
         return self._node()
 
+    def local(self, method: str) -> bool:
+        """Whether ``method`` is served here without asking anyone (not a
+        forwarded RPC, or this node takes writes): ``target`` is None."""
+        if method not in FORWARDED:
+            return True
+        node = self.node
+        return node is None or bool(node.may_act)
+
     async def target(self, method: str, context: Any) -> str | None:
         """The master's address to pass ``method`` to, or None: serve it here
         (not a forwarded RPC, this node takes writes, already forwarded once,
         or no master elsewhere)."""
-        if method not in FORWARDED or self.node is None or self.node.may_act:
+        if self.local(method):
             return None
         if any(k == FORWARDED_BY for k, _ in context.invocation_metadata() or ()):
             # Forwarded here (or a client claiming so): never served from

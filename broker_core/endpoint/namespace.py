@@ -54,19 +54,37 @@ def _fields(desc: Descriptor) -> list[tuple[FieldDescriptor, bool]]:
     return out
 
 
-def _walk(msg: Any, fn: Any) -> None:
-    for f, is_resource in _fields(msg.DESCRIPTOR):
-        if f.is_repeated:
-            items = getattr(msg, f.name)
-        elif msg.HasField(f.name):
-            items = (getattr(msg, f.name),)
+#: per message type: (field name, repeated, is a Resource, its descriptor)
+_plans: dict[Descriptor, tuple[tuple[str, bool, bool, Descriptor], ...]] = {}
+
+
+def _plan(desc: Descriptor) -> tuple[tuple[str, bool, bool, Descriptor], ...]:
+    """``_fields`` of ``desc`` as plain values (names and flags read once,
+    not at every request)."""
+    plan = _plans.get(desc)
+    if plan is None:
+        plan = _plans[desc] = tuple(
+            (f.name, f.is_repeated, is_resource, f.message_type)
+            for f, is_resource in _fields(desc)
+        )
+    return plan
+
+
+def _resources(msg: Any, out: list[Any]) -> list[Any]:
+    """Every ``Resource`` set in ``msg`` (appended to ``out``), in field order."""
+    for name, repeated, is_resource, _sub in _plan(msg.DESCRIPTOR):
+        if repeated:
+            items = getattr(msg, name)
+        elif msg.HasField(name):
+            items = (getattr(msg, name),)
         else:
             continue
-        for item in items:
-            if is_resource:
-                fn(item)
-            else:
-                _walk(item, fn)
+        if is_resource:
+            out.extend(items)
+        else:
+            for item in items:
+                _resources(item, out)
+    return out
 
 
 def validate_namespace(ns: str) -> None:
@@ -119,47 +137,40 @@ def localize(request: Any, default: str = "") -> str:
     without a namespace takes ``default``, the call's header); return the
     namespace ('' when none). Raises ``ValidationError`` for a bad namespace
     or for resources of two namespaces in one request."""
-    seen: list[str] = []
-    bare: list[str] = []
-
-    def fix(r: Any) -> None:
+    seen = ""
+    bare = False  # a resource with a name and no namespace
+    for r in _resources(request, []):
         ns = r.resource_namespace or default
-        if not ns and r.name:
-            bare.append(r.name)
-        if ns:
-            if not seen:
-                validate_namespace(ns)
-                seen.append(ns)
-            elif ns != seen[0]:
-                raise ValidationError("resources of several namespaces in one request")
-            r.name = wrap(ns, r.name)
-            r.resource_namespace = ""
-
-    _walk(request, fix)
+        if not ns:
+            bare = bare or bool(r.name)
+            continue
+        if not seen:
+            validate_namespace(ns)
+            seen = ns
+        elif ns != seen:
+            raise ValidationError("resources of several namespaces in one request")
+        r.name = wrap(ns, r.name)
+        r.resource_namespace = ""
     if seen and bare:
         raise ValidationError(
-            f"resources in namespace {seen[0]!r} and in none in one request"
+            f"resources in namespace {seen!r} and in none in one request"
         )
-    return seen[0] if seen else ""
+    return seen
 
 
 def globalize(response: Any, ns: str) -> Any:
     """Unwrap the resources of ``response`` (in place) for a client in ``ns``."""
     if not ns:
         return response
-    hits: list[Any] = []
-    _walk(response, lambda r: hits.append(r) if unwrap(ns, r.name) != r.name else None)
-    if not hits:
+    if all(unwrap(ns, r.name) == r.name for r in _resources(response, [])):
         return response
     # Handlers may answer with shared or cached messages: change a copy.
     out = type(response)()
     out.CopyFrom(response)
 
-    def fix(r: Any) -> None:
+    for r in _resources(out, []):
         bare = unwrap(ns, r.name)
         if bare != r.name:
             r.name = bare
             r.resource_namespace = ns
-
-    _walk(out, fix)
     return out

@@ -10,7 +10,14 @@ each call runs the handler ``server.endpoint_methods`` wraps for grpc.aio
 (authentication, BAD_REQUEST for what does not decode, forwarding,
 namespaces), with a ``NativeContext`` that answers what handlers ask of a
 grpc.aio ServicerContext. A cancelled call (client gone, deadline passed) has
-its task cancelled, as grpc.aio does."""
+its task cancelled, as grpc.aio does.
+
+The calls of one drain to an RPC with a batch wrapping (``Method.batch``:
+SendMessage, AckMessage) are served at once, on the event loop, with no task
+per call: the same checks call by call, one append (one pop-state
+transaction) for them all, their answers in the drain's one ``submit``; a
+call the batch cannot answer without waiting (forwarding, the writer busy,
+the pop state in use) becomes a task like any other."""
 
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from broker_core.endpoint.coalesce import PER_CALL
 from broker_core.endpoint.server import Method
 
 log = logging.getLogger("broker_core.endpoint.native")
@@ -158,17 +166,25 @@ class NativeServer:
         assert loop is not None
         calls = self.calls
         call: _Call | None
+        #: method index -> its calls of this drain for ``Method.batch``
+        batched: dict[int, list[tuple[int, bytes, NativeContext]]] = {}
+        held: dict[int, NativeContext] = {}
         for kind, cid, index, md, peer, timeout, data in self.front.drain():
             if kind == self._new:
                 m = self.methods[index]
-                new = calls[cid] = _Call(NativeContext(md, peer, timeout))
+                ctx = NativeContext(md, peer, timeout)
+                if m.batch is not None:
+                    held[cid] = ctx
+                    batched.setdefault(index, []).append((cid, data, ctx))
+                    continue
+                new = calls[cid] = _Call(ctx)
                 if m.kind == "unary":
-                    coro: Any = self._unary(cid, m, data, new.context)
+                    coro: Any = self._unary(cid, m, data, ctx)
                 elif m.kind == "server_stream":
-                    coro = self._stream(cid, m, m.decode(data), new.context)
+                    coro = self._stream(cid, m, m.decode(data), ctx)
                 else:
                     new.queue = asyncio.Queue()
-                    coro = self._stream(cid, m, _requests(new.queue), new.context)
+                    coro = self._stream(cid, m, _requests(new.queue), ctx)
                 new.task = loop.create_task(coro)
             elif kind == self._message:
                 call = calls.get(cid)
@@ -184,6 +200,38 @@ class NativeServer:
                     call.context._cancelled = True
                     if call.task is not None:
                         call.task.cancel()
+                elif cid in held:
+                    held[cid]._cancelled = True  # gone before its batch ran
+        if batched:
+            for index, items in batched.items():
+                self._batch(self.methods[index], items)
+            self._flush()
+
+    def _batch(self, m: Method, items: list[tuple[int, bytes, NativeContext]]) -> None:
+        """The unary calls of one drain to ``m`` at once (``Method.batch``):
+        their answers queued for this drain's one ``submit``; a call the
+        batch leaves (``PER_CALL``) becomes a task as any other."""
+        assert m.batch is not None and self._loop is not None
+        live = [it for it in items if not it[2]._cancelled]
+        decode = m.decode
+        try:
+            answers = m.batch([(decode(data), ctx) for _cid, data, ctx in live])
+        except Exception as exc:  # noqa: BLE001 - each call fails with it
+            answers = [exc] * len(live)
+        out, finish, encode = self._out, self._finish, m.encode
+        for (cid, data, ctx), r in zip(live, answers, strict=True):
+            if r is PER_CALL:
+                call = self.calls[cid] = _Call(ctx)
+                call.task = self._loop.create_task(self._unary(cid, m, data, ctx))
+                continue
+            if not isinstance(r, Exception):
+                try:
+                    out.append((cid, finish, encode(r), 0, None))
+                    continue
+                except Exception as exc:  # noqa: BLE001
+                    r = exc
+            log.error("%s failed", m.name, exc_info=r)
+            out.append((cid, finish, None, _UNKNOWN, f"{type(r).__name__}"))
 
     def _send(self, op: tuple[int, int, bytes | None, int, str | None]) -> None:
         if not self._out:
@@ -192,8 +240,9 @@ class NativeServer:
         self._out.append(op)
 
     def _flush(self) -> None:
-        ops, self._out = self._out, []
-        self.front.submit(ops)
+        if self._out:
+            ops, self._out = self._out, []
+            self.front.submit(ops)
 
     # -- the calls -----------------------------------------------------------
     async def _unary(

@@ -61,6 +61,8 @@ SHARDING_KEY = "__SHARDINGKEY"
 RESETS_DIR = Path("grpc") / "resets"
 #: How long one pop's filtered reads go on scanning (seconds; see ``pop``).
 POP_SCAN_S = 0.05
+#: pending entries deleted by one statement of a batch of acks (5 values each)
+ACK_CHUNK = 150
 #: Message bodies kept per process (read once from the log, handed out later).
 CACHE_ENTRIES = 16_384
 
@@ -724,7 +726,7 @@ class PopManager:
                 deleted = [db.execute(delete, keys[0][2]).rowcount]
         elif keys:
             with self._write(wait) as db:
-                deleted = [db.execute(delete, key).rowcount for _i, _j, key in keys]
+                deleted = self._delete_many(db, [key for _i, _j, key in keys])
         else:
             deleted = []
         for (i, j, (group, topic, qid, off, _nonce)), n in zip(
@@ -735,6 +737,36 @@ class PopManager:
                 continue
             self.cache.pop((RT.source(topic), qid, off), None)
             self.renew.pop((group, topic, qid, off), None)
+        return out
+
+    @staticmethod
+    def _delete_many(
+        db: sqlite3.Connection, keys: list[tuple[str, str, int, int, int]]
+    ) -> list[int]:
+        """Delete the pending entries of ``keys`` (group, topic, queue, offset,
+        nonce), up to ``ACK_CHUNK`` a statement: 1 for each one deleted, 0 for
+        each that was not there (stale)."""
+        gone: set[tuple[str, str, int, int, int]] = set()
+        for i in range(0, len(keys), ACK_CHUNK):
+            chunk = keys[i : i + ACK_CHUNK]
+            # ORed equalities: each a primary-key search (a row-value IN
+            # list would scan the table)
+            where = " OR ".join(
+                ["(grp=? AND topic=? AND qid=? AND off=? AND nonce=?)"] * len(chunk)
+            )
+            params = [v for key in chunk for v in key]
+            gone.update(
+                db.execute(
+                    f"DELETE FROM pending WHERE {where} "
+                    "RETURNING grp, topic, qid, off, nonce",
+                    params,
+                ).fetchall()
+            )
+        out = []
+        for key in keys:
+            # the same handle twice: acknowledged once, stale the second time
+            out.append(1 if key in gone else 0)
+            gone.discard(key)
         return out
 
     def auto_renew(

@@ -32,7 +32,11 @@ from broker_core.validation import (
 )
 
 if TYPE_CHECKING:
-    from broker_core.endpoint.server import Endpoint
+    from broker_core.broker import Broker
+    from broker_core.endpoint.clients import ClientTable
+    from broker_core.endpoint.config import EndpointConfig
+    from broker_core.endpoint.guard import WriteGuard
+    from broker_core.endpoint.threads import Threads
 
 log = logging.getLogger(__name__)
 
@@ -85,21 +89,39 @@ def _enum_name(enum: Any, value: int) -> str:
 class Routing:
     """Routes, assignments, heartbeats and the Telemetry stream."""
 
-    def __init__(self, ep: Endpoint) -> None:
-        self.ep = ep
+    def __init__(
+        self,
+        *,
+        cfg: EndpointConfig,
+        broker: Broker,
+        clients: ClientTable,
+        guard: WriteGuard,
+        threads: Threads,
+        ports: set[int],
+    ) -> None:
+        self.cfg = cfg
+        self.broker = broker
+        self.store = broker.store
+        self.max_body = self.store.config.max_message_size
+        self.clients = clients
+        self.guard = guard
+        self.threads = threads
+        #: the ports this endpoint listens on (plaintext and TLS), filled as
+        #: they are bound
+        self.ports = ports
 
     def endpoints(self, asked: pb.Endpoints | None = None) -> pb.Endpoints:
         """The broker address for routes: the access point the client used when
         it is one of ours (plaintext or TLS port), else the listen address."""
         if asked is not None and asked.addresses:
             a = asked.addresses[0]
-            if a.port in self.ep.ports:
+            if a.port in self.ports:
                 out = pb.Endpoints()
                 out.CopyFrom(asked)
                 return out
         return pb.Endpoints(
             scheme=pb.IPv4,
-            addresses=[pb.Address(host=self.ep.cfg.host, port=self.ep.cfg.port)],
+            addresses=[pb.Address(host=self.cfg.host, port=self.cfg.port)],
         )
 
     def queue(
@@ -109,7 +131,7 @@ class Routing:
         asked: pb.Endpoints | None = None,
         permission: int = pb.READ_WRITE,
     ) -> pb.MessageQueue:
-        node = self.ep.node
+        node = self.guard.node
         name = node.cfg.name if node is not None else "broker-a"
         return _queue(
             topic, qid, permission, name, self.endpoints(asked), self.accepts(topic)
@@ -117,19 +139,19 @@ class Routing:
 
     def accepts(self, topic: str) -> list[int] | None:
         """The message types the topic takes (None: every type)."""
-        if not self.ep.cfg.topic_type_check:
+        if not self.cfg.topic_type_check:
             return None
-        cfg = self.ep.store.topics.topics.get(topic)
+        cfg = self.store.topics.topics.get(topic)
         return _ACCEPTS.get(cfg.message_type) if cfg is not None else None
 
     def route(self, topic: str, asked: pb.Endpoints | None) -> list[pb.MessageQueue]:
         """The topic's queues: in a cluster every serving node's (from the
         route registry), else this store's."""
-        if self.ep.node is not None:
+        if self.guard.node is not None:
             queues = self.cluster_route(topic, asked)
             if queues:
                 return queues
-            if not self.ep.writable():
+            if not self.guard.writable():
                 # The registry is away and this node takes no writes (a slave,
                 # a master without its controller lease: perhaps the one cut
                 # off from the cluster): its own queues would take clients'
@@ -149,7 +171,7 @@ class Routing:
     ) -> list[pb.MessageQueue]:
         """The cluster's queues of ``topic``, each with its node's endpoints
         (this node's as the client asked for it)."""
-        node = self.ep.node
+        node = self.guard.node
         try:
             entries = node.route(topic)
         except Exception as exc:  # noqa: BLE001 - registry away
@@ -209,7 +231,7 @@ class Routing:
     ) -> list[pb.MessageQueue]:
         """This store's queues of the topic, as RocketMQ's route has them: queue
         ids below both counts are read-write, the rest read-only or write-only."""
-        cfg = self.ep.store.topics.topics.get(topic)
+        cfg = self.store.topics.topics.get(topic)
         reads = cfg.read_queue_nums if cfg else 1
         writes = cfg.write_queue_nums if cfg else 1
         out = []
@@ -228,11 +250,11 @@ class Routing:
         topic = request.topic.name
         try:
             validate_read_topic(topic)
-            if not self.ep.topic_exists(topic):
+            if not self.store.has_topic(topic):
                 # A dead-letter topic is made by the broker when a group's
                 # first message dies, never by a client's route (any name
                 # made one, with four queues); Apache answers 40402 too.
-                if not self.ep.store.config.auto_create_topic or topic.startswith(
+                if not self.store.config.auto_create_topic or topic.startswith(
                     DLQ_PREFIX
                 ):
                     return spb.QueryRouteResponse(
@@ -241,7 +263,7 @@ class Routing:
                         )
                     )
                 try:
-                    await self.ep.on_writer(self.ep.broker.create_topic, topic)
+                    await self.threads.on_writer(self.broker.create_topic, topic)
                 except TopicExistsError:
                     pass  # created concurrently
                 except ReplicaReadOnlyError:
@@ -252,14 +274,14 @@ class Routing:
                     return spb.QueryRouteResponse(
                         status=status(int(exc.grpc_code), f"topic {topic!r}: {exc}")
                     )
-                if self.ep.node is not None:
+                if self.guard.node is not None:
                     await asyncio.get_running_loop().run_in_executor(
-                        None, self.ep.node.announce
+                        None, self.guard.node.announce
                     )
         except ValidationError as exc:
             return spb.QueryRouteResponse(status=status(C.ILLEGAL_TOPIC, str(exc)))
         try:
-            if self.ep.node is not None:
+            if self.guard.node is not None:
                 # The registry is across the network: off the event loop.
                 loop = asyncio.get_running_loop()
                 queues = await loop.run_in_executor(
@@ -282,13 +304,13 @@ class Routing:
             return spb.QueryAssignmentResponse(
                 status=status(int(exc.grpc_code), str(exc))
             )
-        if not self.ep.topic_exists(topic):
+        if not self.store.has_topic(topic):
             return spb.QueryAssignmentResponse(status=status(C.TOPIC_NOT_FOUND))
         # One assignment per broker: a Receive pops from every queue of the
         # topic (pop consumption), so consumers never need a rebalance. In a
         # cluster, one for each node serving the topic.
         queues = [self.queue(topic, 0, request.endpoints)]
-        if self.ep.node is not None:
+        if self.guard.node is not None:
             by_broker: dict[str, pb.MessageQueue] = {}
             found = await asyncio.get_running_loop().run_in_executor(
                 None, self.cluster_route, topic, request.endpoints, True
@@ -309,21 +331,21 @@ class Routing:
                     f"unknown client type {request.client_type}",
                 )
             )
-        c = self.ep.client(context)
+        c = self.clients.touch(context)
         if request.client_type:
             c.client_type = pb.ClientType.Name(request.client_type)
         if request.group.name:
             c.group = request.group.name
-        self.ep.clients_dirty = True
+        self.clients.dirty = True
         return spb.HeartbeatResponse(status=status(C.OK))
 
     async def NotifyClientTermination(self, request, context):  # noqa: N802
         cid = client_id_of(context)
-        c = self.ep.clients.get(cid)
+        c = self.clients.get(cid)
         if c is not None:
             c.online = False
             c.queue = None
-            self.ep.clients_dirty = True
+            self.clients.dirty = True
         return spb.NotifyClientTerminationResponse(status=status(C.OK))
 
     def settings_reply(self, c: ClientInfo, s: pb.Settings) -> spb.TelemetryCommand:
@@ -338,7 +360,7 @@ class Routing:
         c.version = s.user_agent.version
         if s.client_type == pb.PRODUCER:
             c.topics = [t.name for t in s.publishing.topics]
-            out.publishing.max_body_size = self.ep.max_body
+            out.publishing.max_body_size = self.max_body
             out.publishing.validate_message_type = True
             bp = out.backoff_policy
             bp.Clear()
@@ -355,28 +377,28 @@ class Routing:
             sub = out.subscription
             c.group = s.subscription.group.name
             c.topics = [e.topic.name for e in s.subscription.subscriptions]
-            groups = self.ep.store.groups
+            groups = self.store.groups
             sub.fifo = groups.is_fifo(c.group)
-            sub.receive_batch_size = self.ep.cfg.max_batch
+            sub.receive_batch_size = self.cfg.max_batch
             if s.client_type in (
                 pb.PUSH_CONSUMER,
                 pb.LITE_PUSH_CONSUMER,
             ) or not sub.HasField("long_polling_timeout"):
-                sub.long_polling_timeout.FromMilliseconds(self.ep.cfg.long_polling_ms)
+                sub.long_polling_timeout.FromMilliseconds(self.cfg.long_polling_ms)
             bp = out.backoff_policy
             bp.Clear()
-            bp.max_attempts = groups.max_attempts(c.group, self.ep.cfg.max_attempts)
-            for ms in self.ep.cfg.consumer_backoff_ms:
+            bp.max_attempts = groups.max_attempts(c.group, self.cfg.max_attempts)
+            for ms in self.cfg.consumer_backoff_ms:
                 d = bp.customized_backoff.next.add()
                 d.FromMilliseconds(ms)
-        self.ep.clients_dirty = True
+        self.clients.dirty = True
         return spb.TelemetryCommand(status=status(C.OK), settings=out)
 
     async def Telemetry(self, request_iterator, context):  # noqa: N802
-        c = self.ep.client(context)
+        c = self.clients.touch(context)
         q: asyncio.Queue[Any] = asyncio.Queue()
         c.queue = q
-        self.ep.clients_dirty = True
+        self.clients.dirty = True
 
         async def reader() -> None:
             try:
@@ -401,4 +423,4 @@ class Routing:
             if c.queue is q:
                 c.queue = None
                 c.online = False
-            self.ep.clients_dirty = True
+            self.clients.dirty = True

@@ -14,7 +14,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.broker import Broker
-from broker_core.endpoint.coalesce import Coalescer
+from broker_core.endpoint.coalesce import PER_CALL, Coalescer, TickBatch
 from broker_core.endpoint.pop import (
     SHARDING_KEY,
     now_ms,
@@ -52,7 +52,14 @@ from broker_core.validation import (
 )
 
 if TYPE_CHECKING:
-    from broker_core.endpoint.server import Endpoint
+    from broker_core.broker import Broker
+    from broker_core.endpoint.clients import ClientTable
+    from broker_core.endpoint.config import EndpointConfig
+    from broker_core.endpoint.guard import WriteGuard
+    from broker_core.endpoint.threads import Threads
+    from broker_core.endpoint.transactions import Transactions
+    from broker_core.endpoint.waits import PollWaits
+    from broker_core.schedule import DelayService
 
 #: What one SendMessage call gets back from the writer: its result entries,
 #: how many messages were stored, how many were retries, the topics to wake.
@@ -82,9 +89,6 @@ def made_after(msg_id: str, started_ms: int) -> bool:
 
 #: Why a slave refuses a write (its routes are read-only; a client that
 #: still sends here after a failover learns it and routes to the masters).
-SLAVE_REFUSES = "this node is a slave: send to a master of the cluster"
-
-
 @dataclass(slots=True)
 class _Call:
     """One SendMessage call's results while its batch is stored."""
@@ -96,6 +100,8 @@ class _Call:
 
 
 log = logging.getLogger("broker_core.endpoint")
+_MESSAGE_TYPES = frozenset(pb.MessageType.values())
+_ENCODINGS = frozenset(pb.Encoding.values())
 
 
 class RecentSends:
@@ -264,17 +270,44 @@ CLIENT_FORBIDDEN_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_")
 class Sending:
     """SendMessage and RecallMessage: messages into the store."""
 
-    def __init__(self, ep: Endpoint) -> None:
-        self.ep = ep
+    def __init__(
+        self,
+        *,
+        cfg: EndpointConfig,
+        broker: Broker,
+        delays: DelayService,
+        transactions: Transactions,
+        clients: ClientTable,
+        guard: WriteGuard,
+        threads: Threads,
+        waits: PollWaits,
+        counters: dict[str, int],
+    ) -> None:
+        self.cfg = cfg
+        self.broker = broker
+        self.store = broker.store
+        self.max_body = self.store.config.max_message_size
+        self.delays = delays
+        #: the transaction family: a half's sender is remembered for its
+        #: check-backs
+        self.transactions = transactions
+        self.tx = transactions.tx
+        self.clients = clients
+        self.guard = guard
+        self.threads = threads
+        self.waits = waits
+        self.counters = counters
         #: Concurrent SendMessage calls become one job on the writer thread.
-        self.group = Coalescer(ep.writer, self._send_requests)
+        self.group = Coalescer(threads.writer, self._send_requests)
+        #: The sends of one event-loop iteration, stored there in one append.
+        self.tick = TickBatch(self._send_now)
         #: Recent sends by client message id: a retry gets the first result.
         self.sends = RecentSends(
-            ep.broker,
-            ep.cfg.dedupe_window_ms,
+            broker,
+            cfg.dedupe_window_ms,
             shared=None
-            if ep.cfg.worker is None or ep.cfg.dedupe_window_ms <= 0
-            else SharedSends(ep.store.root / "grpc" / "sends.db"),
+            if cfg.worker is None or cfg.dedupe_window_ms <= 0
+            else SharedSends(self.store.root / "grpc" / "sends.db"),
         )
 
     # -- sending -------------------------------------------------------------
@@ -300,9 +333,9 @@ class Sending:
             validate_message_group(sp.message_group)
             props[SHARDING_KEY] = sp.message_group
         mtype = sp.message_type
-        if mtype not in pb.MessageType.values():
+        if mtype not in _MESSAGE_TYPES:
             raise InvalidMessageError(f"unknown message type {mtype}")
-        if sp.body_encoding not in pb.Encoding.values():
+        if sp.body_encoding not in _ENCODINGS:
             raise InvalidMessageError(f"unknown body encoding {sp.body_encoding}")
         if sp.HasField("delivery_timestamp"):
             t = sp.delivery_timestamp.seconds
@@ -321,7 +354,7 @@ class Sending:
         if sp.body_encoding == pb.GZIP:
             # Never past the maximum message size, nor past what the call's
             # budget has left (its earlier bodies, halves included).
-            limit = self.ep.max_body if room is None else min(self.ep.max_body, room)
+            limit = self.max_body if room is None else min(self.max_body, room)
             body = inflate(body, max(0, limit))
         keys = list(sp.keys) or None
         return (
@@ -366,12 +399,12 @@ class Sending:
             raise MessageTypeMismatchError(
                 "a transactional message cannot have a delivery time"
             )
-        cfg = self.ep.store.topics.topics.get(topic)
+        cfg = self.store.topics.topics.get(topic)
         if cfg is None:
-            self.ep.store.refresh_topics()
-            cfg = self.ep.store.topics.topics.get(topic)
+            self.store.refresh_topics()
+            cfg = self.store.topics.topics.get(topic)
         if cfg is None:
-            if not self.ep.store.config.auto_create_topic:
+            if not self.store.config.auto_create_topic:
                 return  # the append says the topic does not exist
             want: str = MessageType.NORMAL  # what its first send makes it
         else:
@@ -385,72 +418,127 @@ class Sending:
     def _queue_for(self, topic: str, group: str) -> int | None:
         if not group:
             return None
-        cfg = self.ep.store.topics.topics.get(topic)
-        n = cfg.write_queue_nums if cfg else self.ep.store.config.default_queue_nums
+        cfg = self.store.topics.topics.get(topic)
+        n = cfg.write_queue_nums if cfg else self.store.config.default_queue_nums
         return zlib.crc32(group.encode()) % max(1, n)
 
-    async def SendMessage(self, request, context):  # noqa: N802
+    def _refusal(self, request: Any) -> spb.SendMessageResponse | None:
+        """The answer to a SendMessage refused before anything is read:
+        no message, too many, a node that takes no writes; None: go on."""
         if not request.messages:
             return spb.SendMessageResponse(
                 status=status(C.BAD_REQUEST, "no message in the request")
             )
         if (refused := too_many(len(request.messages), "messages")) is not None:
             return spb.SendMessageResponse(status=refused)
-        if not self.ep.writable():
-            return spb.SendMessageResponse(status=status(C.FORBIDDEN, SLAVE_REFUSES))
-        if (short := self.ep.replicas_short()) is not None:
-            return spb.SendMessageResponse(status=status(C.HA_NOT_AVAILABLE, short))
+        if (refused := self.guard.refusal()) is not None:
+            return spb.SendMessageResponse(status=refused)
+        return None
+
+    def _to_writer(self, request: Any) -> bool:
+        """Whether the call's messages must be stored on the writer thread."""
         # Halves, and bodies to decompress (up to the call's budget of CPU),
         # go to the writer thread: never on the event loop.
         # A topic made on first use is a write of the topic table: there too
         # (300 new topics in one call held every client for 6.5 s).
-        to_writer = any(
-            m.system_properties.message_type == pb.TRANSACTION
-            or m.system_properties.body_encoding == pb.GZIP
-            for m in request.messages
-        ) or not all(
-            self.ep.topic_exists(t) for t in {m.topic.name for m in request.messages}
+        messages = request.messages
+        for m in messages:
+            sp = m.system_properties
+            if sp.message_type == pb.TRANSACTION or sp.body_encoding == pb.GZIP:
+                return True
+        has_topic = self.store.has_topic
+        return not all(has_topic(t) for t in {m.topic.name for m in messages})
+
+    def _note_sender(self, request: Any, cid: str) -> None:
+        sender = self.clients.get(cid) if cid else None
+        if sender is None:
+            return
+        for m in request.messages:
+            if m.topic.name not in sender.topics:
+                # A producer of this topic from now on (check-back target)
+                # even if its settings named no topics or never reached
+                # this run.
+                if len(sender.topics) < 1024 and sender.client_type in (
+                    "PRODUCER",
+                    "CLIENT_TYPE_UNSPECIFIED",
+                ):
+                    sender.topics.append(m.topic.name)
+                    self.clients.dirty = True
+
+    def _answer(self, outcome: SendOutcome) -> spb.SendMessageResponse:
+        """The response for a call's outcome, counted, its topics woken."""
+        entries, sent, deduplicated, woken = outcome
+        self.counters["sent"] += sent
+        self.counters["retries_deduplicated"] += deduplicated
+        for topic in woken:
+            self.waits.wake(topic)
+        return spb.SendMessageResponse(
+            status=overall_status([e.status for e in entries]), entries=entries
         )
+
+    async def SendMessage(self, request, context):  # noqa: N802
+        if (refused := self._refusal(request)) is not None:
+            return refused
+        to_writer = self._to_writer(request)
         cid = client_id_of(context)
-        sender = self.ep.clients.get(cid) if cid else None
-        if sender is not None:
-            for m in request.messages:
-                if m.topic.name not in sender.topics:
-                    # A producer of this topic from now on (check-back target)
-                    # even if its settings named no topics or never reached
-                    # this run.
-                    if len(sender.topics) < 1024 and sender.client_type in (
-                        "PRODUCER",
-                        "CLIENT_TYPE_UNSPECIFIED",
-                    ):
-                        sender.topics.append(m.topic.name)
-                        self.ep.clients_dirty = True
+        self._note_sender(request, cid)
         outcome = None
         if not self.group.busy and not self.group.waiting and not to_writer:
-            # Nothing queued for the writer: store here if the append lock is
-            # free (a memory copy), else hand the call to the writer thread.
+            # Nothing queued for the writer: store here, with the other sends
+            # of this loop iteration in one append, if the append lock is free
+            # (a memory copy), else hand the call to the writer thread.
             try:
-                outcome = self._send_requests([(request.messages, cid)], False)[0]
+                outcome = await self.tick.submit((request.messages, cid))
             except AppendBusyError:
                 outcome = None
         if outcome is None:
             outcome = await self.group.submit((request.messages, cid))
-        entries, sent, deduplicated, woken = outcome
+        entries = outcome[0]
         if any(e.status.code == C.OK for e in entries):
             # SYNC_MASTER: answered once a slave has the log up to here, a
             # deduplicated retry too (its first try may never have reached one).
-            why = await self.ep.unreplicated()
+            why = await self.guard.unreplicated()
             if why is not None:
                 for e in entries:
                     if e.status.code == C.OK:
                         e.status.CopyFrom(status(C.SLAVE_PERSISTENCE_TIMEOUT, why))
-        self.ep.counters["sent"] += sent
-        self.ep.counters["retries_deduplicated"] += deduplicated
-        for topic in woken:
-            self.ep.wake(topic)
-        return spb.SendMessageResponse(
-            status=overall_status([e.status for e in entries]), entries=entries
-        )
+        return self._answer(outcome)
+
+    def send_many(self, calls: list[tuple[Any, Any]]) -> list[Any]:
+        """SendMessage for many calls at once, on the event loop and without
+        waiting (the calls of one drain of the native front): one append
+        for all, answered once it returned. Per call its response, or
+        ``PER_CALL`` for ``SendMessage`` to answer it (the writer thread is
+        storing or must, the append lock is held elsewhere, a SYNC_MASTER
+        waits for its slaves)."""
+        out: list[Any] = [PER_CALL] * len(calls)
+        if self.group.busy or self.group.waiting or self.guard.waits_for_replicas():
+            return out
+        todo: list[int] = []
+        items: list[tuple[Any, str]] = []
+        for i, (request, context) in enumerate(calls):
+            if (refused := self._refusal(request)) is not None:
+                out[i] = refused
+                continue
+            if self._to_writer(request):
+                continue
+            cid = client_id_of(context)
+            self._note_sender(request, cid)
+            todo.append(i)
+            items.append((request.messages, cid))
+        # AppendBusyError: nothing stored, each call goes the way SendMessage goes.
+        return self.tick.run_in_place(
+            out, todo, items, lambda xs: self._send_requests(xs, False),
+            AppendBusyError, lambda _i, outcome: self._answer(outcome),
+        )  # fmt: skip
+
+    def _send_now(self, requests: list[tuple[Any, str]]) -> list[SendOutcome]:
+        """``_send_requests`` on the event loop: ``AppendBusyError`` (nothing
+        stored) for the writer thread to do it, when the writer took work
+        since these calls looked."""
+        if self.group.busy or self.group.waiting:
+            raise AppendBusyError("the writer thread is storing")
+        return self._send_requests(requests, False)
 
     def _send_requests(
         self, requests: list[tuple[Any, str]], blocking: bool = True
@@ -463,7 +551,7 @@ class Sending:
         with nothing stored unless the batch is appended at once."""
         calls: list[_Call] = []
         batch: list[tuple[Message, _Call, int, bool]] = []
-        budget = REQUEST_BODY_FACTOR * self.ep.max_body
+        budget = REQUEST_BODY_FACTOR * self.max_body
         over_budget = MessageTooLargeError(
             f"the call's message bodies exceed {budget} bytes in all "
             "(decompressed): send them in several calls"
@@ -521,7 +609,7 @@ class Sending:
         msgs = [b[0] for b in batch]
         results: list[SendResult | Exception]
         try:
-            results = list(self.ep.broker.send_batch(msgs, blocking=blocking))
+            results = list(self.broker.send_batch(msgs, blocking=blocking))
         except Exception as exc:  # noqa: BLE001 - nothing was stored
             if not blocking:
                 # Answering one by one may wait: the writer thread does it.
@@ -529,7 +617,7 @@ class Sending:
             results = []
             for msg in msgs:
                 try:
-                    results.append(self.ep.broker.send(msg))
+                    results.append(self.broker.send(msg))
                 except Exception as exc:  # noqa: BLE001
                     results.append(exc)
         for (msg, call, i, delayed), r in zip(batch, results, strict=True):
@@ -560,7 +648,7 @@ class Sending:
                 offset=r.queue_offset,
                 recall_handle=r.msg_id if delayed else "",
             )
-        self.sends.share(self.ep.writer)
+        self.sends.share(self.threads.writer)
 
     @staticmethod
     def _error_entry(exc: Exception) -> spb.SendResultEntry:
@@ -576,12 +664,12 @@ class Sending:
         (entry, "half" | "retry", its body's size decompressed); any other
         message, checked and converted, for the batch. ``room``: the bytes the
         call's budget has left for this body decompressed."""
-        if len(m.body) > self.ep.max_body:
+        if len(m.body) > self.max_body:
             raise MessageTooLargeError(
                 f"the message body size {len(m.body)} exceeds "
-                f"the maximum {self.ep.max_body}"
+                f"the maximum {self.max_body}"
             )
-        limit = self.ep.store.config.max_properties_size
+        limit = self.store.config.max_properties_size
         if len(m.user_properties) > limit // 3:
             # Each takes 3 bytes at least (name, separators): over the limit
             # whatever they hold, refused before they are read (900,000 of
@@ -591,17 +679,17 @@ class Sending:
                 f"{limit} bytes of properties can hold"
             )
         msg, mtype = self._to_message(m, room)
-        if self.ep.cfg.topic_type_check:
+        if self.cfg.topic_type_check:
             self._check_type(m, msg.topic)
         group = m.system_properties.message_group
         if group:
-            self.ep.store.refresh_topics()
+            self.store.refresh_topics()
             msg.queue_id = self._queue_for(msg.topic, group)
         if mtype == pb.TRANSACTION:
             msg.msg_id = None  # the transaction id names the half
-            self.ep.transactions.ensure_checker(msg.topic)
-            half = self.ep.tx.send_half(msg.topic, msg)
-            self.ep.transactions.remember_sender(half.transaction_id, cid)
+            self.transactions.ensure_checker(msg.topic)
+            half = self.tx.send_half(msg.topic, msg)
+            self.transactions.remember_sender(half.transaction_id, cid)
             return (
                 spb.SendResultEntry(
                     status=status(C.OK),
@@ -616,7 +704,7 @@ class Sending:
         if earlier is not None:
             # A retry of a send already stored: the first result, nothing
             # stored again (once it passes the same checks).
-            self.ep.broker.validate(msg)
+            self.broker.validate(msg)
             log.debug(
                 "retry answered topic=%s id=%s offset=%d",
                 msg.topic,
@@ -642,19 +730,17 @@ class Sending:
             return spb.RecallMessageResponse(
                 status=status(C.BAD_REQUEST, "recall handle is empty")
             )
-        if not self.ep.writable():
-            return spb.RecallMessageResponse(status=status(C.FORBIDDEN, SLAVE_REFUSES))
-        if (short := self.ep.replicas_short()) is not None:
-            return spb.RecallMessageResponse(status=status(C.HA_NOT_AVAILABLE, short))
+        if (refused := self.guard.refusal()) is not None:
+            return spb.RecallMessageResponse(status=refused)
         try:
-            r = await self.ep.on_writer(self.ep.delays.recall, handle)
+            r = await self.threads.on_writer(self.delays.recall, handle)
         except RecallError as exc:
             return spb.RecallMessageResponse(status=status(C.NOT_FOUND, str(exc)))
         except Exception as exc:  # noqa: BLE001
             return spb.RecallMessageResponse(status=status(error_code(exc), str(exc)))
         # SYNC_MASTER: the recall is answered once the in-sync slaves have it
         # (a promoted slave without it delivered the recalled message).
-        if (why := await self.ep.unreplicated()) is not None:
+        if (why := await self.guard.unreplicated()) is not None:
             return spb.RecallMessageResponse(
                 status=status(C.SLAVE_PERSISTENCE_TIMEOUT, why)
             )

@@ -3,8 +3,10 @@
 See docs/grpc.md. Stubs come from the ``rocketmq-python-client`` package
 (``rocketmq.grpc_protocol``). The RPCs live by family: ``routing.py``,
 ``sending.py``, ``transactions.py``, ``consuming.py``; error codes and wire
-conversions in ``wire.py``; this module holds the shared state (clients,
-wake-ups, the writer and consumer threads, background loops) and serves."""
+conversions in ``wire.py``. Each family is given the collaborators it uses
+(``ClientTable``, ``PollWaits``, ``Threads``, ``WriteGuard``, the services),
+never the ``Endpoint``; this module builds them, runs the background loops
+and serves."""
 
 from __future__ import annotations
 
@@ -16,11 +18,9 @@ import hmac
 import json
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,22 +29,26 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core.broker import Broker
-from broker_core.endpoint.clients import ClientInfo, merge_snapshots
-from broker_core.endpoint.coalesce import Lanes
+from broker_core.endpoint.clients import ClientInfo, ClientTable, merge_snapshots
+from broker_core.endpoint.coalesce import PER_CALL
 from broker_core.endpoint.config import (
     APPEND_WATCH_S,
     CLIENT_MEMORY_S,
     COUNTERS_WRITE_S,
+    SHUTDOWN_GRACE_S,
     EndpointConfig,
 )
 from broker_core.endpoint.consuming import Consuming
 from broker_core.endpoint.forward import REFUSE, Forwarder
+from broker_core.endpoint.guard import WriteGuard
 from broker_core.endpoint.namespace import globalize, header_ns, localize
 from broker_core.endpoint.pop import PopManager
 from broker_core.endpoint.routing import Routing
 from broker_core.endpoint.sending import Sending
+from broker_core.endpoint.threads import Threads
 from broker_core.endpoint.transactions import GrpcCheckTransport, Transactions
-from broker_core.endpoint.wire import C, client_id_of, local_utc_offset_min, status
+from broker_core.endpoint.waits import PollWaits
+from broker_core.endpoint.wire import C, local_utc_offset_min, status
 from broker_core.errors import Busy, ValidationError
 
 log = logging.getLogger("broker_core.endpoint")
@@ -62,6 +66,10 @@ class Endpoint:
         self.cfg = cfg
         self.store = broker.store
         self.max_body = self.store.config.max_message_size
+        #: cluster membership and replication (``ClusterNode``); None: alone
+        self.node: Any = None
+        #: whether a write may be taken now and acknowledged once stored
+        self.guard = WriteGuard(self.store, lambda: self.node)
         tx_settings: dict[str, Any] = {}
         if cfg.transaction_timeout_ms is not None:
             tx_settings["transaction_timeout_ms"] = cfg.transaction_timeout_ms
@@ -69,7 +77,7 @@ class Endpoint:
             tx_settings["check_interval_ms"] = cfg.check_interval_ms
         self.tx = TransactionService(broker, **tx_settings)
         self.delays = DelayService(broker)
-        self.delays.may_deliver = lambda: self.replicas_short() is None
+        self.delays.may_deliver = lambda: self.guard.replicas_short() is None
         self.pop = PopManager(broker, max_attempts=cfg.max_attempts)
         #: when dead entries were last swept to their DLQ (``_persist_pop``)
         self._swept = 0.0
@@ -81,36 +89,19 @@ class Endpoint:
                 self.store.groups.put(
                     g, True, had.max_delivery_attempts if had else None
                 )
-        self.clients: dict[str, ClientInfo] = {}
+        self.clients = ClientTable()
         self._restore_clients()
-        self.clients_dirty = True
-        self.wakeups: dict[str, asyncio.Event] = {}
-        #: set when a long poll joins an empty wait list: the append watcher
-        #: sleeps on it instead of polling while nobody waits
-        self._first_waiter = asyncio.Event()
-        #: receives polling each topic now (between join_poll and leave_poll)
-        self._polling: dict[str, int] = {}
-        # Nothing blocking runs on the event loop: sends and transactions go to
-        # one writer thread (appends are serialised by the store anyway), the
-        # pop state (not thread-safe) to one consumer thread. While another
-        # process holds the append lock, only sends wait; receives, acks,
-        # heartbeats and routes go on.
-        self.writer = ThreadPoolExecutor(1, thread_name_prefix="endpoint-writer")
-        self.consumer = Lanes("endpoint-pop")
-        #: Held by whoever touches the pop state: the consumer thread, or the
-        #: event loop for an ack when it is free (never waited for there).
-        self.pop_lock = threading.Lock()
-        self.loop: asyncio.AbstractEventLoop | None = None
+        #: long polls waiting for their topics
+        self.waits = PollWaits()
+        #: nothing blocking runs on the event loop (``threads.py``)
+        self.threads = Threads(self.pop)
         self.stop_event = threading.Event()
-        self.threads: list[threading.Thread] = []
+        #: the embedded transaction check's thread, once started
+        self.background: list[threading.Thread] = []
         self.relay: Any = None
         #: the relay shared by the nodes of this broker name (cluster only)
         self.name_relay: Any = None
-        #: the Redis relay to the other workers' producers (``--workers``)
-        self.peers: Any = None
         self.ports: set[int] = {cfg.port}
-        #: cluster membership and replication (``ClusterNode``); None: alone
-        self.node: Any = None
         self.forwarder = Forwarder(lambda: self.node, 0)
         self._master_services = False
         #: the counters ``clients.json`` holds, and when they were written
@@ -123,11 +114,34 @@ class Endpoint:
             "checks_sent": 0,
             "retries_deduplicated": 0,
         }
-        # The RPCs, by family; each keeps its own state.
-        self.routing = Routing(self)
-        self.sending = Sending(self)
-        self.transactions = Transactions(self)
-        self.consuming = Consuming(self)
+        # The RPCs, by family; each keeps its own state and is given what it
+        # shares with the others.
+        clients, threads, waits = self.clients, self.threads, self.waits
+        self.routing = Routing(
+            cfg=cfg, broker=broker, clients=clients, guard=self.guard,
+            threads=threads, ports=self.ports,
+        )  # fmt: skip
+        self.transactions = Transactions(
+            tx=self.tx, clients=clients, guard=self.guard, threads=threads,
+            waits=waits, counters=self.counters,
+        )  # fmt: skip
+        self.sending = Sending(
+            cfg=cfg, broker=broker, delays=self.delays,
+            transactions=self.transactions, clients=clients, guard=self.guard,
+            threads=threads, waits=waits, counters=self.counters,
+        )  # fmt: skip
+        self.consuming = Consuming(
+            cfg=cfg, store=self.store, pop=self.pop, clients=clients,
+            threads=threads, waits=waits, counters=self.counters,
+        )  # fmt: skip
+
+    def batch_handlers(self) -> dict[str, Callable[[list[Any]], list[Any]]]:
+        """RPC name -> its implementation for many calls at once, for the
+        RPCs that have one (``Method.batch``)."""
+        return {
+            "SendMessage": self.sending.send_many,
+            "AckMessage": self.consuming.ack_many,
+        }
 
     def handlers(self) -> dict[str, Callable[..., Any]]:
         """RPC name -> implementation, for every RPC this endpoint serves."""
@@ -178,67 +192,6 @@ class Endpoint:
         window = self.cfg.auth_window_s
         return any(abs(signed - off * 60 - now) <= window for off in offsets)
 
-    def join_poll(self, topic: str) -> None:
-        """A receive on ``topic`` starts polling (``leave_poll`` when it ends)."""
-        self._polling[topic] = self._polling.get(topic, 0) + 1
-
-    def leave_poll(self, topic: str) -> None:
-        left = self._polling[topic] - 1
-        if left:
-            self._polling[topic] = left
-        else:
-            del self._polling[topic]
-            self.wakeups.pop(topic, None)
-
-    def wait_list(self, topic: str) -> asyncio.Event:
-        """The event a long poll on ``topic`` waits on (set by ``wake``)."""
-        ev = self.wakeups.get(topic)
-        if ev is None:
-            if not self.wakeups:
-                self._first_waiter.set()
-            ev = self.wakeups[topic] = asyncio.Event()
-        return ev
-
-    def wake(self, topic: str) -> None:
-        ev = self.wakeups.pop(topic, None)
-        if ev is not None:
-            ev.set()
-
-    def wake_all(self) -> None:
-        waiting = list(self.wakeups.values())
-        self.wakeups.clear()
-        for ev in waiting:
-            ev.set()
-
-    async def on_writer(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a store write on the writer thread."""
-        return await asyncio.get_running_loop().run_in_executor(self.writer, fn, *args)
-
-    async def on_consumer(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a pop-state operation on the consumer thread (behind the pops
-        already waiting for it)."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self.consumer, self.pop_locked, fn, *args
-        )
-
-    async def on_consumer_first(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a short pop-state write (a change of invisibility, a move to
-        the dead-letter queue) on the consumer thread ahead of waiting pops."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self.consumer.first, self.pop_locked, fn, *args
-        )
-
-    def pop_locked(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call ``fn`` holding the pop-state lock (on the consumer thread);
-        once more if the pop state turned out damaged and was started again."""
-        with self.pop_lock:
-            try:
-                return fn(*args)
-            except sqlite3.DatabaseError as exc:
-                if not self.pop.recover(exc):
-                    raise
-            return fn(*args)
-
     async def _watch_appends(self) -> None:
         """Wake long polls when anything is appended, by any process.
 
@@ -257,39 +210,31 @@ class Endpoint:
 
         last = mark()
         while True:
-            if not self.wakeups:
+            if not self.waits.wakeups:
                 # Nobody waits: sleep until a long poll joins (an idle broker
                 # costs no CPU), then wake it if anything was appended since
                 # ``last``. What was appended before it joined, its own pop
                 # after joining sees; at worst one pop too many.
-                self._first_waiter.clear()
+                self.waits.first_waiter.clear()
                 last = mark()
-                await self._first_waiter.wait()
+                await self.waits.first_waiter.wait()
             else:
                 await asyncio.sleep(APPEND_WATCH_S)
             now = mark()
             if now != last:
                 last = now
-                self.wake_all()
-
-    def client(self, context: grpc.aio.ServicerContext) -> ClientInfo:
-        cid = client_id_of(context) or context.peer()
-        c = self.clients.get(cid)
-        if c is None:
-            c = self.clients[cid] = ClientInfo(cid, address=context.peer())
-            self.clients_dirty = True
-        c.last_heartbeat = time.time()
-        c.online = True
-        return c
+                self.waits.wake_all()
 
     async def start_background(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.tx.checkers.set_default(GrpcCheckTransport(self))
+        self.transactions.loop = asyncio.get_running_loop()
+        self.tx.checkers.set_default(GrpcCheckTransport(self.transactions))
         # In this process a group configured with kind "grpc" is checked directly.
         import broker_core.endpoint.relay as relay
         from broker_core.transaction import register_transport_kind
 
-        register_transport_kind("grpc", lambda cfg: GrpcCheckTransport(self))
+        register_transport_kind(
+            "grpc", lambda cfg: GrpcCheckTransport(self.transactions)
+        )
         if self.cfg.redis_url:
             self.relay = relay.RelayListener(
                 self, self.cfg.redis_url, self.cfg.redis_channel
@@ -297,7 +242,7 @@ class Endpoint:
             self.relay.start()
             if self.cfg.worker is not None:
                 # Worker 0's check-backs reach producers on the other workers.
-                self.peers = relay.RedisRelayTransport(
+                self.transactions.peers = relay.RedisRelayTransport(
                     self.cfg.redis_url, self.cfg.redis_channel
                 )
         if self.node is not None:
@@ -310,8 +255,8 @@ class Endpoint:
                 self, self.node.cfg.registry_url, channel
             )
             self.name_relay.start()
-            if self.peers is None:
-                self.peers = relay.RedisRelayTransport(
+            if self.transactions.peers is None:
+                self.transactions.peers = relay.RedisRelayTransport(
                     self.node.cfg.registry_url, channel
                 )
         loop = asyncio.get_running_loop()
@@ -333,40 +278,12 @@ class Endpoint:
             self.delays.start()
             t = threading.Thread(target=self._check_loop, daemon=True, name="tx-check")
             t.start()
-            self.threads.append(t)
+            self.background.append(t)
             log.info("embedded delay delivery and transaction check started")
 
-    async def unreplicated(self) -> str | None:
-        """On a SYNC_MASTER, wait until a slave has the whole log as it is now
-        (every write this call made, and the original of a deduplicated
-        retry); return why not (None: replicated, or not a SYNC_MASTER).
-
-        A SYNC_MASTER without a slave answers at once: nothing is acknowledged
-        that only one copy holds (RocketMQ's SLAVE_NOT_AVAILABLE)."""
-        node = self.node
-        if node is None or not node.sync:
-            return None
-        end = self.store.max_physical_offset()
-        loop = asyncio.get_running_loop()
-        if await loop.run_in_executor(None, node.wait_replicated, end):
-            return None
-        if node.ha_server is None or not node.ha_server.replication_status():
-            return "stored on the master, but this SYNC_MASTER has no slave"
-        return (
-            "stored on the master but no slave confirmed it in "
-            f"{node.cfg.sync_timeout_s:g} s"
-        )
-
-    def replicas_short(self) -> str | None:
-        """Why a write must be refused before it is stored: too few copies in
-        sync (``ClusterNode.replicas_short``); None: store it."""
-        return None if self.node is None else self.node.replicas_short()
-
     def writable(self) -> bool:
-        """Whether this node takes writes, delivers timers and sends
-        check-backs: not a slave, not fenced, and under a controller holding
-        its lease (``ClusterNode.may_act``)."""
-        return self.node is None or self.node.may_act
+        """Whether this node takes writes (``WriteGuard.writable``)."""
+        return self.guard.writable()
 
     def _check_loop(self) -> None:
         period = 1.0
@@ -399,9 +316,9 @@ class Endpoint:
             await asyncio.sleep(0.5)
             try:
                 alive = {c.client_id for c in self.clients.values() if c.online}
-                await self.on_consumer(self._persist_pop, alive)
+                await self.threads.on_consumer(self._persist_pop, alive)
                 await asyncio.to_thread(self.pop.checkpoint)
-                stats = await self.on_consumer(self.pop.stats)
+                stats = await self.threads.on_consumer(self.pop.stats)
                 snapshot = self.clients_snapshot(pop_stats=stats)
                 await asyncio.to_thread(self.write_clients, snapshot)
             except Exception:  # noqa: BLE001
@@ -447,6 +364,20 @@ class Endpoint:
         loop may change it."""
         return [c.as_json() for c in list(self.clients.values())]
 
+    def batch_counters(self) -> dict[str, int]:
+        """Group commit: SendMessage calls and acks per job on the threads, and
+        per batch on the event loop (the calls of one loop iteration)."""
+        return {
+            "send_jobs": self.sending.group.jobs,
+            "send_calls": self.sending.group.items,
+            "ack_jobs": self.consuming.acks.jobs,
+            "ack_calls": self.consuming.acks.items,
+            "send_loop_batches": self.sending.tick.batches,
+            "send_loop_calls": self.sending.tick.items,
+            "ack_loop_batches": self.consuming.ack_tick.batches,
+            "ack_loop_calls": self.consuming.ack_tick.items,
+        }
+
     def clients_snapshot(
         self, force: bool = False, pop_stats: dict[str, Any] | None = None
     ) -> dict[str, Any] | None:
@@ -456,14 +387,8 @@ class Endpoint:
         for c in self.clients.values():
             if c.online and c.queue is None and now - c.last_heartbeat > 60:
                 c.online = False
-                self.clients_dirty = True
-        counters = dict(self.counters) | {
-            # Group commit: SendMessage calls and acks per job on the threads.
-            "send_jobs": self.sending.group.jobs,
-            "send_calls": self.sending.group.items,
-            "ack_jobs": self.consuming.acks.jobs,
-            "ack_calls": self.consuming.acks.items,
-        }
+                self.clients.dirty = True
+        counters = dict(self.counters) | self.batch_counters()
         # The counters are read from this file by the admin API alone
         # (``serve --admin-only``) and worker 0's (``--workers``): written when
         # they changed too, at most every COUNTERS_WRITE_S (nothing is added
@@ -472,9 +397,9 @@ class Endpoint:
             counters != self._counters_written
             and now - self._counters_written_at >= COUNTERS_WRITE_S
         )
-        if not (self.clients_dirty or force or counted):
+        if not (self.clients.dirty or force or counted):
             return None
-        self.clients_dirty = False
+        self.clients.dirty = False
         self._counters_written = counters
         self._counters_written_at = now
         return {
@@ -528,13 +453,12 @@ class Endpoint:
         for listener in (self.relay, self.name_relay):
             if listener is not None:
                 listener.close()
-        for t in self.threads:
+        for t in self.background:
             t.join(timeout=5)
         for task in getattr(self, "_tasks", ()):
             task.cancel()
         # Calls in flight finish first: no half-done append or pop change.
-        self.writer.shutdown(wait=True)
-        self.consumer.shutdown(wait=True)
+        self.threads.shutdown()
         try:
             self.delays.stop()
         except Exception:  # noqa: BLE001
@@ -555,11 +479,6 @@ class Endpoint:
                 step()
             except Exception:  # noqa: BLE001
                 log.exception("endpoint close: a step failed, going on")
-
-    # -- routes, heartbeats, telemetry ----------------------------------------
-    def topic_exists(self, topic: str) -> bool:
-        self.store.refresh_topics()
-        return topic in self.store.topics.topics
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -605,6 +524,12 @@ class Method:
     #: bytes -> request, None when it does not decode (answered BAD_REQUEST)
     decode: Callable[[bytes], Any]
     encode: Callable[[Any], bytes]
+    #: unary only, optional: ``handler``'s wrapping for many calls at once,
+    #: run on the event loop without waiting: ``[(request, context)] ->``
+    #: per call its response, an exception (the call fails as if ``handler``
+    #: had raised it), or ``PER_CALL``: served by ``handler``, its request
+    #: decoded again (the batch may have changed it)
+    batch: Callable[[list[tuple[Any, Any]]], list[Any]] | None = None
 
 
 def endpoint_methods(endpoint: Endpoint) -> list[Method]:
@@ -616,6 +541,7 @@ def endpoint_methods(endpoint: Endpoint) -> list[Method]:
     svc = spb.DESCRIPTOR.services_by_name["MessagingService"]
     out: list[Method] = []
     implemented = endpoint.handlers()
+    batched = endpoint.batch_handlers()
     for method in svc.methods:
         req_cls = getattr(spb, method.input_type.name)
         resp_cls = getattr(spb, method.output_type.name)
@@ -716,6 +642,7 @@ def endpoint_methods(endpoint: Endpoint) -> list[Method]:
                 return globalize(await _impl(req, ctx), ns)
 
             handler = unary
+        many = batched.get(method.name) if kind == "unary" else None
         out.append(
             Method(
                 name=method.name,
@@ -724,9 +651,57 @@ def endpoint_methods(endpoint: Endpoint) -> list[Method]:
                 handler=handler,
                 decode=_tolerant(req_cls),
                 encode=resp_cls.SerializeToString,
+                batch=None
+                if many is None
+                else _batch_wrapping(endpoint, method.name, many, bad, unauth),
             )
         )
     return out
+
+
+def _batch_wrapping(
+    endpoint: Endpoint,
+    name: str,
+    many: Callable[[list[tuple[Any, Any]]], list[Any]],
+    bad: Any,
+    unauth: Any,
+) -> Callable[[list[tuple[Any, Any]]], list[Any]]:
+    """A unary RPC's wrapping (``endpoint_methods``) for many calls at once
+    around ``many``, its implementation for them (``Method.batch``): the
+    same checks in the same order, call by call; a call to forward is left
+    to the per-call wrapping (``PER_CALL``)."""
+
+    def batch(calls: list[tuple[Any, Any]]) -> list[Any]:
+        out: list[Any] = [PER_CALL] * len(calls)
+        here = endpoint.forwarder.local(name)
+        todo: list[int] = []
+        spaces: list[str] = []
+        for i, (req, ctx) in enumerate(calls):
+            if not endpoint.authorized(ctx):
+                out[i] = unauth
+            elif req is None:
+                out[i] = bad
+            elif here:
+                try:
+                    spaces.append(localize(req, header_ns(ctx)))
+                except ValidationError as exc:
+                    out[i] = _refused(bad, exc)
+                    continue
+                todo.append(i)
+            # else: whether it is forwarded is decided per call (a look-up
+            # in the registry, off the event loop)
+        if not todo:
+            return out
+        try:
+            answers = many([calls[i] for i in todo])
+        except Exception as exc:  # noqa: BLE001 - each call fails with it
+            answers = [exc] * len(todo)
+        for i, ns, r in zip(todo, spaces, answers, strict=True):
+            done = r is PER_CALL or isinstance(r, Exception)
+            out[i] = r if done else globalize(r, ns)
+        return out
+
+    return batch
 
 
 def add_endpoint_to_server(endpoint: Endpoint, server: Any) -> None:
@@ -849,7 +824,13 @@ async def serve(
     finally:
         if admin is not None:
             admin.stop()
-        await server.stop(grace=1)
+        # Long polls answer first (nothing new), then the calls in flight get
+        # SHUTDOWN_GRACE_S to finish before the rest are cancelled.
+        endpoint.waits.close()
+        end = time.monotonic() + SHUTDOWN_GRACE_S
+        while endpoint.waits.polling and time.monotonic() < end:
+            await asyncio.sleep(0.02)
+        await server.stop(grace=SHUTDOWN_GRACE_S)
         await endpoint.forwarder.close()
         try:
             endpoint.close()
@@ -873,7 +854,8 @@ async def _start_grpcio(endpoint: Endpoint, cfg: EndpointConfig, limit: int) -> 
     if bound == 0:
         raise SystemExit(f"cannot listen on {cfg.host}:{cfg.port}")
     cfg.port = bound
-    endpoint.ports = {bound}
+    endpoint.ports.clear()
+    endpoint.ports.add(bound)
     if cfg.worker_port is not None:
         own = server.add_insecure_port(f"{cfg.host}:{cfg.worker_port}")
         if own == 0:
@@ -907,7 +889,8 @@ async def _start_native(endpoint: Endpoint, cfg: EndpointConfig, limit: int) -> 
         server.add_secure_port(listen, open(key).read(), open(cert).read())
     ports = await server.start()
     cfg.port = ports[0]
-    endpoint.ports = set(ports)
+    endpoint.ports.clear()
+    endpoint.ports.update(ports)
     if cfg.tls:
         log.info("gRPC endpoint TLS on %s", cfg.tls[0])
     log.info("gRPC endpoint: native front")

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from broker_core.endpoint.sending import SLAVE_REFUSES
 from broker_core.endpoint.wire import (
     SYSTEM_PROPS,
     C,
@@ -23,7 +22,13 @@ from broker_core.endpoint.wire import (
 from broker_core.transaction import CheckTransport
 
 if TYPE_CHECKING:
-    from broker_core.endpoint.server import Endpoint
+    import asyncio
+
+    from broker_core.endpoint.clients import ClientTable
+    from broker_core.endpoint.guard import WriteGuard
+    from broker_core.endpoint.threads import Threads
+    from broker_core.endpoint.waits import PollWaits
+    from broker_core.transaction import TransactionService
 
 log = logging.getLogger("broker_core.endpoint")
 
@@ -31,8 +36,28 @@ log = logging.getLogger("broker_core.endpoint")
 class Transactions:
     """EndTransaction and check-backs to live producers."""
 
-    def __init__(self, ep: Endpoint) -> None:
-        self.ep = ep
+    def __init__(
+        self,
+        *,
+        tx: TransactionService,
+        clients: ClientTable,
+        guard: WriteGuard,
+        threads: Threads,
+        waits: PollWaits,
+        counters: dict[str, int],
+    ) -> None:
+        self.tx = tx
+        self.clients = clients
+        self.guard = guard
+        self.threads = threads
+        self.waits = waits
+        self.counters = counters
+        #: the event loop the Telemetry streams are served on (set when the
+        #: endpoint starts): check-backs are queued onto it from other threads
+        self.loop: asyncio.AbstractEventLoop | None = None
+        #: the relay to producers on the other workers or nodes of this
+        #: broker name (``relay.RedisRelayTransport``; None: alone)
+        self.peers: Any = None
         self.tx_client: dict[str, str] = {}  # transaction id -> client id
         #: Check-backs sent: transaction id -> (monotonic time, client id).
         self.checks_out: OrderedDict[str, tuple[float, str]] = OrderedDict()
@@ -53,10 +78,10 @@ class Transactions:
         self._checker_groups.add(group)
         # In this process: live producers first, then the group's own
         # configured checker (e.g. its webhook).
-        self.ep.tx.checkers.set_transport(group, GrpcCheckTransport(self.ep, group))
+        self.tx.checkers.set_transport(group, GrpcCheckTransport(self, group))
         try:
-            if group not in self.ep.tx.checkers.configured():
-                self.ep.tx.checkers.configure(group, "grpc")
+            if group not in self.tx.checkers.configured():
+                self.tx.checkers.configure(group, "grpc")
         except Exception:  # noqa: BLE001 - best effort
             log.warning("could not configure the grpc checker for %s", group)
 
@@ -68,10 +93,8 @@ class Transactions:
             return spb.EndTransactionResponse(
                 status=status(C.INVALID_TRANSACTION_ID, "transaction id is empty")
             )
-        if not self.ep.writable():
-            return spb.EndTransactionResponse(status=status(C.FORBIDDEN, SLAVE_REFUSES))
-        if (short := self.ep.replicas_short()) is not None:
-            return spb.EndTransactionResponse(status=status(C.HA_NOT_AVAILABLE, short))
+        if (refused := self.guard.refusal()) is not None:
+            return spb.EndTransactionResponse(status=refused)
         if request.resolution not in pb.TransactionResolution.values():
             return spb.EndTransactionResponse(
                 status=status(
@@ -90,8 +113,8 @@ class Transactions:
             sent = self.checks_out.pop(tid, None)
             latency = None if sent is None else (time.monotonic() - sent[0]) * 1000
             try:
-                await self.ep.on_writer(
-                    self.ep.tx.record_check_answer,
+                await self.threads.on_writer(
+                    self.tx.record_check_answer,
                     tid,
                     res.value,
                     client_id_of(context) or (sent[1] if sent else ""),
@@ -100,8 +123,8 @@ class Transactions:
             except Exception:  # noqa: BLE001 - the outcome below matters more
                 log.warning("could not record the check answer for %s", tid)
         try:
-            await self.ep.on_writer(
-                self.ep.tx.end_transaction, tid, request.topic.name, res, source
+            await self.threads.on_writer(
+                self.tx.end_transaction, tid, request.topic.name, res, source
             )
         except Exception as exc:  # noqa: BLE001
             code = error_code(exc)
@@ -110,11 +133,11 @@ class Transactions:
             return spb.EndTransactionResponse(status=status(code, str(exc)))
         self.tx_client.pop(tid, None)
         if res is TransactionResolution.COMMIT:
-            self.ep.wake(request.topic.name)
+            self.waits.wake(request.topic.name)
         if res is not TransactionResolution.UNKNOWN:
             # SYNC_MASTER: the outcome is answered once a slave has it (were
             # this master lost first, the half is checked back on the new one).
-            why = await self.ep.unreplicated()
+            why = await self.guard.unreplicated()
             if why is not None:
                 return spb.EndTransactionResponse(
                     status=status(C.SLAVE_PERSISTENCE_TIMEOUT, why)
@@ -131,13 +154,13 @@ class Transactions:
 
         target = None
         cid = self.tx_client.get(req.transaction_id)
-        c = self.ep.clients.get(cid) if cid else None
+        c = self.clients.get(cid) if cid else None
         if c is not None and c.queue is not None:
             target = c
         if target is None:
             producers = [
                 x
-                for x in list(self.ep.clients.values())
+                for x in list(self.clients.values())
                 if x.queue is not None and x.client_type == "PRODUCER"
             ]
             # Only a producer that declares the half's topic: any other
@@ -145,7 +168,7 @@ class Transactions:
             # never saw. None online: the caller falls back to the group's
             # webhook, if one is configured.
             target = next((x for x in producers if req.topic in x.topics), None)
-        if target is None or self.ep.loop is None:
+        if target is None or self.loop is None:
             raise NoProducerOnlineError(
                 f"no live producer of topic {req.topic!r} (nor the sending client)"
             )
@@ -175,8 +198,8 @@ class Transactions:
         )
         q = target.queue
         assert q is not None
-        self.ep.loop.call_soon_threadsafe(q.put_nowait, cmd)
-        self.ep.counters["checks_sent"] += 1
+        self.loop.call_soon_threadsafe(q.put_nowait, cmd)
+        self.counters["checks_sent"] += 1
         self.checks_out[req.transaction_id] = (time.monotonic(), target.client_id)
         while len(self.checks_out) > 100_000:
             self.checks_out.popitem(last=False)
@@ -194,8 +217,8 @@ class GrpcCheckTransport(CheckTransport):
 
     name = "grpc"
 
-    def __init__(self, endpoint: Endpoint, group: str | None = None) -> None:
-        self.endpoint = endpoint
+    def __init__(self, transactions: Transactions, group: str | None = None) -> None:
+        self.transactions = transactions
         self.group = group
         self._target = "-"
 
@@ -207,7 +230,9 @@ class GrpcCheckTransport(CheckTransport):
         if self.group is None:
             return None
         # The live kind ("grpc") is this endpoint itself: not a fallback.
-        return self.endpoint.tx.checkers.stored_transport(self.group, (None, "grpc"))
+        return self.transactions.tx.checkers.stored_transport(
+            self.group, (None, "grpc")
+        )
 
     def check(self, request: Any) -> Any:
         from broker_core.transaction import (
@@ -217,11 +242,11 @@ class GrpcCheckTransport(CheckTransport):
         )
 
         try:
-            self._target = self.endpoint.transactions.deliver_check(request)
+            self._target = self.transactions.deliver_check(request)
             return CheckAnswer.SENT
         except NoProducerOnlineError as nobody:
             failed: CheckBackError = nobody
-            peers = self.endpoint.peers
+            peers = self.transactions.peers
             if peers is not None:
                 # A worker of ``serve --workers N``: the producer's Telemetry
                 # stream may live on another worker.

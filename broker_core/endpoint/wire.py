@@ -7,17 +7,23 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
+from types import SimpleNamespace
+from typing import Any
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from broker_core.endpoint.config import MAX_CALL_ENTRIES
 from broker_core.endpoint.pop import (
     SHARDING_KEY,
 )
 from broker_core.errors import BrokerError
 
-C = pb.Code
+#: The RocketMQ codes by name (``C.OK``): ``pb.Code``'s values as plain
+#: attributes, since ``EnumTypeWrapper.__getattr__`` is Python code run at
+#: every use (a few per call on the hot paths).
+C: Any = SimpleNamespace(**dict(pb.Code.items()))
 
 #: Properties the broker keeps for itself: not shown as user properties.
 SYSTEM_PROPS = frozenset(
@@ -60,8 +66,6 @@ def too_many(count: int, what: str) -> pb.Status | None:
     """``BAD_REQUEST`` for a call of more than ``MAX_CALL_ENTRIES`` ``what``
     (answered before any is read: 150,000 held every client for seconds);
     None within it."""
-    from broker_core.endpoint.config import MAX_CALL_ENTRIES
-
     if count <= MAX_CALL_ENTRIES:
         return None
     return pb.Status(

@@ -1,4 +1,4 @@
-"""Message filters: RocketMQ's SQL92 selector language and the Bloom filter.
+"""Message filters: RocketMQ's SQL92 selector language.
 
 ``compile(expression) -> Selector``; ``Selector.evaluate(properties)`` returns
 True, False or None; ``Selector.matches(properties)`` is True only for TRUE.

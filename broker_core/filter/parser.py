@@ -1,4 +1,4 @@
-"""Recursive-descent parser of the SQL92 selector language (RocketMQ §4.2).
+"""Recursive-descent parser of the SQL92 selector language (as in RocketMQ).
 
 Grammar, lowest precedence first (``NOT`` binds tighter than comparisons)::
 

@@ -45,9 +45,9 @@ from broker_core.ha.tls import accept, speaks_tls
 from broker_core.record import (
     BLANK,
     BLANK_MAGIC,
-    PHYSICAL_OFFSET_AT,
     RecordCheck,
     check_record,
+    physical_offset,
 )
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ class HAServer:
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> HAServer:
         """Open a new epoch at the log end (``epochs.py``), then serve."""
-        if not self.store.state.replica:
+        if not self.store.replica:
             begin_epoch(self.store.state, self.store.root, "master")
         self._spawn(self._accept_loop, "ha-accept")
         return self
@@ -342,11 +342,10 @@ class HAServer:
             pos = start - seg.base
             chk = check_record(seg.view, pos, min(seg.size, end - seg.base), False)
             if chk.status in (RecordCheck.OK, RecordCheck.BLANK, RecordCheck.SKIP):
-                phys = int.from_bytes(
-                    seg.view[pos + PHYSICAL_OFFSET_AT : pos + PHYSICAL_OFFSET_AT + 8],
-                    "big",
-                )
-                if chk.status is not RecordCheck.OK or phys == start:
+                if (
+                    chk.status is not RecordCheck.OK
+                    or physical_offset(seg.view, pos) == start
+                ):
                     return None
         return (
             f"the slave's end {start} is not a record boundary of the master's log "

@@ -138,8 +138,6 @@ def apply_chunk(store: MessageStore, start: int, data: bytes | memoryview) -> in
             else:
                 cq.put_units(first, [(off, size, code) for _q, off, size, code in lst])
         state.dispatched_pos = end
-    if store.dispatch.has_dispatchers:
-        store.dispatch.run()
     return end
 
 

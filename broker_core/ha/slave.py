@@ -113,7 +113,7 @@ class SlaveFollower:
     def start(self) -> SlaveFollower:
         """Mark the store a slave and follow in a background thread."""
         write_role(self.store.root, Role.SLAVE, master=self.master)
-        self.store.state.replica = True
+        self.store.replica = True
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="ha-slave", daemon=True)
         self._thread.start()
@@ -149,7 +149,7 @@ class SlaveFollower:
         )
         # Before anything else may append: the new epoch starts at this end.
         begin_epoch(self.store.state, self.store.root, promotion_cause(record))
-        self.store.state.replica = False
+        self.store.replica = False
         return record
 
     def status(self) -> dict[str, Any]:
@@ -203,7 +203,7 @@ class SlaveFollower:
                 # The promoting process opens the epoch too; the first wins.
                 record = read_role(self.store.root)
                 begin_epoch(self.store.state, self.store.root, promotion_cause(record))
-                self.store.state.replica = False
+                self.store.replica = False
                 self._stop.set()
             except (OSError, ReplicationError, StoreError) as exc:
                 if not self._stop.is_set():

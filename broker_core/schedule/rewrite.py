@@ -1,6 +1,6 @@
 """Rewriting on send: a ``DELAY`` level or a timer property parks a message.
 
-RocketMQ 5 ``HookUtils.handleScheduleMessage`` (§2.2, §2.6): a delay level moves
+RocketMQ 5 ``HookUtils.handleScheduleMessage``: a delay level moves
 the message to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``; a delivery time
 (``TIMER_DELIVER_MS`` absolute, ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS``
 relative) moves it to ``rmq_sys_wheel_timer`` queue 0 with ``TIMER_OUT_MS``.

@@ -1,4 +1,4 @@
-"""The transaction check (§1.7, §1.8): find due halves, check them back, discard.
+"""The transaction check: find due halves, check them back, discard.
 
 One run: fold new records into the index, then walk the pending halves due by
 now in ``(due_at, half_offset)`` order (an index range, so halves not yet due

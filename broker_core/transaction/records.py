@@ -5,16 +5,16 @@ The commit log is the only source of truth. A transaction leaves these records:
 * the half: ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0, transaction value NOT (so it has a
   unit in the half queue, whose queue offset is RocketMQ's ``tranStateTableOffset``),
   properties ``REAL_TOPIC``, ``REAL_QID``, ``PGROUP``, ``TRAN_MSG``, ``UNIQ_KEY``,
-  ``__transactionId__`` (§1.2, §1.5);
+  ``__transactionId__``;
 * on commit, the message in its real topic and queue, transaction value COMMIT,
-  ``prepared_transaction_offset`` = the half's log offset (§1.9);
+  ``prepared_transaction_offset`` = the half's log offset;
 * op records in ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, body ``"<halfQueueOffset>,"``
   (RocketMQ 5.1 format), each with ``TRANS_OFFSET`` (the half's log offset, as in
   RIP-82) and ``TRAN_PREPARED_QUEUE_OFFSET``. The tag says what happened:
   ``d`` outcome (COMMIT/ROLLBACK, RocketMQ's remove tag), ``c`` one check-back
   (delivered or not: one that reached no producer does not add to the count),
   ``x`` discard after the maximum checks or the file retention, ``r`` resume;
-* on discard, a copy of the half in ``TRANS_CHECK_MAX_TIME_TOPIC`` queue 0 (§1.8).
+* on discard, a copy of the half in ``TRANS_CHECK_MAX_TIME_TOPIC`` queue 0.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def half_inner(
     flag: int,
     born_timestamp: int,
 ) -> MessageInner:
-    """Build the half of a transactional message (§1.5)."""
+    """Build the half of a transactional message."""
     props = {k: v for k, v in properties.items() if k != PROPERTY_DELAY}
     props[PROPERTY_TRANSACTION_PREPARED] = "true"
     props[PROPERTY_PRODUCER_GROUP] = producer_group
@@ -224,7 +224,7 @@ def half_inner(
 
 
 def commit_inner(half: MessageExt | HalfView) -> MessageInner:
-    """Build the message a commit writes to the half's real topic and queue (§1.9)."""
+    """Build the message a commit writes to the half's real topic and queue."""
     props = half.properties
     real_topic = props[PROPERTY_REAL_TOPIC]
     real_qid = int(props.get(PROPERTY_REAL_QID, "0"))
@@ -272,7 +272,7 @@ def discard_copy(half: MessageExt, check_times: int) -> MessageInner:
 
 
 def immunity_ms(properties: dict[str, str], timeout_ms: int) -> int:
-    """Return how long after its birth a half is first checked (the check's rule, §1.7).
+    """Return how long after its birth a half is first checked (the check's rule).
 
     ``CHECK_IMMUNITY_TIME_IN_SECONDS`` in seconds when it parses and is not
     negative, else the transaction timeout.

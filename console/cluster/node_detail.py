@@ -1,7 +1,7 @@
 """One node of the cluster as its page shows it: status and replication, the
 endpoint's counters, topics, clients, consumer lag per queue, delay levels
-and pending halves, every path of its admin API asked at once
-(``services.ask_nodes``)."""
+and pending halves, every read of its operations asked at once
+(``nodes.ask_nodes``)."""
 
 from __future__ import annotations
 
@@ -9,33 +9,34 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker_core.errors import BrokerError
 from broker_core.metadata import PERM_READ, PERM_WRITE
-from console.cluster.services import (
-    NodeUnavailable,
+from console.cluster.nodes import Read, ask_nodes, find
+from console.cluster.state import (
     NodeView,
-    _delay_rows,
-    _find,
-    ask_nodes,
+    delay_rows,
     failure_sentence,
+    plain,
     take_failures,
 )
 
-STATUS_PATH = "/v1/node"
-TOPICS_PATH = "/v1/topics"
-CLIENTS_PATH = "/v1/clients"
-CONSUMERS_PATH = "/v1/consumers"
-DELAYS_PATH = "/v1/delays"
-#: One row is enough: a state-only filter counts its total exactly.
-PENDING_PATH = "/v1/halves?state=PENDING&page_size=1"
-
 #: What the page asks every node, and a master besides: a slave's delay
 #: progress and halves are its master's copies, delivered and decided there.
-#: A node none of whose paths answers is shown as not answering; one whose
+#: A node none of whose reads answers is shown as not answering; one whose
 #: status alone fails shows the rest.
-NODE_PATHS = [STATUS_PATH, TOPICS_PATH, CLIENTS_PATH, CONSUMERS_PATH]
-MASTER_PATHS = [DELAYS_PATH, PENDING_PATH]
+NODE_READS: dict[str, Read] = {
+    "node_status": lambda ops: ops.node_status(),
+    "topics_with_depths": lambda ops: ops.topics_with_depths(),
+    "clients": lambda ops: ops.clients(),
+    "consumer_lag": lambda ops: ops.consumer_lag(),
+}
+MASTER_READS: dict[str, Read] = {
+    "delay_stats": lambda ops: ops.delay_stats(),
+    # One row is enough: a state-only filter counts its total exactly.
+    "pending halves": lambda ops: ops.list_halves(state="PENDING", page_size=1),
+}
 
-#: The endpoint counters of ``GET /v1/node``: key, label, what it counts.
+#: The endpoint counters of ``node_status``: key, label, what it counts.
 COUNTERS = [
     ("sent", "Messages sent", "stored from producers' SendMessage calls"),
     ("received", "Messages received", "handed to consumers by ReceiveMessage"),
@@ -47,16 +48,20 @@ COUNTERS = [
      "batches of sends stored on the writer thread: sends that found the log busy"),
     ("ack_jobs", "Ack jobs",
      "batches of acks on the consumer thread: acks that found the pop state busy"),
+    ("send_loop_batches", "Send batches",
+     "appends of the sends that arrived together (one per event-loop turn)"),
+    ("ack_loop_batches", "Ack batches",
+     "pop-state transactions of the acks that arrived together"),
 ]  # fmt: skip
 
-#: Each section of the page and the path it comes from.
+#: Each section of the page and the read it comes from.
 SECTIONS = {
-    "status": STATUS_PATH,
-    "topics": TOPICS_PATH,
-    "clients": CLIENTS_PATH,
-    "lag": CONSUMERS_PATH,
-    "delays": DELAYS_PATH,
-    "halves": PENDING_PATH,
+    "status": "node_status",
+    "topics": "topics_with_depths",
+    "clients": "clients",
+    "lag": "consumer_lag",
+    "delays": "delay_stats",
+    "halves": "pending halves",
 }
 
 
@@ -90,7 +95,7 @@ class NodeDetail:
     controller: dict[str, Any] | None = None
     #: the tails it cut on rejoining as a slave (ASYNC loss), newest first
     cut_tails: list[dict[str, Any]] = field(default_factory=list)
-    #: section -> why it is missing (its path did not answer or failed)
+    #: section -> why it is missing (its read did not answer or failed)
     missing: dict[str, str] = field(default_factory=dict)
     #: what did not answer, as sentences for the page
     errors: list[str] = field(default_factory=list)
@@ -105,52 +110,52 @@ def parse_key(key: str) -> tuple[str, int] | None:
 
 
 def node_detail(key: str) -> NodeDetail | None:
-    """The live node ``key`` (``name:broker_id``) and what its admin API
-    answers, every path at once; None when the registry has no such node.
-    Raises ``NodeUnavailable`` when the registry does not answer."""
+    """The live node ``key`` (``name:broker_id``) and what its operations
+    answer, every read at once; None when the registry has no such node.
+    Raises ``NodeUnavailableError`` when the registry does not answer."""
     parsed = parse_key(key)
     if parsed is None:
         return None
-    info = _find(*parsed)
+    info = find(*parsed)
     if info is None:
         return None
     view = NodeView.of(info)
-    paths = NODE_PATHS + (MASTER_PATHS if view.is_master else [])
-    got = ask_nodes({view.key: (info.admin, paths)}, status_first=False)[view.key]
+    reads = NODE_READS | (MASTER_READS if view.is_master else {})
+    got = ask_nodes({view.key: (info.admin, reads)}, status_first=False)[view.key]
     detail = NodeDetail(view)
     detail.heartbeat_age_ms = max(0, int(time.time() * 1000) - info.heartbeat_ms)
-    assert isinstance(got, dict)  # with status_first=False, always per path
-    if all(isinstance(got[p], NodeUnavailable) for p in paths):
-        reason = got[STATUS_PATH]
+    assert isinstance(got, dict)  # with status_first=False, always per read
+    if all(isinstance(got[r], BrokerError) for r in reads):
+        reason = got["node_status"]
         view.error = str(reason)
         detail.errors.append(f"Not reachable: {view.key} ({view.role}): {reason}")
-        detail.missing = {s: str(reason) for s, p in SECTIONS.items() if p in paths}
+        detail.missing = {s: str(reason) for s, r in SECTIONS.items() if r in reads}
         return detail
-    for path, exc in take_failures(got).items():
-        detail.errors.append(failure_sentence(view.key, path, exc))
-        for section, p in SECTIONS.items():
-            if p == path:
+    for read, exc in take_failures(got).items():
+        detail.errors.append(failure_sentence(view.key, read, exc))
+        for section, r in SECTIONS.items():
+            if r == read:
                 detail.missing[section] = str(exc)
     if "status" not in detail.missing:
-        _status(detail, got[STATUS_PATH])
-    detail.topics = _topic_rows(got.get(TOPICS_PATH, {}))
+        _status(detail, got["node_status"])
+    detail.topics = _topic_rows(got.get("topics_with_depths"))
     detail.clients = sorted(
-        got.get(CLIENTS_PATH, {}).get("clients", ()),
+        got.get("clients") or (),
         key=lambda c: (not c.get("online"), c.get("group") or "", c["client_id"]),
     )
     detail.lag = sorted(
-        got.get(CONSUMERS_PATH, {}).get("queues", ()),
+        (plain(q) for q in got.get("consumer_lag") or ()),
         key=lambda q: (q["group"], q["topic"], q["queue_id"]),
     )
-    detail.delays = _delay_rows(view.name, got.get(DELAYS_PATH, {}))
+    detail.delays = delay_rows(view.name, got.get("delay_stats"))
     if view.is_master and "halves" not in detail.missing:
-        detail.pending_halves = got[PENDING_PATH].get("total")
+        detail.pending_halves = got["pending halves"].total
     return detail
 
 
 def _status(detail: NodeDetail, status: dict[str, Any]) -> None:
     """Fill the node's replication, registry error and counters from its
-    ``GET /v1/node``."""
+    ``node_status``."""
     following = detail.node.take_status(status)
     detail.master = following.get("master") or ""
     detail.registry_error = status.get("registry_error") or ""
@@ -164,19 +169,19 @@ def _status(detail: NodeDetail, status: dict[str, Any]) -> None:
     ]
 
 
-def _topic_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
-    """A node's ``/v1/topics``, each topic's queue depths summed."""
+def _topic_rows(topics: Any) -> list[dict[str, Any]]:
+    """A node's ``topics_with_depths``, each topic's queue depths summed."""
     rows = []
-    for t in answer.get("topics", ()):
-        perm = t.get("perm") or 0
+    for cfg, depths in topics or ():
+        perm = cfg.perm or 0
         rows.append(
             {
-                "topic": t["topic"],
-                "read_queues": t["read_queues"],
-                "write_queues": t["write_queues"],
+                "topic": cfg.topic_name,
+                "read_queues": cfg.read_queue_nums,
+                "write_queues": cfg.write_queue_nums,
                 "perm": ("R" if perm & PERM_READ else "-")
                 + ("W" if perm & PERM_WRITE else "-"),
-                "depth": sum((t.get("depths") or {}).values()),
+                "depth": sum(depths),
             }
         )
     return sorted(rows, key=lambda r: r["topic"])

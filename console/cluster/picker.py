@@ -16,44 +16,38 @@ store. A name that is not a live node is the API's 503 ``node_unavailable``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from broker_core.cluster.node_ops import NodeOps, NodeUnavailableError
+from broker_core.cluster.node_ops import NodeOperations, NodeUnavailableError
 from console.cluster.scope import chosen_node, enabled, showing
 from console.ui.permissions import viewer_required
 
 SESSION_KEY = "console_node"
 
 
-def node_ops_of(node: str) -> NodeOps:
+def node_ops_of(node: str) -> NodeOperations:
     """The operations of the live node ``node`` (``name`` or
     ``name:broker_id``) through its registered admin API."""
-    from console.cluster import services
+    from console.cluster import nodes
 
     try:
-        target = services.live_node(node)
-        services.check_admin_host(target.admin)
-    except services.NodeUnavailable as exc:
-        raise NodeUnavailableError(f"node {node}: {exc}") from exc
-    if not target.admin:
-        raise NodeUnavailableError(
-            f"node {node} advertises no admin API (--admin-listen)"
-        )
-    return cast(NodeOps, services.remote_node_ops(target.admin))
+        return nodes.ops_of(node)
+    except NodeUnavailableError as exc:
+        raise NodeUnavailableError(f"node {node}: {exc}", exc.status) from exc
 
 
 def node_choices() -> list[str]:
     """The live nodes to pick from: a master by its name, a slave as
     ``name:broker_id``; [] when the registry does not answer."""
-    from console.cluster import services
+    from console.cluster import nodes
 
     try:
-        found = services.registry().nodes()
+        found = nodes.registry().nodes()
     except Exception:  # noqa: BLE001 - the banner says the registry is away
         return []
     return sorted(n.name if n.broker_id == 0 else n.key for n in found)

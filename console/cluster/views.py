@@ -12,9 +12,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from broker_core.cluster.node_ops import NodeUnavailableError
 from broker_core.errors import BrokerError
-from console.cluster import node_detail, services
+from console.cluster import actions, node_detail, nodes, search
 from console.cluster.forms import CancelForm, ResetForm, SearchForm
+from console.cluster.state import cluster_state
 from console.ui.forms import to_ms
 from console.ui.permissions import admin_required, viewer_required
 from console.ui.roles import ADMIN, OPERATOR, has_role
@@ -22,7 +24,7 @@ from console.ui.roles import ADMIN, OPERATOR, has_role
 
 @viewer_required
 def cluster(request: HttpRequest) -> HttpResponse:
-    context = {"enabled": services.enabled(), "cluster": "", "nodes": [],
+    context = {"enabled": nodes.enabled(), "cluster": "", "nodes": [],
                "halves": [], "discarded": [], "lag": [], "delays": [],
                "errors": [], "tx": None}  # fmt: skip
     if context["enabled"]:
@@ -30,7 +32,7 @@ def cluster(request: HttpRequest) -> HttpResponse:
 
         context["cluster"] = settings.BROKER_CLUSTER
         try:
-            state = services.cluster_state()
+            state = cluster_state()
         except Exception as exc:  # noqa: BLE001 - the registry is away
             context["errors"] = [f"Not reachable: the route registry: {exc}"]
         else:
@@ -58,7 +60,7 @@ def node_page(request: HttpRequest, node: str) -> HttpResponse:
     consumer lag, delay levels and pending halves; 404 for a key the
     registry does not know."""
     context: dict = {"key": node, "cluster": getattr(settings, "BROKER_CLUSTER", "")}
-    if not services.enabled():
+    if not nodes.enabled():
         context["missing"] = "This console manages a single node: no cluster is set."
         return render(request, "cluster/node.html", context, status=404)
     if node_detail.parse_key(node) is None:
@@ -69,7 +71,7 @@ def node_page(request: HttpRequest, node: str) -> HttpResponse:
         return render(request, "cluster/node.html", context, status=404)
     try:
         detail = node_detail.node_detail(node)
-    except services.NodeUnavailable as exc:
+    except NodeUnavailableError as exc:
         context["errors"] = [f"Not reachable: the route registry: {exc}"]
         return render(request, "cluster/node.html", context)
     if detail is None:
@@ -97,11 +99,11 @@ def _search(request: HttpRequest, context: dict) -> SearchForm:
     d = form.cleaned_data
     find = dict(topic=d["topic"], key=d["key"], msg_id=d["msg_id"])
     try:
-        if d["search_node"] == services.EVERY_NODE:
-            context["search"] = services.search_every_node(**find)
+        if d["search_node"] == search.EVERY_NODE:
+            context["search"] = search.search_every_node(**find)
         else:
-            context["search"] = services.search_node(d["search_node"], **find)
-    except services.NodeUnavailable as exc:
+            context["search"] = search.search_node(d["search_node"], **find)
+    except BrokerError as exc:
         context["search_error"] = f"{d['search_node']}: {exc}"
     return form
 
@@ -133,12 +135,12 @@ def reset(request: HttpRequest) -> HttpResponse:
         return redirect("cluster:overview")
     d = form.cleaned_data
     try:
-        changes = services.reset_offset(
+        changes = actions.reset_offset(
             d["node"], d["group"], d["topic"], actor=request.user,
             reason=d["reason"], to_offset=d["offset"], to_ms=to_ms(d["at"]),
             queue_id=d["queue_id"], request=request,
         )  # fmt: skip
-    except (services.NodeUnavailable, BrokerError) as exc:
+    except BrokerError as exc:
         messages.error(request, f"Reset of {d['group']} on {d['node']} failed: {exc}")
     else:
         moved = ", ".join(f"queue {c['queue_id']} -> {c['target']}" for c in changes)
@@ -160,9 +162,9 @@ def cancel(request: HttpRequest) -> HttpResponse:
         return redirect("cluster:overview")
     d = form.cleaned_data
     try:
-        services.cancel_delayed(d["node"], d["msg_id"], actor=request.user,
+        actions.cancel_delayed(d["node"], d["msg_id"], actor=request.user,
                                 reason=d["reason"], request=request)  # fmt: skip
-    except (services.NodeUnavailable, BrokerError) as exc:
+    except BrokerError as exc:
         messages.error(request, f"Cancel of {d['msg_id']} on {d['node']} failed: {exc}")
     else:
         messages.success(
@@ -185,7 +187,7 @@ def topic(request: HttpRequest) -> HttpResponse:
     if not name or not chosen or not 1 <= queues <= 1024:
         messages.error(request, "Give a topic, 1 to 1024 queues and at least one node.")
         return redirect("cluster:overview")
-    done = services.put_topic(chosen, name, queues, request.user, request)
+    done = actions.put_topic(chosen, name, queues, request.user, request)
     text = "; ".join(f"{n}: {r}" for n, r in done.items())
     ok = all(r in ("created", "updated") for r in done.values())
     (messages.success if ok else messages.error)(request, f"Topic {name}: {text}")
@@ -203,9 +205,9 @@ def decide(request: HttpRequest, node: str, transaction_id: str, verb: str):
         messages.error(request, "Type COMMIT to confirm a commit.")
         return redirect("cluster:overview")
     try:
-        services.decide(node, transaction_id, verb, request.user,
+        actions.decide(node, transaction_id, verb, request.user,
                         request.POST.get("reason", ""), request)  # fmt: skip
-    except (services.NodeUnavailable, BrokerError, ValueError) as exc:
+    except (BrokerError, ValueError) as exc:
         messages.error(request, f"{verb} of {transaction_id} on {node} failed: {exc}")
     else:
         done = {"commit": "Committed", "rollback": "Rolled back",
@@ -234,8 +236,8 @@ def promote(request: HttpRequest, node: str) -> HttpResponse:
         return redirect("cluster:overview")
     force = request.POST.get("force") == "on"
     try:
-        services.promote(node, role, request.user, reason, force, request)
-    except services.NodeUnavailable as exc:
+        actions.promote(node, role, request.user, reason, force, request)
+    except BrokerError as exc:
         messages.error(request, f"{node} was not promoted: {exc}")
     else:
         messages.success(

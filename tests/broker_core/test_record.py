@@ -1,4 +1,4 @@
-"""Record encoding round trips, property encoding and message ids (§3.1, §3.6)."""
+"""Record encoding round trips, property encoding and message ids."""
 
 from __future__ import annotations
 

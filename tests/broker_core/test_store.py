@@ -17,56 +17,28 @@ from broker_core import Broker, DispatchRequest, Message, MessageInner, SendStat
 WORKER = str(Path(__file__).with_name("_workers.py"))
 
 
-def test_dispatcher_sees_other_processes_appends(store_dir: Path, small: dict) -> None:
+def test_iter_dispatch_reads_other_processes_appends_in_log_order(
+    store_dir: Path, small: dict
+) -> None:
     with Broker.open(store_dir, **small) as b:
         b.create_topic("MP", 4)
-        got: list[DispatchRequest] = []
-        b.store.register_dispatcher("watch", got.append)
+        mine = b.send(Message("MP", b"mine", keys="mine"))
         subprocess.run(
             [sys.executable, WORKER, "produce", str(store_dir), "other", "30", "async"],
             check=True,
             timeout=60,
         )
-        deadline = time.monotonic() + 10
-        while len(got) < 30 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert sorted(r.keys or "" for r in got) == sorted(
+        got: list[DispatchRequest] = list(b.store.iter_dispatch(0))
+        assert [r.keys for r in got][0] == "mine"
+        assert sorted(r.keys or "" for r in got[1:]) == sorted(
             f"other-{i}" for i in range(30)
         )
         offsets = [r.commit_log_offset for r in got]
-        assert offsets == sorted(offsets)
+        assert offsets == sorted(offsets) and offsets[0] == mine.commit_log_offset
         assert all(r.topic == "MP" and r.uniq_key for r in got)
-
-
-def test_dispatcher_replay_after_restart(store_dir: Path, small: dict) -> None:
-    with Broker.open(store_dir, **small) as b:
-        first = [b.send(Message("T", f"{i}".encode())) for i in range(5)]
-    progress = first[2].commit_log_offset  # a service persisted "handled up to #1"
-    with Broker.open(store_dir, **small) as b:
-        seen: list[int] = []
-        b.store.register_dispatcher(
-            "svc", lambda r: seen.append(r.commit_log_offset), progress
-        )
-        assert seen == [r.commit_log_offset for r in first[2:]]
-        r = b.send(Message("T", b"live"))
-        assert seen[-1] == r.commit_log_offset  # live appends before send returns
-
-
-def test_dispatcher_callback_may_put(store_dir: Path, small: dict) -> None:
-    with Broker.open(store_dir, **small) as b:
-        copies: list[int] = []
-
-        def copy(req: DispatchRequest) -> None:
-            if req.topic == "Src":
-                msg = b.store.read_message(req.commit_log_offset).to_inner()
-                msg.topic, msg.queue_id = "Dst", 0
-                copies.append(b.store.put_inner(msg).commit_log_offset)
-
-        b.store.register_dispatcher("copier", copy)
-        for i in range(3):
-            b.send(Message("Src", f"s{i}".encode()))
-        bodies = [m.body for m in b.pull("g", "Dst", 0, 0, 10).messages]
-        assert bodies == [b"s0", b"s1", b"s2"] and len(copies) == 3
+        # A reader resuming from a persisted position sees only what follows.
+        resumed = list(b.store.iter_dispatch(got[10].next_offset))
+        assert [r.commit_log_offset for r in resumed] == offsets[11:]
 
 
 def test_sync_flush_shares_fsyncs_between_concurrent_senders(

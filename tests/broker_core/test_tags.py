@@ -1,4 +1,4 @@
-"""Java String.hashCode and tag subscriptions (§4.1)."""
+"""Java String.hashCode and tag subscriptions."""
 
 from __future__ import annotations
 

@@ -16,7 +16,9 @@ from rest_framework.exceptions import APIException, NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.cluster import node_detail, services
+from broker_core.cluster.node_ops import NodeUnavailableError
+from console.cluster import node_detail, nodes
+from console.cluster.state import NodeView, cluster_state
 from console.ui.permissions import HasRole
 from console.ui.roles import VIEWER
 
@@ -27,12 +29,12 @@ class RegistryUnavailable(APIException):
 
 
 def _cluster_name() -> str:
-    if not services.enabled():
+    if not nodes.enabled():
         raise NotFound("this console manages a single node: BROKER_CLUSTER is empty")
     return settings.BROKER_CLUSTER
 
 
-def _node(view: services.NodeView) -> dict[str, Any]:
+def _node(view: NodeView) -> dict[str, Any]:
     return {"key": view.key, "is_master": view.is_master, **asdict(view)}
 
 
@@ -44,7 +46,7 @@ class ClusterView(APIView):
     def get(self, request):
         cluster = _cluster_name()
         try:
-            state = services.cluster_state()
+            state = cluster_state()
         except Exception as exc:  # noqa: BLE001 - the registry is away
             raise RegistryUnavailable(
                 f"the route registry does not answer: {exc}"
@@ -76,7 +78,7 @@ class ClusterNodeView(APIView):
             )
         try:
             detail = node_detail.node_detail(key)
-        except services.NodeUnavailable as exc:
+        except NodeUnavailableError as exc:
             raise RegistryUnavailable(
                 f"the route registry does not answer: {exc}"
             ) from exc

@@ -3,7 +3,7 @@
 Queue ids repeat across the nodes of a cluster (broker-a's queue 0 of a topic
 is not broker-b's), so a queue is named by its node too. The log gives each
 queue's end (the highest queue offset of a record that has a consume-queue
-unit, plus one: transaction value NOT or COMMIT, §1.5) and the store time of
+unit, plus one: transaction value NOT or COMMIT) and the store time of
 the first message a group has not consumed; committed offsets come from the
 store's ``config/consumerOffset.json`` (on a cluster, the copy each node's
 export carries, ``nodes.export_node``).

@@ -1,5 +1,5 @@
 """Client-side scenarios run in a subprocess with the unmodified official
-RocketMQ Python client (reference §1.6: the client's stubs and ours never share
+RocketMQ Python client (its generated stubs and ours never share
 an interpreter with the tests). Usage: ``python scenarios.py NAME ENDPOINT
 SUFFIX``; the last line printed is ``RESULT <json>``.
 """
@@ -340,7 +340,19 @@ def s_push_ok():
     time.sleep(2)  # nothing more arrives once acknowledged
     pc.shutdown()
     p.shutdown()
-    return {"seen": sorted(seen)}
+    out = {"seen": sorted(seen)}
+    if len(seen) != 20:  # what the client said went wrong, for the report
+        out["client_errors"] = _client_errors(g)
+    return out
+
+
+def _client_errors(group):
+    log = os.path.expanduser("~/logs/rocketmq_python/rocketmq_client.log")
+    try:
+        with open(log, errors="replace") as f:
+            return [ln for ln in f if group in ln and "[ERROR]" in ln][-20:]
+    except OSError as exc:
+        return [str(exc)]
 
 
 def s_push_fifo_dlq():

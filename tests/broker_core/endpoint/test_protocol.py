@@ -130,7 +130,7 @@ def test_push_consumer_failure_redelivered_then_dlq(server):
 
 def test_push_consumer_acks_each_message_once(server):
     r = result(server["runs"]["push_ok"])
-    assert r["seen"] == sorted(f"p{i}" for i in range(20))
+    assert r["seen"] == sorted(f"p{i}" for i in range(20)), r.get("client_errors")
 
 
 def test_fifo_push_consumer_forwards_to_dlq_and_goes_on(server):

@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker_core import Broker, Message
 from broker_core.endpoint.config import EndpointConfig
@@ -121,3 +122,62 @@ def test_a_call_ended_after_a_message_was_handed_over_keeps_it_invisible(
             ep.close()
     assert got == [b"m1"]
     assert again == []  # still invisible: not handed out a second time
+
+
+async def _receive(ep: Endpoint, topic: str, attempt: str, poll_s: int = 1) -> list:
+    req = receive_request(topic, "GID_attempt", batch=4, invisible_s=60, poll_s=poll_s)
+    req.attempt_id = attempt
+    return [
+        r.message
+        async for r in ep.consuming.ReceiveMessage(req, Context())
+        if r.HasField("message")
+    ]
+
+
+def test_a_retried_receive_attempt_gets_what_the_failed_call_popped(tmp_path) -> None:
+    """The official clients send a receive's attempt id again only when that
+    call failed on their side (deadline, broken stream): what it popped never
+    reached them and is handed out again now, not after its invisibility (60
+    s here; for a push consumer, auto-renewed for half an hour)."""
+    with Broker.open(tmp_path / "store") as broker:
+        broker.create_topic("Attempts", read_queue_nums=1)
+        broker.send(Message("Attempts", b"m1"))
+        ep = Endpoint(broker, EndpointConfig(port=0))
+
+        async def scenario() -> tuple[list, ...]:
+            first = await _receive(ep, "Attempts", "attempt-1")
+            other = await _receive(ep, "Attempts", "attempt-2")  # still invisible
+            retried = await _receive(ep, "Attempts", "attempt-1")
+            ack = spb.AckMessageRequest(
+                group=pb.Resource(name="GID_attempt"),
+                topic=pb.Resource(name="Attempts"),
+                entries=[
+                    spb.AckMessageEntry(
+                        message_id=retried[0].system_properties.message_id,
+                        receipt_handle=retried[0].system_properties.receipt_handle,
+                    )
+                ],
+            )
+            acked = await ep.consuming.AckMessage(ack, Context())
+            # acknowledged: the same attempt again finds nothing to give back
+            after = await _receive(ep, "Attempts", "attempt-1")
+            return first, other, retried, acked, after
+
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                first, other, retried, acked, after = pool.submit(
+                    lambda: asyncio.run(scenario())
+                ).result()
+        finally:
+            ep.close()
+    assert [m.body for m in first] == [b"m1"]
+    assert other == []
+    assert [m.body for m in retried] == [b"m1"]
+    # the attempt that never arrived is not counted
+    assert retried[0].system_properties.delivery_attempt == 1
+    assert (
+        retried[0].system_properties.receipt_handle
+        != first[0].system_properties.receipt_handle
+    )
+    assert acked.status.code == pb.OK
+    assert after == []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.endpoint_server import PY, ROOT, result, spawn, stop_server
+from tests.endpoint_server import PY, ROOT, result, spawn, stop_server, wait_port
 from tests.support import free_port, redis_db
 
 pytestmark = [pytest.mark.protocol, pytest.mark.slow, pytest.mark.services]
@@ -50,14 +50,17 @@ def test_check_back_through_redis_relay(tmp_path):
     channel = f"test:grpc:check:{uuid.uuid4().hex}"
     port = free_port()
     proc = relay_server(store, port, channel, tmp_path / "server.log")
-    time.sleep(1.5)
+    wait_port(proc, port)
     try:
         client = spawn("relay", f"127.0.0.1:{port}", "r", tmp_path)
-        time.sleep(4)  # the half is stored and older than the check immunity
         b = Broker.open(store)
         tx = TransactionService(b, transaction_timeout_ms=1000, check_interval_ms=3000)
-        # the endpoint persisted kind "grpc" for the group (topic); here the
-        # relay is pointed at this test's own channel
+        # the endpoint persists kind "grpc" for the group (topic) once the
+        # client's half is stored; here the relay is pointed at this test's
+        # own channel
+        end = time.time() + 60
+        while time.time() < end and "TYr" not in tx.checkers.configured():
+            time.sleep(0.2)
         assert tx.checkers.configured().get("TYr", {}).get("kind") == "grpc"
         tx.checkers.set_transport("TYr", RedisRelayTransport(REDIS, channel))
         answers = {}

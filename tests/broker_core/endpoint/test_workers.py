@@ -96,14 +96,14 @@ def test_workers_have_their_own_pids_and_share_the_port(workers):
 
 
 def test_worker_zero_serves_the_admin_api(workers):
-    import urllib.request
+    from broker_core.cluster.node_ops import RemoteNodeOps
 
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{workers['admin']}/v1/node",
-        headers={"Authorization": "Bearer workers-admin-token-0123456789"},
+    ops = RemoteNodeOps(
+        f"http://127.0.0.1:{workers['admin']}",
+        "workers-admin-token-0123456789",
+        timeout=10,
     )
-    with urllib.request.urlopen(req, timeout=10) as r:
-        assert r.status == 200 and "log_end" in json.loads(r.read())
+    assert "log_end" in ops.node_status()
     assert len(workers["up"]) == 2  # both workers started
 
 

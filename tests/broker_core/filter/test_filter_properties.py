@@ -83,7 +83,7 @@ def test_float_literal_round_trip(value: float) -> None:
 
 
 def walk(node: Node, p: Mapping[str, object]) -> object:
-    """Evaluate ``node`` by the rules of §4.2, one node at a time."""
+    """Evaluate ``node`` by RocketMQ's SQL92 rules, one node at a time."""
     if isinstance(node, Const):
         return node.value
     if isinstance(node, Prop):

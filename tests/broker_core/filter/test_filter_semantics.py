@@ -1,4 +1,4 @@
-"""SQL92 selector evaluation: three-valued logic and RocketMQ's coercions (§4.2)."""
+"""SQL92 selector evaluation: three-valued logic and RocketMQ's coercions."""
 
 from __future__ import annotations
 

@@ -74,18 +74,24 @@ def start_master(
 
 
 def start_replicate(
-    store: Path, master: str, secret: Path, *extra: str
+    store: Path, master: str, secret: Path, *extra: str, log: Path | None = None
 ) -> subprocess.Popen[bytes]:
     """Start ``python -m broker_core replicate`` (a slave in its own process);
-    ``extra`` are more of its flags (``--ha-tls-ca F``)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "broker_core", "replicate", str(store),
-         "--master", master, "--secret-file", str(secret),
-         "--store-config", json.dumps(SETTINGS), *extra],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,  # its JSON log lines (and anything on stderr)
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    ``extra`` are more of its flags (``--ha-tls-ca F``). Its JSON log lines
+    (and anything on stderr) go to ``log``, else to a pipe."""
+    out: Any = subprocess.PIPE if log is None else log.open("wb")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "broker_core", "replicate", str(store),
+             "--master", master, "--secret-file", str(secret),
+             "--store-config", json.dumps(SETTINGS), *extra],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    finally:
+        if log is not None:
+            out.close()  # the child has its own copy
 
 
 def make_cert(tmp: Path, name: str, san: str) -> tuple[Path, Path]:

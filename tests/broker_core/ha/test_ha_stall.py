@@ -29,7 +29,10 @@ pytestmark = pytest.mark.slow
 def test_a_stopped_slave_is_stalled_then_disconnected_then_back(tmp_path: Path) -> None:
     master = Broker.open(tmp_path / "master", **SETTINGS)
     server = start_ha_server(master.store, "127.0.0.1:0", SECRET)
-    slave = start_replicate(tmp_path / "slave", server.address, secret_file(tmp_path))
+    slave_log = tmp_path / "slave.log"
+    slave = start_replicate(
+        tmp_path / "slave", server.address, secret_file(tmp_path), log=slave_log
+    )
     try:
         master.send(Message("A", b"first"))
 
@@ -64,6 +67,9 @@ def test_a_stopped_slave_is_stalled_then_disconnected_then_back(tmp_path: Path) 
             60, "the slave following again",
         )  # fmt: skip
         assert len(server.replication_status(gone=True)) == 1  # no stale row
+    except AssertionError as exc:
+        # What the slave said: a CI run once saw it close the link 3 s in.
+        raise AssertionError(f"{exc}\nslave log:\n{slave_log.read_text()}") from exc
     finally:
         slave.terminate()
         slave.wait(30)

@@ -113,7 +113,7 @@ def test_send_parks_in_schedule_topic(broker: Broker, svc: DelayService) -> None
     assert m.properties["REAL_TOPIC"] == "Orders"
     assert m.properties["DELAY"] == "3"
     unit = broker.store.get_queue_units("SCHEDULE_TOPIC_XXXX", 2, r.queue_offset, 1)[0]
-    assert unit[2] == m.store_timestamp + 5000  # due time in the tag field (§2.3)
+    assert unit[2] == m.store_timestamp + 5000  # due time in the tag field
     t = svc.send_delayed(Message("Orders", b"y"), delay_ms=60_000)
     assert (t.topic, t.queue_id) == ("rmq_sys_wheel_timer", 0)
     assert int(broker.get_message(t.offset_msg_id).properties["TIMER_OUT_MS"]) > 0

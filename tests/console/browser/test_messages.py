@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from broker_core import Message
 
@@ -47,6 +48,6 @@ def test_html_body_is_shown_inert(page, users, sign_in, evil, screenshot) -> Non
     assert page.evaluate("window.pwned === undefined")
     assert page.locator("#injected").count() == 0
     page.get_by_role("link", name="Hex").click()
-    assert page.locator("[data-testid=body-hex]").is_visible()
-    assert page.get_by_role("button", name="Resend").is_visible()
+    expect(page.locator("[data-testid=body-hex]")).to_be_visible()
+    expect(page.get_by_role("button", name="Resend")).to_be_visible()
     screenshot(page, "message-html-body")

@@ -7,6 +7,7 @@ import time
 
 import pytest
 from django.core.management import call_command
+from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -38,11 +39,11 @@ def test_seeded_console(page, users, sign_in, broker, screenshot) -> None:
     screenshot(page, "overview")
     page.get_by_role("link", name="Topics", exact=True).click()
     page.get_by_role("link", name="orders", exact=True).click()
-    assert page.locator("h1").inner_text() == "orders"
+    expect(page.locator("h1")).to_have_text("orders")
     screenshot(page, "topic")
     page.get_by_role("link", name="browse").first.click()
     page.locator("td.mono a").first.click()
-    assert page.locator("[data-testid=body-json]").is_visible()
+    expect(page.locator("[data-testid=body-json]")).to_be_visible()
     screenshot(page, "message")
     page.goto("/consumer-groups/CID_analytics/")
     page.locator("input[name=mode][value=offset]").check()

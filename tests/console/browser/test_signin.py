@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -13,7 +14,8 @@ def test_sign_in_shows_role_and_nav(page, users, sign_in, screenshot) -> None:
     page.fill("input[name=username]", "operator")
     page.fill("input[name=password]", "wrong password")
     page.click("button[type=submit]")
-    assert page.locator("[role=alert]").is_visible()
+    # The refusal is a new page: wait for it (is_visible does not wait).
+    expect(page.locator("[role=alert]")).to_be_visible()
     sign_in(page, "operator")
     assert (
         page.locator("[data-testid=role-badge]").inner_text().strip().lower()

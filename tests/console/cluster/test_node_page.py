@@ -160,7 +160,7 @@ class _Clients:
 @pytest.mark.protocol
 def test_a_node_page_shows_that_node_only(nodes, client_as):
     from broker_core.endpoint.clients import ClientInfo
-    from console.cluster.services import _find, admin_call
+    from console.cluster.nodes import ops_of
 
     a = nodes.start("broker-a")
     a.create_topic("payments-a", 2)
@@ -170,9 +170,8 @@ def test_a_node_page_shows_that_node_only(nodes, client_as):
         "only-on-a", client_type="PRODUCER", topics=["payments-a"]
     )
     access = nodes.serve("broker-b")
-    done = admin_call(_find("broker-b", 0).admin, "POST", "/v1/topics",
-                      {"topic": "orders-b", "read_queues": 2})  # fmt: skip
-    assert done["result"] == "created"
+    done = ops_of("broker-b:0").create_topic("orders-b", 2, 2, 6, "NORMAL")
+    assert done.topic_name == "orders-b"
     clients = _Clients(access)
     try:
         clients.producer("orders-b")
@@ -269,7 +268,7 @@ def test_a_node_page_lists_what_a_failover_cut(nodes, client_as):
 
 
 def test_a_silent_node_is_said_not_to_answer(nodes, client_as, settings):
-    from console.cluster.node_detail import NODE_PATHS
+    from console.cluster.node_detail import MASTER_READS, NODE_READS
 
     settings.CLUSTER_ADMIN_TIMEOUT_S = 1.0
     silent = nodes.silent("broker-s")
@@ -278,32 +277,29 @@ def test_a_silent_node_is_said_not_to_answer(nodes, client_as, settings):
     assert r.status_code == 200
     assert "Not reachable: broker-s:0 (ASYNC_MASTER)" in body
     assert "no answer within" in body
-    # Every path was asked at once: one wait for the page, not one per path.
-    from console.cluster.node_detail import MASTER_PATHS
-
-    assert silent.most_open == len(NODE_PATHS + MASTER_PATHS)
+    # Every read was asked at once: one wait for the page, not one per read.
+    assert silent.most_open == len(NODE_READS | MASTER_READS)
     assert 'data-testid="node-topics"' not in body
 
 
-def test_a_path_that_fails_is_named_and_the_rest_kept(
+def test_a_read_that_fails_is_named_and_the_rest_kept(
     nodes, client_as, settings, monkeypatch
 ):
-    from console.cluster import services
+    from broker_core.cluster.node_ops import RemoteNodeOps
+    from console.cluster import node_detail
 
     settings.CLUSTER_ADMIN_TIMEOUT_S = 1.0
     a = nodes.start("broker-a")
     a.create_topic("events", 1)
     silent = nodes.silent("broker-q")
     slow = f"http://127.0.0.1:{silent.port}"
-    real_call = services.admin_call
 
-    def routed(b, method, path, body=None, timeout=None):
-        return real_call(slow if path == "/v1/clients" else b, method, path, body,
-                         timeout)  # fmt: skip
+    def slow_clients(ops):
+        return RemoteNodeOps(slow, ops.token, ops.timeout).clients()
 
-    monkeypatch.setattr(services, "admin_call", routed)
+    monkeypatch.setitem(node_detail.NODE_READS, "clients", slow_clients)
     body = client_as("viewer").get("/cluster/nodes/broker-a:0/").content.decode()
-    assert "broker-a:0 did not answer /v1/clients" in body
+    assert "broker-a:0 did not answer clients" in body
     assert "Clients not known:" in body
     assert 'data-topic="events"' in body
     assert "Not reachable: broker-a" not in body
@@ -356,9 +352,10 @@ def test_a_registry_that_does_not_answer_is_said_on_the_node_page(client_as, set
 
 
 def test_a_failed_status_keeps_the_rest_of_the_page(nodes, client_as):
-    """The node's status path fails (its admin API answers 500 there, through
-    a proxy in front of the real node) while the others answer: the page
-    says the status is not known and still shows topics and lag."""
+    """The node's status read fails (its admin API answers 500 to
+    ``node_status``, through a proxy in front of the real node) while the
+    others answer: the page says the status is not known and still shows
+    topics and lag."""
     import urllib.request
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -367,12 +364,15 @@ def test_a_failed_status_keeps_the_rest_of_the_page(nodes, client_as):
     (real,) = [n.admin for n in nodes.registry.nodes() if n.name == "broker-a"]
 
     class Proxy(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if self.path.startswith("/v1/node"):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            if self.path == "/v1/ops/node_status":
                 self.send_error(500, "status broken")
                 return
+            size = int(self.headers.get("Content-Length") or 0)
             request = urllib.request.Request(
                 real + self.path,
+                data=self.rfile.read(size),
+                method="POST",
                 headers={"Authorization": self.headers["Authorization"]},
             )
             with urllib.request.urlopen(request, timeout=5) as answer:

@@ -6,13 +6,11 @@ node takes writes and keeps what it replicated."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -23,7 +21,10 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as sgrpc
 
 from broker_core import Broker
+from broker_core.browse import SEARCH_SCAN_BUDGET, message_json
 from broker_core.cluster import RouteRegistry
+from broker_core.cluster.node_ops import NodeUnavailableError, RemoteNodeOps
+from broker_core.search import MessageQuery
 from console.audit.models import AuditRecord
 from tests.console.cluster.conftest import REGISTRY_URL, TOKEN
 from tests.support import free_port
@@ -63,13 +64,20 @@ class _Node:
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 
-    def call(self, path: str) -> dict:
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{self.admin}{path}",
-            headers={"Authorization": f"Bearer {TOKEN}"},
+    @property
+    def ops(self) -> RemoteNodeOps:
+        """The node's operations through its admin API."""
+        return RemoteNodeOps(f"http://127.0.0.1:{self.admin}", TOKEN, 10.0)
+
+    def status(self) -> dict:
+        return self.ops.node_status()
+
+    def messages(self, topic: str) -> list[dict]:
+        """The newest 50 messages of ``topic`` (the Cluster page's search)."""
+        page = self.ops.search_messages(
+            MessageQuery(topic=topic), 50, None, SEARCH_SCAN_BUDGET
         )
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return json.loads(r.read())
+        return [message_json(m, 0) for m in page.messages]
 
     def send(self, topic: str, body: bytes) -> spb.SendMessageResponse:
         stub = sgrpc.MessagingServiceStub(
@@ -134,8 +142,8 @@ def test_an_admin_promotes_the_slave_once_its_master_is_gone(pair, client_as):
     master, slave, registry = pair
     sent = [master.send("orders", f"m{i}".encode()) for i in range(5)]
     assert all(r.status.code == pb.OK for r in sent)
-    end = master.call("/v1/node")["log_end"]
-    _wait(lambda: slave.call("/v1/node")["log_end"] >= end, 30, "the slave caught up")
+    end = master.status()["log_end"]
+    _wait(lambda: slave.status()["log_end"] >= end, 30, "the slave caught up")
     admin = client_as("admin")
 
     # The page offers promotion on the slave's row only.
@@ -149,7 +157,7 @@ def test_an_admin_promotes_the_slave_once_its_master_is_gone(pair, client_as):
     # While the master heartbeats, the node refuses (two masters of one name).
     body = _promote(admin, "broker-a:1")
     assert "was not promoted" in body and "is alive" in body
-    assert slave.call("/v1/node")["role"] == "SLAVE"
+    assert slave.status()["role"] == "SLAVE"
     refused = AuditRecord.objects.get(action="cluster.promote")
     assert refused.status == AuditRecord.Status.FAILED
     assert refused.object_id == "broker-a:1"
@@ -167,22 +175,13 @@ def test_an_admin_promotes_the_slave_once_its_master_is_gone(pair, client_as):
     # writes, and what it replicated is there.
     _wait(lambda: (registry.find("broker-a") or None) is not None
           and registry.find("broker-a").is_master, 10, "the route")  # fmt: skip
-    assert slave.call("/v1/node")["role"] == "ASYNC_MASTER"
+    assert slave.status()["role"] == "ASYNC_MASTER"
     assert slave.send("orders", b"after").status.code == pb.OK
-    found = slave.call("/v1/messages?topic=orders&limit=50")["messages"]
+    found = slave.messages("orders")
     assert len(found) == 6, found
     assert {m["msg_id"] for m in found} >= {r.entries[0].message_id for r in sent}
     # Promoting it again is refused: it is a master now.
     assert "already a master" in _promote(admin, "broker-a:1")
-
-
-def _admin_post(node: _Node, path: str, body: dict) -> dict:
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{node.admin}{path}", data=json.dumps(body).encode(),
-        method="POST", headers={"Authorization": f"Bearer {TOKEN}"},
-    )  # fmt: skip
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())
 
 
 def test_the_old_master_never_serves_beside_the_promoted_one(pair, tmp_path):
@@ -193,20 +192,20 @@ def test_the_old_master_never_serves_beside_the_promoted_one(pair, tmp_path):
     master, slave, registry = pair
     sent = [master.send("orders", f"m{i}".encode()) for i in range(5)]
     assert all(r.status.code == pb.OK for r in sent)
-    end = master.call("/v1/node")["log_end"]
-    _wait(lambda: slave.call("/v1/node")["log_end"] >= end, 30, "the slave caught up")
-    done = _admin_post(slave, "/v1/promote", {"operator": "ann", "force": True})
+    end = master.status()["log_end"]
+    _wait(lambda: slave.status()["log_end"] >= end, 30, "the slave caught up")
+    done = slave.ops.promote("ann", force=True)
     assert done["role"] == "ASYNC_MASTER"
     assert slave.send("orders", b"after").status.code == pb.OK
 
     # The old master sees a newer master of its name and fences itself.
-    _wait(lambda: master.call("/v1/node").get("fenced"), 20, "the fence")
+    _wait(lambda: master.status().get("fenced"), 20, "the fence")
     # A send that still reaches it is passed to the new master (forward.py):
     # stored there, never here.
-    fenced_end = master.call("/v1/node")["log_end"]
+    fenced_end = master.status()["log_end"]
     assert master.send("orders", b"split").status.code == pb.OK
-    assert master.call("/v1/node")["log_end"] == fenced_end
-    split = slave.call("/v1/messages?topic=orders&limit=50")["messages"]
+    assert master.status()["log_end"] == fenced_end
+    split = slave.messages("orders")
     assert len(split) == 7, split  # the 5, "after" and "split"
     at_slave = [f"127.0.0.1:{slave.grpc}"]
     _wait(lambda: registry.find("broker-a", 0).endpoints == at_slave, 20, "routes")
@@ -220,7 +219,7 @@ def test_the_old_master_never_serves_beside_the_promoted_one(pair, tmp_path):
     assert brokers_a, route
     for q in brokers_a:
         assert [f"{a.host}:{a.port}" for a in q.broker.endpoints.addresses] == at_slave
-    ha = slave.call("/v1/node")
+    ha = slave.status()
     master.kill()
 
     # Restarted as a master, it will not serve.
@@ -237,18 +236,18 @@ def test_the_old_master_never_serves_beside_the_promoted_one(pair, tmp_path):
                      "--ha-secret-file", str(tmp_path / "ha.secret"),
                      store="broker-a-0")  # fmt: skip
     _Node.extra.append(follower)
-    new_end = slave.call("/v1/node")["log_end"]
-    _wait(lambda: (_try(follower, "/v1/node") or {}).get("log_end") == new_end,
+    new_end = slave.status()["log_end"]
+    _wait(lambda: (_try(follower) or {}).get("log_end") == new_end,
           60, "rejoined")  # fmt: skip
-    found = follower.call("/v1/messages?topic=orders&limit=50")["messages"]
+    found = follower.messages("orders")
     assert len(found) == 7 and ha["epoch"] >= 2  # the new master's 7
 
 
-def _try(node: _Node, path: str) -> dict | None:
-    """``node.call(path)``, or None while the node does not answer yet."""
+def _try(node: _Node) -> dict | None:
+    """``node.status()``, or None while the node does not answer yet."""
     try:
-        return node.call(path)
-    except OSError:
+        return node.status()
+    except NodeUnavailableError:
         return None
 
 
@@ -280,11 +279,11 @@ def test_a_slave_promotes_itself_once_its_master_is_gone(tmp_path):
               60, "both nodes registered")  # fmt: skip
         sent = [master.send("orders", f"m{i}".encode()) for i in range(5)]
         assert all(r.status.code == pb.OK for r in sent)
-        end = master.call("/v1/node")["log_end"]
-        _wait(lambda: slave.call("/v1/node")["log_end"] >= end, 30, "caught up")
+        end = master.status()["log_end"]
+        _wait(lambda: slave.status()["log_end"] >= end, 30, "caught up")
         # While the master lives, nothing happens.
         time.sleep(2.5)
-        assert slave.call("/v1/node")["role"] == "SLAVE"
+        assert slave.status()["role"] == "SLAVE"
 
         master.kill()
         killed = time.monotonic()
@@ -296,12 +295,12 @@ def test_a_slave_promotes_itself_once_its_master_is_gone(tmp_path):
 
         _wait(routed, 30, "the slave promoted and routed to")
         took = time.monotonic() - killed
-        status = slave.call("/v1/node")
+        status = slave.status()
         assert status["role"] == "ASYNC_MASTER" and status["auto_promoted"] is True
         # Expiry (3 s) plus the second it waits, plus a poll or two.
         assert took < EXPIRY_S + 1 + 5, took
         assert slave.send("orders", b"after").status.code == pb.OK
-        found = slave.call("/v1/messages?topic=orders&limit=50")["messages"]
+        found = slave.messages("orders")
         assert len(found) == 6
 
         again = _Node(tmp_path, cluster, "broker-a:0", "--ha-listen",
@@ -328,9 +327,9 @@ def test_a_slave_started_before_its_master_does_not_promote_itself(tmp_path):
                   f"127.0.0.1:{free_port()}", "--auto-promote-after", "1",
                   "--ha-secret-file", str(tmp_path / "ha.secret"))  # fmt: skip
     try:
-        _wait(lambda: _try(slave, "/v1/node"), 60, "the slave up")
+        _wait(lambda: _try(slave), 60, "the slave up")
         time.sleep(EXPIRY_S + 2)  # no master ever: it waits for one
-        assert slave.call("/v1/node")["role"] == "SLAVE"
+        assert slave.status()["role"] == "SLAVE"
         assert registry.find("broker-a", 0) is None
     finally:
         slave.kill()

@@ -22,8 +22,8 @@ pytestmark = [
 def test_an_admin_promotes_the_slave_in_the_browser(pair, page, users, sign_in):  # noqa: F811
     master, slave, registry = pair
     assert master.send("orders", b"before").status.code == pb.OK
-    end = master.call("/v1/node")["log_end"]
-    _wait(lambda: slave.call("/v1/node")["log_end"] >= end, 30, "the slave caught up")
+    end = master.status()["log_end"]
+    _wait(lambda: slave.status()["log_end"] >= end, 30, "the slave caught up")
     master.kill()
     _wait(lambda: registry.find("broker-a", 0) is None, 3 * EXPIRY_S, "expiry")
 
@@ -37,7 +37,7 @@ def test_an_admin_promotes_the_slave_in_the_browser(pair, page, users, sign_in):
     form.get_by_role("button", name="Promote").click()
     flash = page.locator(".flash").first.inner_text()
     assert "broker-a:1 is now a ASYNC_MASTER" in flash, flash
-    assert slave.call("/v1/node")["role"] == "ASYNC_MASTER"
+    assert slave.status()["role"] == "ASYNC_MASTER"
     assert slave.send("orders", b"after").status.code == pb.OK
     record = AuditRecord.objects.filter(action="cluster.promote").latest("id")
     assert record.status == AuditRecord.Status.SUCCESS

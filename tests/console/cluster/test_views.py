@@ -35,10 +35,10 @@ def test_silent_nodes_are_asked_at_once_and_named(nodes, client_as, settings):
         assert f'data-node="{name}:0"' in body
     # The three silent nodes held their requests open at the same time: their
     # timeouts overlap (one total wait for the page), they do not add up.
-    # Every path of every master is asked at once (status, halves, lag, delays).
-    from console.cluster.services import MASTER_PATHS, NODE_PATHS
+    # Every read of every master is asked at once (status, halves, lag, delays).
+    from console.cluster.state import MASTER_READS, NODE_READS
 
-    assert silent.most_open == 3 * len(NODE_PATHS + MASTER_PATHS)
+    assert silent.most_open == 3 * len(NODE_READS | MASTER_READS)
 
 
 def _cells(body: str, table: str, attrs: tuple[str, ...], cell: str) -> set[tuple]:
@@ -163,41 +163,45 @@ def test_a_registry_that_does_not_answer_is_said_not_a_server_error(
         assert "route registry:" in r.content.decode(), url
 
 
-def test_a_node_slow_on_one_path_keeps_its_other_answers(
+def test_a_node_slow_on_one_read_keeps_its_other_answers(
     nodes, client_as, settings, monkeypatch
 ):
-    from console.cluster import services
+    from broker_core.cluster.node_ops import NodeUnavailableError, RemoteNodeOps
+    from console.cluster import nodes as cluster_nodes
+    from console.cluster import state
 
     settings.CLUSTER_ADMIN_TIMEOUT_S = 1.0
     broker = nodes.start("broker-a")
     tx = TransactionService(broker)
     tid = tx.send_half("PID_shop", Message("orders", b"x")).transaction_id
     tx.close()
-    # broker-a answers everything but /v1/delays, which its admin API serves
-    # from a node that hangs (a long delay backlog, a stuck lock).
-    silent = nodes.silent("broker-q")
     key = "broker-a:0"
-    base = services._find("broker-a", 0).admin
+    base = cluster_nodes.find("broker-a", 0).admin
+    calls = {key: (base, state.NODE_READS | state.MASTER_READS)}
+    got = cluster_nodes.ask_nodes(calls)
+    assert isinstance(got[key], dict)
+    assert not any(isinstance(a, Exception) for a in got[key].values())
+    # broker-a answers every read but its delay levels, which come from a node
+    # that hangs (a long delay backlog, a stuck lock): the read is given the
+    # fan-out's share of the deadline, as every other read.
+    silent = nodes.silent("broker-q")
     slow = f"http://127.0.0.1:{silent.port}"
-    calls = {key: (base, services.NODE_PATHS + services.MASTER_PATHS)}
-    got = services.ask_nodes(calls)
-    assert not isinstance(got[key], services.NodeUnavailable)
-    # The same node with its delays path on the silent host.
-    real_call = services.admin_call
 
-    def routed(b, method, path, body=None, timeout=None):
-        return real_call(slow if path == "/v1/delays" else b, method, path, body,
-                         timeout)  # fmt: skip
+    def slow_delays(ops):
+        return RemoteNodeOps(slow, ops.token, ops.timeout).delay_stats()
 
-    monkeypatch.setattr(services, "admin_call", routed)
-    got = services.ask_nodes(calls)
+    monkeypatch.setitem(state.MASTER_READS, "delay_stats", slow_delays)
+    started = time.monotonic()
+    got = cluster_nodes.ask_nodes({key: (base, state.NODE_READS | state.MASTER_READS)})
+    assert time.monotonic() - started < 1.0 + 1.5
     body = client_as("viewer").get("/cluster/").content.decode()
     answers = got[key]
     assert isinstance(answers, dict)
-    assert isinstance(answers["/v1/delays"], services.NodeUnavailable)
-    assert answers["/v1/node"]["log_end"] > 0
+    assert isinstance(answers["delay_stats"], NodeUnavailableError)
+    assert answers["delay_stats"].status is None
+    assert answers["node_status"]["log_end"] > 0
     assert f'data-tid="{tid}" data-node="broker-a"' in body
-    assert "broker-a (ASYNC_MASTER) did not answer /v1/delays" in body
+    assert "broker-a (ASYNC_MASTER) did not answer delay_stats" in body
     assert "Not reachable: broker-a " not in body
 
 
@@ -307,3 +311,48 @@ def test_the_token_goes_only_to_the_admin_hosts_allowed(nodes, client_as, settin
     body = client_as("viewer").get("/cluster/").content.decode()
     assert "CLUSTER_ADMIN_HOSTS" not in body
     assert "Not reachable" not in body
+
+
+def test_no_call_of_the_console_sends_the_token_outside_the_admin_hosts(
+    nodes, client_as, settings
+):
+    """A node registered with an admin URL outside ``CLUSTER_ADMIN_HOSTS``
+    (a real server that records every request): the Cluster page, its node
+    page, a search on it, the node picker and a promotion of it all say why
+    and never send it a request, so never the token."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            seen.append(self.headers.get("Authorization", ""))
+            self.send_error(500)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        nodes.register("broker-x", f"http://127.0.0.1:{server.server_port}")
+        nodes.register("broker-x", f"http://127.0.0.1:{server.server_port}",
+                       role="SLAVE", broker_id=1)  # fmt: skip
+        settings.CLUSTER_ADMIN_HOSTS = ["10.9.9.9"]
+        refused = "127.0.0.1 is not in CLUSTER_ADMIN_HOSTS"
+        admin = client_as("admin")
+        assert refused in admin.get("/cluster/").content.decode()
+        assert refused in admin.get("/cluster/nodes/broker-x:0/").content.decode()
+        found = admin.get("/cluster/", {"search_node": "broker-x:0", "topic": "t"})
+        assert refused in found.content.decode()
+        admin.post("/cluster/pick/", {"node": "broker-x", "next": "/topics/"})
+        assert refused in admin.get("/topics/").content.decode()
+        r = admin.post("/cluster/nodes/broker-x:1/promote/",
+                       {"role": "ASYNC_MASTER", "reason": "host lost",
+                        "confirm": "PROMOTE"}, follow=True)  # fmt: skip
+        assert refused in r.content.decode()
+        assert seen == []
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -120,13 +120,12 @@ def test_the_grpc_and_admin_units_commands_serve(tmp_path: Path) -> None:
     admin API's token, the console's tables and the first admin; the endpoint
     listens, and the admin API alone answers over the same store, also once
     the endpoint has stopped."""
-    import json
     import os
     import signal
     import socket
     import time
-    import urllib.request
 
+    from broker_core.cluster.node_ops import NodeUnavailableError, RemoteNodeOps
     from tests.support import free_port
 
     grpc_port, admin_port = free_port(), free_port()
@@ -167,12 +166,10 @@ def test_the_grpc_and_admin_units_commands_serve(tmp_path: Path) -> None:
     }  # fmt: skip
 
     def node() -> dict:
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{admin_port}/v1/node",
-            headers={"Authorization": f"Bearer {token.read_text().strip()}"},
+        ops = RemoteNodeOps(
+            f"http://127.0.0.1:{admin_port}", token.read_text().strip(), timeout=5
         )
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return json.loads(r.read())
+        return ops.node_status()
 
     def wait(cond, what: str):
         deadline = time.monotonic() + 60
@@ -180,7 +177,7 @@ def test_the_grpc_and_admin_units_commands_serve(tmp_path: Path) -> None:
             try:
                 if cond():
                     return
-            except OSError:
+            except (OSError, NodeUnavailableError):
                 pass
             time.sleep(0.2)
         logs = {n: (tmp_path / f"{n}.log").read_text()[-2000:] for n in procs}

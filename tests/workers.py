@@ -1,0 +1,249 @@
+"""The suite on several pytest-xdist workers (``make test`` runs ``-n``).
+
+Loaded with ``-p tests.workers`` (``make test`` adds it beside ``-n``; a
+worker without it stops, see tests/conftest.py); inert without xdist. Two
+things:
+
+* **What a worker shares with no other.** Each worker but the first gets a
+  private ``redis-server`` on a free loopback port, as ``REDIS_URL`` (same
+  database number), so the tests that flush or fill Redis databases (the
+  route registries, Celery brokers, ``tests.support.redis_db``) never see
+  another worker's keys; and its own ``BROKER_TEST_SUBNET`` for the network
+  namespaces (``tests/netns.py``). Both are set before Django reads its
+  settings, and child processes (Celery, endpoints, nested pytest runs)
+  inherit them.
+* **What runs together.** ``--dist loadfile`` is scheduled by file, as xdist
+  does, except that every test marked ``spark`` (one SparkSession per worker
+  process: one JVM, not one per worker) and every file that builds network
+  namespaces (heavy, and one bridge at a time keeps them as they were timed)
+  form one unit each; and each worker keeps pytest-django's order (database
+  tests, transactional ones, the rest), as one process does. The longest
+  units are handed out first.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the documentation /24s (RFC 5737), one per worker
+SUBNETS = ("198.51.100", "203.0.113", "192.0.2")
+#: set once a worker's environment is made (a nested pytest keeps it)
+MARK = "BROKER_TESTS_WORKER_ENV"
+
+
+def _private_redis(url: str) -> str:
+    server = shutil.which("redis-server")
+    if server is None:
+        return url  # the tests that need Redis fail for it as they would anyway
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    data = tempfile.mkdtemp(prefix="broker-tests-redis-")
+    proc = subprocess.Popen(
+        [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+         "--appendonly", "no", "--dir", data, "--protected-mode", "no"],
+        stdout=open(os.path.join(data, "redis.log"), "wb"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+    def stop() -> None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(data, ignore_errors=True)
+
+    atexit.register(stop)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                c.sendall(b"PING\r\n")
+                if c.recv(16).startswith(b"+PONG"):
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"private redis-server did not start (log in {data})")
+        time.sleep(0.05)
+    parts = urlsplit(url)
+    return urlunsplit(("redis", f"127.0.0.1:{port}", parts.path or "/0", "", ""))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or os.environ.get(MARK) == worker:
+        return
+    os.environ[MARK] = worker
+    index = int(worker[2:])
+    if "BROKER_TEST_SUBNET" not in os.environ:
+        os.environ["BROKER_TEST_SUBNET"] = SUBNETS[index % len(SUBNETS)]
+    if index > 0:
+        # console/settings_test.py's default, which the first worker keeps
+        url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/15"
+        os.environ["REDIS_URL"] = _private_redis(url)
+
+
+_units: dict[str, str] = {}
+
+
+def _unit(path: str) -> str:
+    """The scheduling unit of the test file ``path``."""
+    if path not in _units:
+        try:
+            text = (ROOT / path).read_text()
+        except OSError:
+            text = ""
+        if "mark.spark" in text or path.startswith("tests/console/reports/"):
+            _units[path] = "spark"
+        elif "tests.netns" in text or "from tests import netns" in text:
+            _units[path] = "netns"
+        else:
+            _units[path] = path
+    return _units[path]
+
+
+#: handed out first within their phase, in this order (the longest)
+FIRST = (
+    "spark",
+    "netns",
+    "tests/conformance/test_conformance.py",
+    "tests/console/core/test_api_schemathesis.py",
+    "tests/console/core/test_supervise.py",
+    "tests/console/core/test_celery_services.py",
+    "tests/broker_core/test_store_damage_suite.py",
+    "tests/broker_core/test_store_integrity.py",
+)
+
+
+def _phase(item: pytest.Item) -> int:
+    """pytest-django's order (its ``get_order_number``): 0 database tests in a
+    transaction, 1 transactional ones (their flush drops the migrations' rows,
+    the browser ones set DJANGO_ALLOW_ASYNC_UNSAFE), 2 the rest."""
+    from django.test import TestCase, TransactionTestCase
+    from pytest_django.fixtures import validate_django_db
+
+    cls = getattr(item, "cls", None)
+    if cls and issubclass(cls, TransactionTestCase):
+        return 0 if issubclass(cls, TestCase) else 1
+    marker = item.get_closest_marker("django_db")
+    uses_db, transactional = False, False
+    if marker:
+        transaction, reset_sequences, *_ = validate_django_db(marker)
+        uses_db, transactional = True, bool(transaction or reset_sequences)
+    fixtures = getattr(item, "fixturenames", [])
+    if transactional or "transactional_db" in fixtures or "live_server" in fixtures:
+        return 1
+    return 0 if uses_db or "db" in fixtures else 2
+
+
+#: the controller's file of phases, named before its workers start
+PHASES = "BROKER_TESTS_PHASES"
+
+
+def _phases_file() -> Path:
+    return Path(os.environ[PHASES])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no":
+        fd, path = tempfile.mkstemp(prefix="broker-tests-phases-", suffix=".json")
+        os.close(fd)
+        os.environ[PHASES] = path
+        _made.append(path)
+
+
+_made: list[str] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """On a worker: tell the controller each test's phase (a file: the
+    collection it gets holds node ids only). Tests that share a node id
+    (Schemathesis names every API operation's test by the function alone)
+    get their item name instead: the scheduler keys tests by node id and
+    would run one of them."""
+    if not hasattr(config, "workerinput") or PHASES not in os.environ:
+        return
+    import json
+    from collections import Counter
+
+    seen = Counter(item.nodeid for item in items)
+    for item in items:
+        if seen[item.nodeid] > 1:
+            new = f"{item.nodeid.rpartition('::')[0]}::{item.name}"
+            if hasattr(item, "_id"):  # pytest 9: a structured NodeId
+                item._id = type(item._id).parse(new)
+            else:
+                item._nodeid = new
+
+    target = _phases_file()
+    tmp = target.with_suffix(f".{os.getpid()}")
+    tmp.write_text(json.dumps({item.nodeid: _phase(item) for item in items}))
+    os.replace(tmp, target)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    """Files as ``--dist loadfile``, the groups above, and pytest-django's
+    order kept on each worker: a unit is one phase of a file (or group), and
+    no unit of a phase is handed out before every unit of the phase before
+    it (what one worker runs goes 0, 1, 2 as a single process does)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    import json
+
+    from xdist.scheduler import LoadFileScheduling
+
+    phases: dict[str, int] = {}
+
+    def phase(nodeid: str) -> int:
+        if not phases:
+            try:
+                phases.update(json.loads(_phases_file().read_text()))
+            except (OSError, ValueError):
+                phases[""] = 2
+        return phases.get(nodeid, 2)
+
+    class Scheduling(LoadFileScheduling):
+        _ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return f"{phase(nodeid)}:{_unit(nodeid.split('::', 1)[0])}"
+
+        def _assign_work_unit(self, node) -> None:  # type: ignore[no-untyped-def]
+            if not self._ordered:
+                self._ordered = True
+
+                def key(item):  # type: ignore[no-untyped-def]
+                    number, _, unit = item[1].partition(":")
+                    rank = FIRST.index(unit) if unit in FIRST else len(FIRST)
+                    return (number, rank, item[0])
+
+                ordered = sorted(enumerate(self.workqueue), key=key)
+                units = [(scope, self.workqueue[scope]) for _, scope in ordered]
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    return Scheduling(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for path in _made:
+        Path(path).unlink(missing_ok=True)
+        os.environ.pop(PHASES, None)
+    _made.clear()
