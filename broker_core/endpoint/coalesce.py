@@ -25,6 +25,19 @@ from typing import Any
 PER_CALL: Any = object()
 
 
+def _settle(
+    batch: list[tuple[Any, asyncio.Future[Any]]], results: Sequence[Any]
+) -> None:
+    """Hand each waiting caller its result: an exception is raised to it."""
+    for (_item, fut), r in zip(batch, results, strict=True):
+        if fut.done():  # its caller went away
+            continue
+        if isinstance(r, BaseException):
+            fut.set_exception(r)
+        else:
+            fut.set_result(r)
+
+
 class Coalescer:
     """``await submit(item)`` runs ``run(items)`` on ``executor`` with the items
     gathered meanwhile and returns this item's result. ``run`` returns one
@@ -60,14 +73,7 @@ class Coalescer:
         def done(j: asyncio.Future[Any]) -> None:
             self.busy = False
             error = j.exception()
-            results = j.result() if error is None else [error] * len(batch)
-            for (_item, fut), r in zip(batch, results, strict=True):
-                if fut.done():  # its caller went away
-                    continue
-                if isinstance(r, BaseException):
-                    fut.set_exception(r)
-                else:
-                    fut.set_result(r)
+            _settle(batch, j.result() if error is None else [error] * len(batch))
             if self.waiting:
                 self._start(loop)
 
@@ -140,13 +146,7 @@ class TickBatch:
             results: Sequence[Any] = self.run([i for i, _ in batch])
         except Exception as exc:  # noqa: BLE001 - handed to each caller
             results = [exc] * len(batch)
-        for (_item, fut), r in zip(batch, results, strict=True):
-            if fut.done():  # its caller went away
-                continue
-            if isinstance(r, BaseException):
-                fut.set_exception(r)
-            else:
-                fut.set_result(r)
+        _settle(batch, results)
 
 
 class Lanes(Executor):

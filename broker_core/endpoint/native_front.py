@@ -82,6 +82,10 @@ class NativeContext:
     def done(self) -> bool:
         return self._cancelled
 
+    def cancel(self) -> None:
+        """The client went away (the front's cancel event)."""
+        self._cancelled = True
+
     def set_code(self, code: Any) -> None:
         self.code = code
 
@@ -197,11 +201,11 @@ class NativeServer:
             elif kind == self._cancel:
                 call = calls.pop(cid, None)
                 if call is not None:
-                    call.context._cancelled = True
+                    call.context.cancel()
                     if call.task is not None:
                         call.task.cancel()
                 elif cid in held:
-                    held[cid]._cancelled = True  # gone before its batch ran
+                    held[cid].cancel()  # gone before its batch ran
         if batched:
             for index, items in batched.items():
                 self._batch(self.methods[index], items)
@@ -212,7 +216,7 @@ class NativeServer:
         their answers queued for this drain's one ``submit``; a call the
         batch leaves (``PER_CALL``) becomes a task as any other."""
         assert m.batch is not None and self._loop is not None
-        live = [it for it in items if not it[2]._cancelled]
+        live = [it for it in items if not it[2].cancelled()]
         decode = m.decode
         try:
             answers = m.batch([(decode(data), ctx) for _cid, data, ctx in live])

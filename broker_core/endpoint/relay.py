@@ -141,7 +141,7 @@ def install(
     """Try the live producers behind the gRPC endpoint first for every group,
     then the group's own checker (its webhook); what the Celery check does
     for each module of ``TRANSACTION_TRANSPORT_MODULES`` with an ``install``."""
-    current = getattr(service.checkers, "_live", None)
+    current = service.checkers.live
     if (
         isinstance(current, RedisRelayTransport)
         and current.url == (redis_url or default_url())

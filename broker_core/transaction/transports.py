@@ -372,6 +372,11 @@ class CheckerRegistry:
         deliver, the group's own checker is used (``chain_for``)."""
         self._live = transport
 
+    @property
+    def live(self) -> SupportsCheck | None:
+        """The transport ``set_live`` set (None: none)."""
+        return self._live
+
     def chain_for(self, producer_group: str) -> list[SupportsCheck]:
         """The transports to try in order: the live producers', then the group's."""
         own = self.for_group(producer_group)

@@ -47,7 +47,6 @@ _MAGICS = (
 )
 # Formats, not ``struct.Struct`` objects: this module is pickled by value for
 # Spark's executors, and a Struct does not pickle (struct caches the formats).
-_Q = ">q"
 _STATE_Q = "@q"  # broker_core.shared: native longs in ``state``
 _STATE_Q_SIZE = 8
 _CRC_KEY = record.PROP_CRC_KEY
@@ -162,7 +161,7 @@ def is_boundary(store_dir: str | Path, offset: int, segment_size: int) -> bool:
         return True  # the end-of-segment filler: the next segment follows
     if len(head) < record.PHYSICAL_OFFSET_AT + 8 or head[4:8] not in _MAGICS:
         return False
-    return struct.unpack_from(_Q, head, record.PHYSICAL_OFFSET_AT)[0] == offset
+    return record.physical_offset(head, 0) == offset
 
 
 def split_ranges(
@@ -215,10 +214,9 @@ def find_boundary(buf: Any, base: int, start: int, end: int) -> int | None:
             if at < 0:
                 break
             p = at - 4
-            phys = p + record.PHYSICAL_OFFSET_AT
             if (
-                phys + 8 <= len(buf)
-                and struct.unpack_from(_Q, buf, phys)[0] == base + p
+                p + record.PHYSICAL_OFFSET_AT + 8 <= len(buf)
+                and record.physical_offset(buf, p) == base + p
             ):
                 best = p
                 break
@@ -264,22 +262,20 @@ def iter_records(
     or zeros.
     """
     unpack = record.HEADER.unpack_from
-    hsize = record.HEADER_SIZE
     magic_v1, magic_v2 = record.MAGIC_V1, record.MAGIC_V2
-    props_len = record.PROPS_LEN.unpack_from
-    topic_len_v2 = record.TOPIC_LEN_V2.unpack_from
+    topic_props = record.topic_and_properties
     min_size = record.MIN_RECORD_SIZE
     two_ints = record.BLANK.unpack_from
-    phys_at = struct.Struct(_Q).unpack_from
+    phys_at = record.physical_offset
     intact = record.intact
-    topics: dict[bytes, tuple[str, bool]] = {}
+    systems: dict[str, bool] = {}  # topic: a system topic's
     while pos < end and pos + 8 <= size:
         total, magic = two_ints(buf, pos)
         if (
             magic not in (magic_v1, magic_v2)
             or total < min_size
             or pos + total > size
-            or phys_at(buf, pos + 28)[0] != base + pos
+            or phys_at(buf, pos) != base + pos
             or not intact(buf, pos, total, base + pos)
         ):
             # A quarantined range, damage, or the end of the data.
@@ -291,39 +287,20 @@ def iter_records(
         fields = unpack(buf, pos)
         sysflag = fields[7]
         if sysflag & _V6:
-            fields = _unpack_v6(buf, pos, sysflag)
+            fields = record.header_layout(sysflag).unpack_from(buf, pos)
         phys, body_len = fields[6], fields[16]
-        tpos = pos + hsize + (_extra(sysflag) if sysflag & _V6 else 0) + body_len
-        if magic == magic_v1:
-            tlen = buf[tpos]
-            tpos += 1
-        else:
-            tlen = topic_len_v2(buf, tpos)[0]
-            tpos += 2
-        raw_topic = buf[tpos : tpos + tlen]
-        known = topics.get(raw_topic)
-        if known is None:
-            name = raw_topic.decode("utf-8", "replace")
-            known = topics[raw_topic] = (name, name.startswith(_SYSTEM_PREFIXES))
-        ppos = tpos + tlen
-        plen = props_len(buf, ppos)[0]
-        tags = keys = None
-        props: list[tuple[str, str]] = []
+        topic, ppos, plen = topic_props(buf, pos, magic, sysflag, body_len)
+        system = systems.get(topic)
+        if system is None:
+            system = systems[topic] = topic.startswith(_SYSTEM_PREFIXES)
         if plen:
-            drop = _DROP_SYSTEM if known[1] else _DROP_USER
-            text = buf[ppos + 2 : ppos + 2 + plen].decode("utf-8", "replace")
-            for part in text.split(PROPERTY_SEPARATOR):
-                k, sep, v = part.partition(NAME_VALUE_SEPARATOR)
-                if not (sep and k and v):
-                    continue
-                if k == PROPERTY_TAGS:
-                    tags = v
-                elif k == PROPERTY_KEYS:
-                    keys = v
-                if k not in drop:
-                    props.append((k, v))
+            text = buf[ppos : ppos + plen].decode("utf-8", "replace")
+            tags, keys, props = parse_properties(text, system)
+        else:
+            tags = keys = None
+            props = []
         yield (
-            known[0],
+            topic,
             fields[3],  # queue id
             fields[5],  # queue offset
             phys,
@@ -439,7 +416,7 @@ def parse_properties(
 ) -> tuple[str | None, str | None, list[tuple[str, str]]]:
     """Return the tags, keys and kept properties of a record's property text.
 
-    The rules of ``iter_records``, which inlines them for speed: a part without
+    A part without
     a separator, a name or a value is skipped; the last TAGS and KEYS win.
     """
     tags = keys = None
@@ -476,19 +453,6 @@ def _decode(
             rows.clear()
     if rows:
         yield record_batch(rows)
-
-
-def _extra(sysflag: int) -> int:
-    return (12 if sysflag & SYSFLAG_BORNHOST_V6 else 0) + (
-        12 if sysflag & SYSFLAG_STOREHOST_V6 else 0
-    )
-
-
-def _unpack_v6(buf: Any, pos: int, sysflag: int) -> tuple[Any, ...]:
-    layout = record.HEADER_V6[
-        (bool(sysflag & SYSFLAG_BORNHOST_V6), bool(sysflag & SYSFLAG_STOREHOST_V6))
-    ]
-    return layout.unpack_from(buf, pos)
 
 
 def record_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
