@@ -208,7 +208,8 @@ def open_page(chromium: Any, base_url: str) -> Iterator[Any]:
 
     def on_console(m: Any) -> None:
         if "Content Security Policy" in m.text:
-            refused.append(m.text)
+            # Where it came from: the page's URL and the script's place.
+            refused.append(f"{m.text} [{pg.url} {m.location}]")
 
     pg.on("console", on_console)
     yield pg
