@@ -109,6 +109,10 @@ def atomic_write_json(path: Path, data: Any) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise storage_error(exc, what) from exc
+    except BaseException:  # pwrite_all's StorageFullError, say: no stray tmp
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     dfd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dfd)

@@ -255,7 +255,7 @@ class MessageStore:
         message_type: str = MessageType.NORMAL.value,
     ) -> TopicConfig:
         """Create a topic (``TopicRegistry.create``)."""
-        self.check_open()
+        self.check_config_writable()
         return self.topic_registry.create(
             topic, read_queue_nums, write_queue_nums, perm, message_type
         )
@@ -269,14 +269,14 @@ class MessageStore:
         message_type: str | None = None,
     ) -> TopicConfig:
         """Change a topic's settings (``TopicRegistry.update``)."""
-        self.check_open()
+        self.check_config_writable()
         return self.topic_registry.update(
             topic, read_queue_nums, write_queue_nums, perm, message_type
         )
 
     def delete_topic(self, topic: str) -> None:
         """Delete a topic's config, queues and offsets; its records stay."""
-        self.check_open()
+        self.check_config_writable()
         self.topic_registry.delete(topic)
 
     def list_topics(self) -> list[TopicConfig]:
@@ -395,6 +395,16 @@ class MessageStore:
         """Raise ``StoreClosedError`` once the store is closed."""
         if self.closed:
             raise StoreClosedError("the store is closed")
+
+    def check_config_writable(self) -> None:
+        """Raise ``StoreClosedError`` once closed and ``ReplicaReadOnlyError``
+        on a slave: its topics come from its master (``ha``'s config sync),
+        a topic made here would be the slave's alone."""
+        self.check_open()
+        if self.state.replica:
+            raise ReplicaReadOnlyError(
+                "this store is a slave: its topics are its master's"
+            )
 
     def repair_dispatch(self) -> None:
         """Write the queue units a killed appender left out (append lock held:

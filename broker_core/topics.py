@@ -91,6 +91,25 @@ class TopicRegistry:
         self.version = self.state.bump_topics_version()
         self._refresh_limits()
 
+    def _put(self, topic: str, cfg: TopicConfig | None) -> None:
+        """Set ``topic``'s config (None: remove it) and save. When the save
+        fails (a full disk) the table is put back as the file still has it:
+        a topic is never served from memory that ``topics.json`` lacks."""
+        old = self.table.topics.get(topic)
+        if cfg is None:
+            self.table.topics.pop(topic, None)
+        else:
+            self.table.topics[topic] = cfg
+        try:
+            self.save()
+        except BaseException:
+            if old is None:
+                self.table.topics.pop(topic, None)
+            else:
+                self.table.topics[topic] = old
+            self._refresh_limits()
+            raise
+
     def _refresh_limits(self) -> None:
         self.queue_limits = {n: c.queue_nums for n, c in self.table.topics.items()}
 
@@ -168,8 +187,7 @@ class TopicRegistry:
             if topic in self.table.topics:
                 raise TopicExistsError(f"topic {topic!r} already exists")
             cfg = TopicConfig(topic, read_queue_nums, write, perm, message_type)
-            self.table.topics[topic] = cfg
-            self.save()
+            self._put(topic, cfg)
             return cfg
 
     def update(
@@ -199,8 +217,7 @@ class TopicRegistry:
             _check_queue_numbers(
                 cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm, cfg.message_type
             )
-            self.table.topics[topic] = cfg
-            self.save()
+            self._put(topic, cfg)
             return cfg
 
     def delete(self, topic: str) -> None:
@@ -209,8 +226,7 @@ class TopicRegistry:
             self.reload()
             if topic not in self.table.topics:
                 raise TopicNotFoundError(f"topic {topic!r} does not exist")
-            del self.table.topics[topic]
-            self.save()
+            self._put(topic, None)
             self.cqs.drop(topic)
         self.offsets.drop_topic(topic)
 

@@ -267,7 +267,8 @@ class Routing:
                 except TopicExistsError:
                     pass  # created concurrently
                 except ReplicaReadOnlyError:
-                    pass  # a slave: the masters' routes say where it lives
+                    # A slave makes no topics: its master's route, if any.
+                    return await self._slave_route(topic, request.endpoints)
                 except BrokerError as exc:
                     # A full disk, say: the topic was not made, and a route to
                     # it would only fail the client's first send.
@@ -292,6 +293,26 @@ class Routing:
         except RouteUnavailableError as exc:
             return spb.QueryRouteResponse(status=status(int(exc.grpc_code), str(exc)))
         return spb.QueryRouteResponse(status=status(C.OK), message_queues=queues)
+
+    async def _slave_route(
+        self, topic: str, asked: pb.Endpoints | None
+    ) -> spb.QueryRouteResponse:
+        """The route of a topic this slave does not have: the cluster's (its
+        master made it), else TOPIC_NOT_FOUND saying where to make it."""
+        queues: list[pb.MessageQueue] = []
+        if self.guard.node is not None:
+            queues = await asyncio.get_running_loop().run_in_executor(
+                None, self.cluster_route, topic, asked
+            )
+        if queues:
+            return spb.QueryRouteResponse(status=status(C.OK), message_queues=queues)
+        return spb.QueryRouteResponse(
+            status=status(
+                C.TOPIC_NOT_FOUND,
+                f"topic {topic[:200]!r} does not exist, and this node is a "
+                "slave, which makes no topics: create it on its master",
+            )
+        )
 
     async def QueryAssignment(self, request, context):  # noqa: N802
         topic = request.topic.name

@@ -19,7 +19,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from broker_core.config import DEFAULT_TIMER_MAX_DELAY_S
-from broker_core.errors import InvalidDelayError, TopicExistsError, TopicNotAllowedError
+from broker_core.errors import (
+    InvalidDelayError,
+    ReplicaReadOnlyError,
+    TopicExistsError,
+    TopicNotAllowedError,
+)
 from broker_core.message import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
@@ -270,8 +275,8 @@ def install_send_hook(broker: Broker, max_delay_ms: int | None = None) -> None:
         # Parked timers must have a topic even with auto_create_topic off.
         try:
             store.create_topic(TIMER_TOPIC, 1)
-        except TopicExistsError:
-            pass
+        except (TopicExistsError, ReplicaReadOnlyError):
+            pass  # a slave: its master made it, the config sync brings it
     if max_delay_ms is None:
         max_delay_ms = store.config.timer_max_delay_s * 1000
     broker.add_send_hook(

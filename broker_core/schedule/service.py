@@ -140,10 +140,11 @@ class DelayService:
         if store.topic_config(TIMER_TOPIC) is None:
             try:
                 store.create_topic(TIMER_TOPIC, 1)
-            except TopicExistsError:
-                pass
+            except (TopicExistsError, ReplicaReadOnlyError):
+                pass  # a slave: its master made it, the config sync brings it
         cfg = store.topic_config(SCHEDULE_TOPIC)
-        if cfg is not None and cfg.queue_nums < len(self.levels_ms):
+        short = cfg is not None and cfg.queue_nums < len(self.levels_ms)
+        if short and not store.replica:  # a slave's come from its master
             n = len(self.levels_ms)
             store.update_topic(SCHEDULE_TOPIC, read_queue_nums=n, write_queue_nums=n)
 

@@ -53,6 +53,17 @@ def _mount_with_ballast(
     return mnt
 
 
+def _fill_up(path: Path) -> None:
+    """Write ``path`` until the filesystem has no byte left (ENOSPC)."""
+    with open(path, "wb", buffering=0) as fh:
+        for size in (1 << 20, 4096, 1):
+            try:
+                while True:
+                    fh.write(b"\0" * size)
+            except OSError:
+                pass
+
+
 def _mount(tmp_path: Path, size_mb: int, ballast_mb: int) -> Path:
     """Mount a ``size_mb`` tmpfs holding ``ballast_mb`` of ballast."""
     args = ["-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs"]
@@ -209,6 +220,15 @@ def test_facade_fills_the_disk_loses_nothing_and_resumes(small_fs: Path) -> None
         with pytest.raises(StorageFullError):
             for _ in range(50):
                 b.send(Message("FULL", b"x" * 4096, queue_id=0))
+        # Not a byte left: a topic cannot be made, and is not kept in memory
+        # either (a route, a send would otherwise see a topic the file lacks).
+        _fill_up(small_fs / "filler")
+        for _ in range(2):
+            with pytest.raises(StorageFullError):
+                b.create_topic("MadeOnAFullDisk")
+            assert b.store.topic_config("MadeOnAFullDisk") is None
+        assert not list((store / "config").glob(".*.tmp")), "a stray temp file"
+        (small_fs / "filler").unlink()
         (small_fs / "ballast").unlink()
         for i in range(20):
             b.send(Message("FULL", b"after%03d" % i + bytes(100), queue_id=i % 4))
@@ -281,6 +301,13 @@ def test_endpoint_with_the_official_client_on_a_full_disk(
         route = _query_route(port, "MadeOnAFullDisk")
         assert route.status.code != pb.Code.OK and not route.message_queues, route
         assert "MadeOnAFullDisk" in route.status.message
+        # Asked again: still no route (the failed write left the topic in
+        # the endpoint's memory, and the second answer was OK).
+        again = _query_route(port, "MadeOnAFullDisk")
+        assert again.status.code != pb.Code.OK and not again.message_queues, again
+        topics = json.loads((store / "config" / "topics.json").read_bytes())
+        assert "MadeOnAFullDisk" not in topics["topicConfigTable"]
+        assert not list((store / "config").glob(".*.tmp")), "a stray temp file"
     finally:
         code = stop_server(proc)  # stopped while the disk is still full
     assert code == 0, logs[0].read_text()[-3000:]

@@ -193,3 +193,27 @@ def test_a_producer_connected_to_the_slave_alone_is_checked_by_the_master(
         producer.close()
     got = receive(master, "Payments", "g-check")
     assert [m.body for m in got] == [b"checked-through-the-slave"]
+
+
+def test_a_slave_routes_its_masters_topics_and_makes_none(pair) -> None:
+    """QueryRoute on a slave: a topic its master has gets the cluster's route;
+    a topic nobody has is TOPIC_NOT_FOUND, and the slave writes no topic of
+    its own (it wrote the topic into its config/topics.json and said the
+    registry was unreachable)."""
+    master, slave = pair
+    assert send(master, message("Orders", uuid.uuid4().hex)) == [C.OK]
+
+    def route(topic: str) -> spb.QueryRouteResponse:
+        return slave.stub.QueryRoute(
+            spb.QueryRouteRequest(topic=pb.Resource(name=topic)),
+            metadata=MD, timeout=30,
+        )  # fmt: skip
+
+    wait_for(lambda: route("Orders").message_queues, 30, "the master's route")
+    r = route("Orders")
+    assert r.status.code == C.OK and {q.broker.name for q in r.message_queues}, r
+    r = route("MadeNowhere")
+    assert r.status.code == C.TOPIC_NOT_FOUND and not r.message_queues, r
+    assert "slave" in r.status.message
+    topics = (slave.store / "config" / "topics.json").read_text()
+    assert "MadeNowhere" not in topics
