@@ -88,9 +88,11 @@ def cluster_name() -> str:
     return str(getattr(settings, "BROKER_CLUSTER", ""))
 
 
-def not_live(node: str, what: str = "a live node") -> NodeNotFoundError:
-    """ "node broker-zz is not a live node in cluster c1"."""
-    return NodeNotFoundError(f"node {node} is not {what} in cluster {cluster_name()}")
+def not_live(node: str, what: str = "a live node", why: str = "") -> NodeNotFoundError:
+    """The one wording of a name with no live node: "node broker-zz is not a
+    live node in cluster c1"."""
+    said = f"node {node} is not {what} in cluster {cluster_name()}"
+    return NodeNotFoundError(f"{said} ({why})" if why else said)
 
 
 def find(name: str, broker_id: int | None = None) -> Any:
@@ -124,8 +126,9 @@ def live_master(node: str) -> Any:
     master."""
     target = live_node(node)
     if not target.is_master:
-        raise not_live(node, f"a live master (its live node is {target.key}, "
-                             f"a {target.role})")  # fmt: skip
+        raise not_live(
+            node, "a live master", f"its live node is {target.key}, a {target.role}"
+        )
     return target
 
 
