@@ -265,3 +265,16 @@ def test_a_slave_refuses_put_group(broker) -> None:
     answer = opscodec.decode(ops.call("groups", {}, writable=False))
     assert [g.name for g in answer["groups"]] == ["etl"]
     assert answer["default_max_delivery_attempts"] == 17
+
+
+def test_a_group_that_consumes_nothing_is_the_node_s_404(api_as, broker) -> None:
+    """The broker's error for a group with no offsets and no subscription on
+    the node (``GroupNotConsumingError``), as its reset answers."""
+    r = api_as("viewer").get("/api/consumer-groups/NOSUCH/")
+    assert (r.status_code, r.json()) == (
+        404,
+        {
+            "code": "group_not_consuming",
+            "message": "'NOSUCH' consumes no topic on this node",
+        },
+    )
