@@ -124,8 +124,9 @@ def node_ops() -> NodeOperations:
     if not url:
         return local_node_ops()
     from console.cluster.nodes import remote_node_ops
+    from console.cluster.scope import own_node
 
-    return remote_node_ops(url)
+    return remote_node_ops(url, own_node())
 
 
 def _close_services() -> None:

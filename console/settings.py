@@ -267,7 +267,9 @@ CLUSTER_ADMIN_HOSTS = env.list("CLUSTER_ADMIN_HOSTS", default=[])
 # The health banner warns of a slave this many bytes behind its master.
 CLUSTER_LAG_WARN_BYTES = env.int("CLUSTER_LAG_WARN_BYTES", default=64 << 20)
 # Celery per node (console/core/nodes.py): the nodes beat schedules the timers
-# for, each on queue node.<name>; and the node this process's store belongs to.
+# for, each on queue node.<name>; and the node this process's store belongs to
+# (BROKER_ADMIN_URL's node for the web process): audit ids of its store are
+# <BROKER_NODE>/<object>, "local/<object>" when it is empty.
 CLUSTER_NODES = env.list("CLUSTER_NODES", default=[])
 BROKER_NODE = env.str("BROKER_NODE", default="")
 SPARK_MASTER = env.str("SPARK_MASTER", default="local[*]")

@@ -62,6 +62,16 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, cls=DjangoJSONEncoder, default=str))
 
 
+def node_object_id(object_id: str, node: str = "") -> str:
+    """The one audit object id of something on a node: ``<node>/<object>``,
+    ``<node>`` the node the request acts on (``scope.acting_node``: the picked
+    node, a Cluster page action's node, the ``X-Broker-Node`` header, else
+    the console's own, ``BROKER_NODE`` or ``local``) unless given."""
+    from console.cluster.scope import acting_node
+
+    return f"{node or acting_node()}/{object_id}"
+
+
 def audited(
     fn: Callable[[], T],
     *,
@@ -74,20 +84,26 @@ def audited(
     after: Callable[[T], Any] | None = None,
     request: Any = None,
     note: Callable[[T], str] | None = None,
+    on_node: bool = True,
 ) -> T:
     """Run ``fn`` (a broker call) and audit its outcome, success or failure.
 
     A failure is recorded with its message and the exception re-raised, so the
-    record exists whatever the caller does next. ``note`` words a success that
-    deserves one (a second commit that changed nothing). On a node picked for
-    the request (the Cluster page's actions, or the node picker), the object
-    is ``<node>/<object_id>``: one format whichever page acted.
+    record exists whatever the caller does next. ``before`` may be a function,
+    called first: what it asks of the node (and ``fn``'s own look-up of the
+    node) fails as the action, audited. ``note`` words a success that
+    deserves one (a second commit that changed nothing). The object is
+    ``node_object_id(object_id)``, ``<node>/<object>``, whichever page or API
+    acted; ``on_node=False`` for an object that is no node's (a node itself:
+    its promotion).
     """
-    from console.cluster.scope import chosen_node
-
-    if node := chosen_node():
-        object_id = f"{node}/{object_id}"
+    if on_node:
+        object_id = node_object_id(object_id)
+    asked = before
+    before = None if callable(asked) else asked
     try:
+        if callable(asked):
+            before = asked()
         result = fn()
     except Exception as exc:
         record_audit(

@@ -5,8 +5,11 @@ A decision, an offset reset, a delayed message's cancel and a topic's
 creation are the single-store pages' own services (``console/<app>/
 services.py``) run on the node (``scope.showing``): one implementation, and
 one audit object id, ``<node>/<object>`` (``console.audit.services.
-audited``), whichever page acted. A promotion changes the node itself: its
-object is the node, ``<name>:<broker id>``.
+node_object_id``), whichever page acted. The node is looked up within the
+audited action (``showing(node, master=True)``: a master's operations, asked
+when the service first asks the node), so a node that is not a live master
+or does not answer is audited as the action failed. A promotion changes the
+node itself: its object is the node, ``<name>:<broker id>``.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from broker_core.cluster.node_ops import NodeUnavailableError
+from broker_core.errors import BrokerError, PromotionRefusedError
 from console.audit.services import audited
-from console.cluster.nodes import live_master, live_node, remote_node_ops
+from console.cluster.nodes import live_node, remote_node_ops
 from console.cluster.scope import showing
 
 
@@ -25,14 +28,14 @@ def decide(node: str, transaction_id: str, verb: str, actor: Any, reason: str,
     """Commit, roll back or resume (a discarded half checked again) a half on
     the master of ``node`` that holds it: the Transactions pages' own action
     (``transactions.services.perform``) on that node, audited as there
-    (object ``<node>/<transaction id>``). Raises ``NodeUnavailableError``
-    without a live master, the node's ``BrokerError`` otherwise."""
+    (object ``<node>/<transaction id>``). Raises ``NodeNotFoundError``
+    without a live master, ``NodeUnavailableError`` when it does not answer,
+    the node's ``BrokerError`` otherwise: each audited as failed."""
     from console.transactions.services import perform
 
     if verb not in ("commit", "rollback", "resume"):
         raise ValueError(f"unknown decision {verb!r}")
-    live_master(node)
-    with showing(node):
+    with showing(node, master=True):
         return perform(
             verb, actor=actor, transaction_id=transaction_id, reason=reason,
             request=request,
@@ -45,59 +48,68 @@ def promote(node_key: str, role: str, actor: Any, reason: str, force: bool = Fal
     ``promote`` operation), audited (object ``<name>:<id>``, type ``node``).
     The node refuses (``PromotionRefusedError``) while its master still
     heartbeats unless ``force``; its routes follow at its next heartbeat,
-    which it sends at once."""
-    target = live_node(node_key)
-    if target.is_master:
-        raise NodeUnavailableError(f"{node_key} is already a master ({target.role})")
-    ops = remote_node_ops(target.admin)
+    which it sends at once. A key that is no live node, or a master, is
+    refused within the audited action (audited as failed)."""
+    found: dict[str, Any] = {}
+
+    def before() -> dict[str, Any]:
+        target = found["node"] = live_node(node_key)
+        if target.is_master:
+            raise PromotionRefusedError(
+                f"{node_key} is already a master ({target.role})"
+            )
+        return {"role": target.role, "force": force}
+
+    def run() -> Any:
+        ops = remote_node_ops(found["node"].admin, node_key)
+        return ops.promote(actor.get_username(), role, force)
+
     return audited(
-        lambda: ops.promote(actor.get_username(), role, force),
+        run,
         actor=actor,
         request=request,
         action="cluster.promote",
         object_type="node",
-        object_id=target.key,
+        object_id=node_key,
         reason=reason,
-        before={"role": target.role, "force": force},
+        before=before,
         after=lambda answer: answer,
+        on_node=False,
     )
 
 
 def put_topic(nodes: list[str], topic: str, queues: int, actor: Any,
               request: Any = None) -> dict[str, str]:  # fmt: skip
-    """Create (or resize) ``topic`` with ``queues`` read and write queues on
-    each named master: the Topics pages' own actions on each node, audited as
-    there (``<node>/<topic>``). Returns node -> "created"/"updated" or the
-    reason it failed."""
-    from broker_core.errors import BrokerError, TopicExistsError
+    """Create ``topic`` with ``queues`` read and write queues on each named
+    master: the Topics pages' own action on each node, audited as there
+    (``<node>/<topic>``). A topic that exists on a node is refused there
+    (``TopicExistsError``, 409 ``topic_exists``, audited as failed), never
+    resized: a change of queues is the topic page's edit. Returns node ->
+    "created" or why it failed ("failed (409 topic_exists): ...")."""
     from broker_core.metadata import PERM_READ, PERM_WRITE
     from console.topics import services as topics
 
     out: dict[str, str] = {}
     for name in nodes:
-        try:
-            live_master(name)
-        except NodeUnavailableError as exc:
-            out[name] = str(exc)
-            continue
-        with showing(name):
+        with showing(name, master=True):
             try:
-                try:
-                    topics.create_topic(
-                        actor=actor, name=topic, read_queue_nums=queues,
-                        write_queue_nums=queues, perm=PERM_READ | PERM_WRITE,
-                        message_type="NORMAL", request=request,
-                    )  # fmt: skip
-                    out[name] = "created"
-                except TopicExistsError:
-                    topics.update_topic(
-                        actor=actor, name=topic, read_queue_nums=queues,
-                        write_queue_nums=queues, request=request,
-                    )  # fmt: skip
-                    out[name] = "updated"
+                topics.create_topic(
+                    actor=actor, name=topic, read_queue_nums=queues,
+                    write_queue_nums=queues, perm=PERM_READ | PERM_WRITE,
+                    message_type="NORMAL", request=request,
+                )  # fmt: skip
+                out[name] = "created"
             except BrokerError as exc:
-                out[name] = f"failed: {exc}"
+                out[name] = failed(exc)
     return out
+
+
+def failed(exc: BrokerError) -> str:
+    """How a node's refusal is shown: "failed (409 topic_exists): topic
+    'orders' already exists"."""
+    from console.cluster.nodes import describe
+
+    return f"failed ({exc.http_status} {exc.code}): {describe(exc)}"
 
 
 def reset_offset(
@@ -119,8 +131,7 @@ def reset_offset(
     ``current``, ``target``, ...)."""
     from console.consumers.services import reset_offsets
 
-    live_master(node)
-    with showing(node):
+    with showing(node, master=True):
         made = reset_offsets(
             actor=actor, group=group, topic=topic, reason=reason,
             to_offset=to_offset, to_ms=to_ms, queue_id=queue_id, request=request,
@@ -135,8 +146,7 @@ def cancel_delayed(node: str, msg_id: str, *, actor: Any, reason: str,
     cancel_scheduled``) on that node, audited as there (``<node>/<id>``)."""
     from console.delays.services import cancel_scheduled
 
-    live_master(node)
-    with showing(node):
+    with showing(node, master=True):
         return cancel_scheduled(
             actor=actor, msg_id=msg_id, reason=reason, request=request
         )

@@ -11,7 +11,7 @@ from typing import Any
 
 from broker_core.errors import BrokerError
 from broker_core.metadata import PERM_READ, PERM_WRITE
-from console.cluster.nodes import Read, ask_nodes, find
+from console.cluster.nodes import Read, ask_nodes, describe, find
 from console.cluster.state import (
     NodeView,
     delay_rows,
@@ -126,16 +126,15 @@ def node_detail(key: str) -> NodeDetail | None:
     detail.heartbeat_age_ms = max(0, int(time.time() * 1000) - info.heartbeat_ms)
     assert isinstance(got, dict)  # with status_first=False, always per read
     if all(isinstance(got[r], BrokerError) for r in reads):
-        reason = got["node_status"]
-        view.error = str(reason)
-        detail.errors.append(f"Not reachable: {view.key} ({view.role}): {reason}")
-        detail.missing = {s: str(reason) for s, r in SECTIONS.items() if r in reads}
+        view.error = describe(got["node_status"])
+        detail.errors.append(view.error)
+        detail.missing = {s: view.error for s, r in SECTIONS.items() if r in reads}
         return detail
     for read, exc in take_failures(got).items():
         detail.errors.append(failure_sentence(view.key, read, exc))
         for section, r in SECTIONS.items():
             if r == read:
-                detail.missing[section] = str(exc)
+                detail.missing[section] = describe(exc)
     if "status" not in detail.missing:
         _status(detail, got["node_status"])
     detail.topics = _topic_rows(got.get("topics_with_depths"))

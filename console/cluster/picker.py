@@ -5,12 +5,15 @@ session, and every store operation of the request goes to that node's admin
 API (``brokerlink.node_ops``). No node picked: the console's own store or
 ``BROKER_ADMIN_URL``'s node, as on a single host.
 
-A node that does not answer is a 503 page saying which node and why, with the
-picker to choose another, instead of a server error.
+A node that does not answer is a 503 page saying which node and why (one
+wording, ``nodes.unanswered``), with the picker to choose another, instead of
+a server error; a picked node that is no longer live (it stopped
+heartbeating) is a 404 page saying so.
 
 The REST API takes the node per request instead: the ``X-Broker-Node`` header
 (``broker-b``, or ``broker-a:1`` for a slave); without it, the console's own
-store. A name that is not a live node is the API's 503 ``node_unavailable``.
+store. A name that is not a live node is the API's 404 ``node_not_found``, a
+live node that does not answer its 503 ``node_unavailable``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from broker_core.cluster.node_ops import NodeOperations, NodeUnavailableError
-from console.cluster.scope import chosen_node, enabled, showing
+from console.cluster.scope import chosen_node, enabled, master_required, showing
 from console.ui.permissions import viewer_required
 
 SESSION_KEY = "console_node"
@@ -32,13 +35,13 @@ SESSION_KEY = "console_node"
 
 def node_ops_of(node: str) -> NodeOperations:
     """The operations of the live node ``node`` (``name`` or
-    ``name:broker_id``) through its registered admin API."""
+    ``name:broker_id``) through its registered admin API (a master's only
+    within ``showing(node, master=True)``). ``NodeNotFoundError`` for a name
+    that is no live node, ``NodeUnavailableError`` (``nodes.unanswered``)
+    when it does not answer."""
     from console.cluster import nodes
 
-    try:
-        return nodes.ops_of(node)
-    except NodeUnavailableError as exc:
-        raise NodeUnavailableError(f"node {node}: {exc}", exc.status) from exc
+    return nodes.ops_of(node, master=master_required())
 
 
 def node_choices() -> list[str]:
@@ -74,12 +77,18 @@ class NodeChoiceMiddleware:
         if not isinstance(exc, NodeUnavailableError):
             return None
         if request.path.startswith("/api/"):
-            return None  # the API's exception handler answers 503 as JSON
+            return None  # the API's exception handler answers it as JSON
+        from console.cluster.nodes import NodeNotFoundError, describe
+
         return render(
             request,
             "cluster/node_unavailable.html",
-            {"reason": str(exc), "node": chosen_node()},
-            status=503,
+            {
+                "reason": describe(exc),
+                "node": chosen_node(),
+                "not_found": isinstance(exc, NodeNotFoundError),
+            },
+            status=exc.http_status,
         )
 
 

@@ -12,6 +12,11 @@ from django.conf import settings
 from django.db import models
 
 _chosen: ContextVar[str] = ContextVar("console_node", default="")
+_master: ContextVar[bool] = ContextVar("console_node_master", default=False)
+
+#: The name of the console's own node on a single host with no
+#: ``BROKER_NODE`` (audit object ids ``local/<object>``).
+LOCAL_NODE = "local"
 
 
 def enabled() -> bool:
@@ -23,13 +28,40 @@ def chosen_node() -> str:
     return _chosen.get()
 
 
+def own_node() -> str:
+    """The name of the console's own node, the one whose store the pages
+    show when no node is picked (``BROKER_ADMIN_URL``'s node or the store at
+    ``BROKER_STORE_DIR``): ``BROKER_NODE`` (``broker-a``), else ``local``."""
+    return str(getattr(settings, "BROKER_NODE", "") or LOCAL_NODE)
+
+
+def acting_node() -> str:
+    """The node whose store this request acts on, as audit ids name it: the
+    picked node (``broker-b``, a slave ``broker-a:1``; ``broker-b:0`` is
+    ``broker-b``), else the console's own (``own_node``)."""
+    node = _chosen.get()
+    if not node:
+        return own_node()
+    return node.removesuffix(":0") if node.count(":") == 1 else node
+
+
+def master_required() -> bool:
+    """Within ``showing(node, master=True)``: the node must be a master."""
+    return _master.get()
+
+
 @contextmanager
-def showing(node: str) -> Iterator[None]:
-    """Within: the request shows ``node``'s store ("": the console's own)."""
+def showing(node: str, master: bool = False) -> Iterator[None]:
+    """Within: the request shows ``node``'s store ("": the console's own);
+    ``master``: its operations are refused unless ``node`` is a live master
+    (the Cluster page's actions), when they are first asked, so that the
+    refusal is the action's own (audited as failed)."""
     token = _chosen.set(node)
+    mtoken = _master.set(master)
     try:
         yield
     finally:
+        _master.reset(mtoken)
         _chosen.reset(token)
 
 

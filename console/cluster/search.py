@@ -11,7 +11,7 @@ from broker_core import browse
 from broker_core.cluster.node_ops import NodeOperations, NodeUnavailableError
 from broker_core.errors import BrokerError
 from broker_core.search import MessageQuery
-from console.cluster.nodes import ask_nodes, live_node, ops_of, registry
+from console.cluster.nodes import ask_nodes, describe, live_node, ops_of, registry
 
 #: ``search_node``'s node for "every broker" (its serving node each).
 EVERY_NODE = "*"
@@ -71,7 +71,9 @@ def search_every_node(
         if isinstance(answer, dict):
             answer = answer.get("search_messages")
         if isinstance(answer, BrokerError):
-            if not _not_found(answer):
+            if isinstance(answer, NodeUnavailableError):
+                notes.append(describe(answer))  # names the node
+            elif not _not_found(answer):
                 notes.append(f"{n.key}: {answer}")
             continue
         found.messages += [{"node": n.name, "node_key": n.key, **m}

@@ -12,7 +12,7 @@ from typing import Any
 
 from broker_core.cluster.node_ops import NodeUnavailableError
 from broker_core.errors import BrokerError
-from console.cluster.nodes import Read, ask_nodes, registry
+from console.cluster.nodes import Read, ask_nodes, describe, registry
 
 
 def plain(value: Any) -> Any:
@@ -83,9 +83,12 @@ def take_failures(got: dict[str, Any]) -> dict[str, BrokerError]:
 
 
 def failure_sentence(label: str, read: str, exc: BrokerError) -> str:
-    """What the page says of a read of the node ``label`` with no answer."""
-    silent = isinstance(exc, NodeUnavailableError) and not exc.status
-    return f"{label} {'did not answer' if silent else 'answered'} {read}: {exc}"
+    """What the page says of a read of the node ``label`` with no answer: the
+    one wording of a node that did not answer (``nodes.unanswered``), the
+    read named; or what the node answered instead."""
+    if isinstance(exc, NodeUnavailableError):
+        return f"{read}: {describe(exc)}"
+    return f"{label} answered {read}: {exc}"
 
 
 #: What the page asks every node (its status first), and every master besides.
@@ -177,8 +180,8 @@ def cluster_state() -> ClusterState:
     for view in views:
         got = answers[view.key]
         if isinstance(got, BrokerError):
-            view.error = str(got)
-            state.errors.append(f"Not reachable: {view.name} ({view.role}): {got}")
+            view.error = describe(got)
+            state.errors.append(view.error)
             continue
         for read, exc in take_failures(got).items():
             state.errors.append(

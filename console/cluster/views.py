@@ -71,13 +71,13 @@ def node_page(request: HttpRequest, node: str) -> HttpResponse:
         return render(request, "cluster/node.html", context, status=404)
     try:
         detail = node_detail.node_detail(node)
-    except NodeUnavailableError as exc:
-        context["errors"] = [f"Not reachable: the route registry: {exc}"]
+    except NodeUnavailableError as exc:  # the registry did not answer
+        context["errors"] = [str(exc)]
         return render(request, "cluster/node.html", context)
     if detail is None:
         context["missing"] = (
-            f"No live node {node} in cluster {context['cluster']}: it is not "
-            "registered, or it has stopped heartbeating."
+            f"{nodes.not_live(node)}: it is not registered, or it has stopped "
+            "heartbeating."
         )
         return render(request, "cluster/node.html", context, status=404)
     context.update(detail=detail, n=detail.node, errors=detail.errors)
@@ -141,7 +141,9 @@ def reset(request: HttpRequest) -> HttpResponse:
             queue_id=d["queue_id"], request=request,
         )  # fmt: skip
     except BrokerError as exc:
-        messages.error(request, f"Reset of {d['group']} on {d['node']} failed: {exc}")
+        messages.error(
+            request, f"Reset of {d['group']} on {d['node']} {actions.failed(exc)}"
+        )
     else:
         moved = ", ".join(f"queue {c['queue_id']} -> {c['target']}" for c in changes)
         messages.success(
@@ -165,7 +167,9 @@ def cancel(request: HttpRequest) -> HttpResponse:
         actions.cancel_delayed(d["node"], d["msg_id"], actor=request.user,
                                 reason=d["reason"], request=request)  # fmt: skip
     except BrokerError as exc:
-        messages.error(request, f"Cancel of {d['msg_id']} on {d['node']} failed: {exc}")
+        messages.error(
+            request, f"Cancel of {d['msg_id']} on {d['node']} {actions.failed(exc)}"
+        )
     else:
         messages.success(
             request,
@@ -189,7 +193,7 @@ def topic(request: HttpRequest) -> HttpResponse:
         return redirect("cluster:overview")
     done = actions.put_topic(chosen, name, queues, request.user, request)
     text = "; ".join(f"{n}: {r}" for n, r in done.items())
-    ok = all(r in ("created", "updated") for r in done.values())
+    ok = all(r == "created" for r in done.values())
     (messages.success if ok else messages.error)(request, f"Topic {name}: {text}")
     return redirect("cluster:overview")
 
@@ -207,7 +211,11 @@ def decide(request: HttpRequest, node: str, transaction_id: str, verb: str):
     try:
         actions.decide(node, transaction_id, verb, request.user,
                         request.POST.get("reason", ""), request)  # fmt: skip
-    except (BrokerError, ValueError) as exc:
+    except BrokerError as exc:
+        messages.error(
+            request, f"{verb} of {transaction_id} on {node} {actions.failed(exc)}"
+        )
+    except ValueError as exc:
         messages.error(request, f"{verb} of {transaction_id} on {node} failed: {exc}")
     else:
         done = {"commit": "Committed", "rollback": "Rolled back",
@@ -238,7 +246,7 @@ def promote(request: HttpRequest, node: str) -> HttpResponse:
     try:
         actions.promote(node, role, request.user, reason, force, request)
     except BrokerError as exc:
-        messages.error(request, f"{node} was not promoted: {exc}")
+        messages.error(request, f"{node} was not promoted: {actions.failed(exc)}")
     else:
         messages.success(
             request, f"{node} is now a {role}: clients route to it within seconds."

@@ -123,9 +123,9 @@ def reset_offsets(
 ) -> list[ResetChange]:
     """Move a group's committed offsets (operator); consumers pick them up on
     their next pull. Returns the changes made."""
-    ops = node_ops()
     # The offsets before, for the audit; the node works the reset out again
-    # when it makes it and answers what it changed.
+    # when it makes it and answers what it changed. The node is looked up
+    # (and may be away) within the audited action.
     try:
         before: dict[str, int] | None = {
             str(c.queue_id): c.current
@@ -136,7 +136,7 @@ def reset_offsets(
     except BrokerError:
         before = None  # refused: the reset below says why, audited as failed
     made = audited(
-        lambda: ops.apply_reset(
+        lambda: node_ops().apply_reset(
             group, topic, to_offset=to_offset, to_ms=to_ms, queue_id=queue_id
         ),
         actor=actor,
@@ -204,20 +204,24 @@ def update_group_settings(
     node's endpoint applies them to the next receive. Returns the settings as
     ``group_settings`` does; raises ``ValidationError`` for a bad name or
     attempts outside 1..1000 (audited as failed)."""
-    ops = node_ops()
-    before = group_settings(group)
+    seen: dict[str, Any] = {}
+
+    def before() -> dict[str, Any] | None:
+        seen.update(group_settings(group))
+        return _audited_settings(seen) if seen["configured"] else None
+
     made = audited(
-        lambda: ops.put_group(group, fifo, max_delivery_attempts),
+        lambda: node_ops().put_group(group, fifo, max_delivery_attempts),
         actor=actor,
         request=request,
         action="consumer_group.update_settings",
         object_type="consumer_group",
         object_id=group,
         reason=reason,
-        before=_audited_settings(before) if before["configured"] else None,
+        before=before,
         after=_audited_settings,
     )
-    default = before["default_max_delivery_attempts"]
+    default = seen["default_max_delivery_attempts"]
     return _settings_of(
         group, {"groups": [made], "default_max_delivery_attempts": default}
     )

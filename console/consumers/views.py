@@ -235,16 +235,23 @@ def _resent(group: str, msg_ids: list[str]) -> dict[str, Any]:
     """The last successful resend to ``group`` of each of ``msg_ids`` (their
     ``UNIQ_KEY``), from the audit log: msg id -> the audit record."""
     from console.audit.models import AuditRecord
+    from console.audit.services import node_object_id
+    from console.cluster.scope import chosen_node
 
+    # Audited as ``<node>/<msg id>`` (``node_object_id``); records of the
+    # console's own store written before that carry the bare id.
+    wanted = {node_object_id(m): m for m in msg_ids}
+    if not chosen_node():
+        wanted.update({m: m for m in msg_ids})
     out: dict[str, Any] = {}
     records = AuditRecord.objects.filter(
         action="message.resend",
         status=AuditRecord.Status.SUCCESS,
-        object_id__in=msg_ids,
+        object_id__in=list(wanted),
         after__group=group,
     ).order_by("created_at")
     for rec in records:
-        out[rec.object_id] = rec
+        out[wanted[rec.object_id]] = rec
     return out
 
 

@@ -33,8 +33,12 @@ def _summary(detail: Any) -> str:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Answer every API error as ``{"code": ..., "message": ...}``."""
     if isinstance(exc, errors.BrokerError):
+        from console.cluster.nodes import describe
+
+        # A node that could not be asked: the one wording of
+        # ``console.cluster.nodes`` (also the pages').
         return Response(
-            {"code": exc.code, "message": str(exc)}, status=http_status_for(exc)
+            {"code": exc.code, "message": describe(exc)}, status=http_status_for(exc)
         )
     response = drf_exception_handler(exc, context)
     if response is None:

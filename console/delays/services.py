@@ -38,9 +38,8 @@ def cancel_scheduled(
 
     Raises ``RecallError`` when it is unknown, delivered or already cancelled.
     """
-    ops = node_ops()
     return audited(
-        lambda: ops.recall(msg_id),
+        lambda: node_ops().recall(msg_id),
         actor=actor,
         request=request,
         action="delay.cancel",

@@ -102,12 +102,11 @@ def send_test_message(
     request: Any = None,
 ) -> Any:
     """Send one message as a client would (operator), audited."""
-    ops = node_ops()  # a test message sent with DELAY is scheduled
     msg = Message(
         topic, body, tags=tags or None, keys=keys or None, properties=properties or None
     )
     return audited(
-        lambda: ops.send(msg),
+        lambda: node_ops().send(msg),  # sent with DELAY: scheduled
         actor=actor,
         request=request,
         action="message.send_test",
@@ -140,9 +139,8 @@ def resend_message(
     """
     validate_group(group)
     original = find_message(msg_id)
-    ops = node_ops()
     return audited(
-        lambda: ops.resend(original.msg_id, group),
+        lambda: node_ops().resend(original.msg_id, group),
         actor=actor,
         request=request,
         action="message.resend",

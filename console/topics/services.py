@@ -122,9 +122,8 @@ def create_topic(
     request: Any = None,
 ) -> Any:
     """Create a topic in the store and in the table (admin)."""
-    ops = node_ops()
     cfg = audited(
-        lambda: ops.create_topic(
+        lambda: node_ops().create_topic(
             name, read_queue_nums, write_queue_nums, perm, message_type
         ),
         actor=actor,
@@ -148,17 +147,15 @@ def update_topic(
     **changes: Any,
 ) -> Any:
     """Change a topic's queue numbers, permission or message type (admin)."""
-    ops = node_ops()
-    before = _config_dict(ops.get_topic(name))
     cfg = audited(
-        lambda: ops.update_topic(name, **changes),
+        lambda: node_ops().update_topic(name, **changes),
         actor=actor,
         request=request,
         action="topic.update",
         object_type="topic",
         object_id=name,
         reason=reason,
-        before=before,
+        before=lambda: _config_dict(node_ops().get_topic(name)),
         after=_config_dict,
     )
     sync_topics(force=True)
@@ -167,19 +164,23 @@ def update_topic(
 
 def delete_topic(*, actor: Any, name: str, reason: str, request: Any = None) -> None:
     """Delete a topic and its consume queues (admin)."""
-    ops = node_ops()
-    before = _config_dict(ops.get_topic(name))
     audited(
-        lambda: ops.delete_topic(name),
+        lambda: node_ops().delete_topic(name),
         actor=actor,
         request=request,
         action="topic.delete",
         object_type="topic",
         object_id=name,
         reason=reason,
-        before=before,
+        before=lambda: _config_dict(node_ops().get_topic(name)),
     )
     sync_topics(force=True)
+
+
+def get_topic(name: str) -> Any:
+    """The topic's settings from the node; ``TopicNotFoundError`` (404
+    ``topic_not_found``) when it has no such topic."""
+    return node_ops().get_topic(name)
 
 
 def queue_ranges(name: str) -> list[dict[str, int]]:

@@ -75,17 +75,15 @@ def configure_checker(
 ) -> None:
     """Set the webhook that answers check-backs for ``group`` (admin)."""
     validate_group(group)
-    ops = node_ops()
-    before = ops.checkers().get(group)
     audited(
-        lambda: ops.configure_checker(group, url, secret, timeout_s),
+        lambda: node_ops().configure_checker(group, url, secret, timeout_s),
         actor=actor,
         request=request,
         action="producer_group.configure_checker",
         object_type="producer_group",
         object_id=group,
         reason=reason,
-        before=before,
+        before=lambda: node_ops().checkers().get(group),
         after=lambda _r: {
             "kind": "webhook",
             "url": url,
@@ -98,15 +96,13 @@ def configure_checker(
 def remove_checker(
     *, actor: Any, group: str, reason: str = "", request: Any = None
 ) -> None:
-    ops = node_ops()
-    before = ops.checkers().get(group)
     audited(
-        lambda: ops.remove_checker(group),
+        lambda: node_ops().remove_checker(group),
         actor=actor,
         request=request,
         action="producer_group.remove_checker",
         object_type="producer_group",
         object_id=group,
         reason=reason,
-        before=before,
+        before=lambda: node_ops().checkers().get(group),
     )

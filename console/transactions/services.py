@@ -184,16 +184,16 @@ def perform(
 
     The caller has checked ``actor``'s role against ``verb.role``."""
     v = VERBS[verb] if isinstance(verb, str) else verb
-    ops = node_ops()
+    # The node is looked up (and may be away) within the audited action.
     return audited(
-        lambda: v.run(ops, transaction_id, actor.get_username()),
+        lambda: v.run(node_ops(), transaction_id, actor.get_username()),
         actor=actor,
         request=request,
         action=v.action,
         object_type="transaction",
         object_id=transaction_id,
         reason=reason,
-        before=_before(transaction_id),
+        before=lambda: _before(transaction_id),
         after=v.after,
         note=_no_change,
     )

@@ -83,7 +83,7 @@ class ClusterNodeView(APIView):
                 f"the route registry does not answer: {exc}"
             ) from exc
         if detail is None:
-            raise NotFound(f"no live node {key} in cluster {settings.BROKER_CLUSTER}")
+            raise nodes.not_live(key)  # 404 node_not_found, as X-Broker-Node
         body = asdict(detail)
         body["node"] = _node(detail.node)
         return Response(body)

@@ -4,7 +4,6 @@ one group, ``reset-offset`` (operator; ``dry_run`` previews) and ``settings``
 
 from __future__ import annotations
 
-from django.http import Http404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics
@@ -12,6 +11,7 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from broker_core.errors import GroupNotConsumingError
 from broker_core.validation import validate_group
 from console.consumers import services
 from console.consumers.api.serializers import (
@@ -52,7 +52,9 @@ class ConsumerGroupDetailView(APIView):
     def get(self, request, group: str):
         queues = services.group_queues(group)
         if not queues:
-            raise Http404(f"no consumer group {group!r}")
+            # The node's own error for a group it knows no offsets or
+            # subscriptions of (404 ``group_not_consuming``), as a reset says.
+            raise GroupNotConsumingError(f"{group!r} consumes no topic on this node")
         return Response(
             {"group": group, "lag": sum(q["lag"] for q in queues), "queues": queues}
         )

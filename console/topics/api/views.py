@@ -54,6 +54,18 @@ class TopicViewSet(viewsets.ReadOnlyModelViewSet):
             services.sync_topics()
         return Topic.objects.all()
 
+    def get_object(self):
+        """The topic's row; a topic the table does not have is asked of the
+        node, whose ``TopicNotFoundError`` (404 ``topic_not_found``, "topic
+        'X' does not exist") answers, as the node's admin API and the other
+        pages do. One created on the node since the last sync is synced."""
+        try:
+            return super().get_object()
+        except Http404:
+            services.get_topic(self.kwargs[self.lookup_field])  # raises if none
+            services.sync_topics(force=True)
+            return super().get_object()
+
     @extend_schema(request=TopicWriteSerializer, responses={201: TopicSerializer})
     def create(self, request):
         s = TopicWriteSerializer(data=request.data)

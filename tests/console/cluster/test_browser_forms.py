@@ -104,3 +104,49 @@ def test_an_operator_resumes_a_discarded_half_on_its_node(
     assert f"Resumed {tid} on broker-b." in flash(page)
     assert svc.state(tid) == TransactionState.PENDING
     assert page.locator("[data-testid=cluster-discarded]").count() == 0
+
+
+def test_an_admin_is_refused_a_topic_that_exists_and_a_node_that_is_gone(
+    nodes, page, users, sign_in
+) -> None:
+    """The Create-a-topic form on a topic one master has already: that master
+    refuses (409 topic_exists, shown, audited as failed, never resized) and
+    the other creates it. Then a picked node whose admin API refuses
+    connections: its pages are the 503 page with the one wording."""
+    import socket
+
+    from playwright.sync_api import expect
+
+    from console.audit.models import AuditRecord
+
+    a = nodes.start("broker-a")
+    b = nodes.start("broker-b")
+    a.create_topic("orders", 2, 2)
+    sign_in(page, "admin")
+    page.goto("/cluster/")
+    form = page.locator("[data-testid=topic-form]")
+    form.get_by_label("Topic name").fill("orders")
+    form.get_by_label("Queues").fill("6")
+    form.get_by_label("broker-a").check()
+    form.get_by_label("broker-b").check()
+    form.get_by_role("button", name="Create").click()
+    error = page.locator(".flash-error")
+    expect(error).to_contain_text(
+        "Topic orders: broker-a: failed (409 topic_exists): topic 'orders' "
+        "already exists; broker-b: created"
+    )
+    assert a.store.get_topic("orders").write_queue_nums == 2
+    assert b.store.get_topic("orders").write_queue_nums == 6
+    assert AuditRecord.objects.get(object_id="broker-a/orders").status == "failed"
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    nodes.register("broker-gone", f"http://127.0.0.1:{port}")
+    page.goto("/topics/")
+    page.locator("[data-testid=node-picker]").select_option("broker-gone")
+    page.locator("[data-testid=pick-node]").click()
+    expect(page.locator("[data-testid=node-unavailable-reason]")).to_have_text(
+        f"node broker-gone (http://127.0.0.1:{port}) did not answer: connection refused"
+    )
+    expect(page.locator("h1")).to_have_text("The node did not answer")

@@ -106,7 +106,7 @@ def test_admin_puts_settings_audited(api_as, group, broker) -> None:
     assert api_as("viewer").get(SETTINGS).json()["effective_max_delivery_attempts"] == 3
     rec = AuditRecord.objects.get(action="consumer_group.update_settings")
     assert (rec.object_id, rec.actor_username, rec.reason) == (
-        "etl",
+        "local/etl",  # the console's own node, no BROKER_NODE
         "admin",
         "orders in order",
     )
@@ -151,7 +151,9 @@ def test_a_bad_group_name_is_400(api_as, group, broker) -> None:
     assert broker.list_groups() == []
     # The attempt is in the audit log, as failed.
     rec = AuditRecord.objects.get()
-    assert rec.status == AuditRecord.Status.FAILED and rec.object_id == "no spaces"
+    assert (
+        rec.status == AuditRecord.Status.FAILED and rec.object_id == "local/no spaces"
+    )
 
 
 def test_a_group_without_consumers_can_be_set_up(api_as, broker) -> None:
@@ -263,3 +265,16 @@ def test_a_slave_refuses_put_group(broker) -> None:
     answer = opscodec.decode(ops.call("groups", {}, writable=False))
     assert [g.name for g in answer["groups"]] == ["etl"]
     assert answer["default_max_delivery_attempts"] == 17
+
+
+def test_a_group_that_consumes_nothing_is_the_node_s_404(api_as, broker) -> None:
+    """The broker's error for a group with no offsets and no subscription on
+    the node (``GroupNotConsumingError``), as its reset answers."""
+    r = api_as("viewer").get("/api/consumer-groups/NOSUCH/")
+    assert (r.status_code, r.json()) == (
+        404,
+        {
+            "code": "group_not_consuming",
+            "message": "'NOSUCH' consumes no topic on this node",
+        },
+    )

@@ -257,7 +257,7 @@ def test_admin_changes_the_settings_audited(client_as, lagging, broker) -> None:
     assert (rec.action, rec.object_type, rec.object_id) == (
         "consumer_group.update_settings",
         "consumer_group",
-        "analytics",
+        "local/analytics",
     )
     assert rec.actor_username == "admin" and rec.reason == "orders in order"
     assert rec.before is None  # no settings of its own before

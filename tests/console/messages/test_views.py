@@ -107,7 +107,7 @@ def test_resend_to_group(client_as, msgs, broker) -> None:
     rec = AuditRecord.objects.get()
     assert (rec.action, rec.object_id, rec.reason) == (
         "message.resend",
-        msgs["json"],
+        f"local/{msgs['json']}",
         "replay lost order",
     )
 

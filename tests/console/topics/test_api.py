@@ -107,3 +107,24 @@ def test_send_and_browse(api_as, orders) -> None:
         .json()
     )
     assert page["messages"][0]["body_text"] == "hi"
+
+
+def test_a_topic_that_does_not_exist_is_the_node_s_topic_not_found(
+    api_as, broker
+) -> None:
+    """The node's own error (``TopicNotFoundError``), not the console table's
+    generic 404: the same code and wording as the node's admin API."""
+    c = api_as("admin")
+    gone = {"code": "topic_not_found", "message": "topic 'NOSUCH' does not exist"}
+    for r in (
+        c.get("/api/topics/NOSUCH/"),
+        c.delete("/api/topics/NOSUCH/", {"reason": "retire"}, format="json"),
+        c.patch("/api/topics/NOSUCH/", {"perm": 4}, format="json"),
+        c.get("/api/topics/NOSUCH/messages/", {"queue_id": 0}),
+    ):
+        assert (r.status_code, r.json()) == (404, gone)
+    assert not AuditRecord.objects.exists()
+    # A topic made on the node since the table's last sync is found at once.
+    c.get("/api/topics/")
+    broker.create_topic("fresh", 1)
+    assert c.get("/api/topics/fresh/").status_code == 200
