@@ -401,3 +401,54 @@ def test_the_store_refuses_settings_of_the_wrong_type(tmp_path):
         assert (cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm) == (2, 2, 6)
         assert broker.list_groups() == []
         assert broker.put_group("g", True, 3).max_delivery_attempts == 3
+
+
+def test_over_tls_a_client_that_sends_no_hello_stops_nobody(tmp_path):
+    """The TLS handshake ran on the accepting thread: one connection that
+    never sent its hello stopped every other. It runs on the request's own
+    thread now, under the timeout."""
+    import ssl
+
+    from broker_core.cluster.credentials import make_credentials
+    from broker_core.endpoint.config import EndpointConfig
+    from broker_core.endpoint.server import Endpoint
+
+    creds = tmp_path / "creds"
+    make_credentials(creds, {"n1": ["127.0.0.1"]})
+    tls = (str(creds / "hosts/n1/cert.pem"), str(creds / "hosts/n1/key.pem"))
+    context = ssl.create_default_context(cafile=str(creds / "ca.pem"))
+    with Broker.open(str(tmp_path / "store")) as broker:
+        ep = Endpoint(broker, EndpointConfig())
+        admin = AdminServer(ep, "127.0.0.1:0", TOKEN, tls=tls).start()
+        host, port = admin.address.rsplit(":", 1)
+        mute = [socket.create_connection((host, int(port))) for _ in range(3)]
+        try:
+            time.sleep(0.3)
+            t0 = time.monotonic()
+            status = ops(f"https://{admin.address}", context=context).node_status()
+            assert status["role"] == "ASYNC_MASTER"
+            assert time.monotonic() - t0 < 3
+        finally:
+            for s in mute:
+                s.close()
+            admin.stop()
+            ep.close()
+
+
+def test_every_operation_has_annotations_the_check_can_read():
+    """``argtypes`` reads each operation's annotations (and those of the
+    library functions ``list_halves`` and ``update_topic`` pass their
+    keywords to): one that does not resolve would fail every call of it."""
+    from broker_core.cluster import argtypes
+    from broker_core.cluster.node_ops import OPERATIONS
+
+    for name in OPERATIONS:
+        fn = getattr(NodeOps, name)
+        argtypes.hints(fn)
+        marked = getattr(fn, "__keywords_of__", None)
+        if marked is not None:
+            argtypes.hints(marked[0]())
+    assert argtypes.fits(3, float) and not argtypes.fits(True, int)
+    assert argtypes.fits([1, 2], list[int]) and not argtypes.fits([1, "2"], list[int])
+    assert argtypes.fits(None, int | None) and not argtypes.fits(1.0, int | None)
+    assert argtypes.fits({"a": 1}, dict[str, int]) and argtypes.fits("x", object)
