@@ -57,6 +57,14 @@ class ValidationError(BrokerError):
     grpc_code = RmqCode.BAD_REQUEST
 
 
+class InvalidArgumentError(ValidationError):
+    """Arguments that do not fit an admin operation's signature: one missing,
+    too many, an unknown keyword, or a value of a type its annotation does not
+    allow (``cluster.argtypes``); the operation did not run."""
+
+    code = "invalid_argument"
+
+
 class InvalidTopicError(ValidationError):
     code = "invalid_topic"
     grpc_code = RmqCode.ILLEGAL_TOPIC

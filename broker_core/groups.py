@@ -112,6 +112,16 @@ class GroupRegistry:
     ) -> GroupConfig:
         """Create or replace a group's settings. Raises ``ValidationError``."""
         validate_group(group)
+        if not isinstance(fifo, bool):
+            raise ValidationError(f"fifo must be true or false, not {fifo!r}")
+        if max_delivery_attempts is not None and (
+            not isinstance(max_delivery_attempts, int)
+            or isinstance(max_delivery_attempts, bool)
+        ):
+            raise ValidationError(
+                "max delivery attempts must be an integer, not "
+                f"{type(max_delivery_attempts).__name__}"
+            )
         if max_delivery_attempts is not None and not (
             1 <= max_delivery_attempts <= MAX_ATTEMPTS
         ):

@@ -56,11 +56,19 @@ def preview_reset(
     ``to_offset`` applies to one queue (``queue_id``) or, clamped to each
     queue's range, to all; ``to_ms`` finds each queue's first message at or
     after that time. Raises ``ValidationError`` when neither or both are
-    given, ``InvalidOffsetError`` for an offset outside the one queue,
-    ``InvalidQueueError`` and ``TopicNotFoundError``.
+    given or either is negative (or not an integer), ``InvalidOffsetError``
+    for an offset outside the one queue, ``InvalidQueueError`` and
+    ``TopicNotFoundError``.
     """
     if (to_offset is None) == (to_ms is None):
         raise ValidationError("give either an offset or a time to reset to")
+    for field, value in (("to_offset", to_offset), ("to_ms", to_ms)):
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValidationError(f"{field}: an integer, not {type(value).__name__}")
+        if value < 0:
+            raise ValidationError(f"{field}: must not be negative (given {value})")
     cfg = store.get_topic(topic)
     queues = range(cfg.queue_nums) if queue_id is None else [queue_id]
     changes = []

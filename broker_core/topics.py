@@ -38,7 +38,25 @@ from broker_core.validation import (
 log = logging.getLogger(__name__)
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_queue_numbers(read: int, write: int, perm: int, message_type: str) -> None:
+    """Refuse (``ValidationError``) settings a topic cannot be stored with: a
+    queue number or permission that is no integer (a float or a boolean would
+    be stored and break every reader of the topic table) or out of range, a
+    message type that is not one."""
+    for field, value in (("read_queue_nums", read), ("write_queue_nums", write),
+                         ("perm", perm)):  # fmt: skip
+        if not _is_int(value):
+            raise ValidationError(
+                f"{field} must be an integer, not {type(value).__name__}"
+            )
+    if not isinstance(message_type, str):
+        raise ValidationError(
+            f"message_type must be a string, not {type(message_type).__name__}"
+        )
     if not (1 <= read <= 1024 and 1 <= write <= 1024):
         raise ValidationError("queue numbers must be between 1 and 1024")
     if perm & ~(PERM_READ | PERM_WRITE | 0x9):

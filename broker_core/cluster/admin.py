@@ -9,9 +9,15 @@ while the endpoint is down; not for cluster members). Every request carries
 ``Authorization: Bearer <token>`` (compared in constant time); with
 ``--admin-tls-cert`` and ``--admin-tls-key`` it is served over TLS. JSON in,
 JSON out; errors are ``{"error": ...}``: 401 (no or wrong token), 400 (a
-body that is not a JSON object), 404 (no such route or operation), and a
-library error's own status (``http_status``: 400 bad input, 404 no such
-thing, 409 a conflicting decision, 503 a slave asked to write).
+body that is not a JSON object or nests more than ``MAX_JSON_DEPTH`` deep,
+arguments that do not fit the operation's signature: ``argtypes``), 404 (no
+such route or operation), 405 (a method other than GET and POST, with
+``Allow``), 408 (a body that did not arrive in time), 503 (``MAX_CONNECTIONS``
+requests under way), and a library error's own status (``http_status``: 400
+bad input, 404 no such thing, 409 a conflicting decision, 503 a slave asked
+to write); a fault of the node is 500 with no detail (the traceback is in the
+node's log). A connection waits ``IO_TIMEOUT_S`` at most for its first byte
+(without a thread: ``_Server``) and for each read of its request.
 
 Two routes:
 
@@ -26,7 +32,7 @@ Two routes:
 * ``GET /metrics``: the node's figures in Prometheus' text format
   (``cluster.metrics``).
 
-Any other path is 404.
+Any other path is 404 (``docs/cluster.md``, "The admin API").
 """
 
 from __future__ import annotations
@@ -34,7 +40,10 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import queue
 import re
+import selectors
+import socket
 import ssl
 import threading
 import time
@@ -56,6 +65,36 @@ log = logging.getLogger(__name__)
 #: ``POST /v1/ops/send`` carries a whole message body (4 MiB at most), in base64
 _MAX_OPS_BODY = 8 << 20
 _OPS = re.compile(r"^/v1/ops/([a-z_]{1,64})$")
+#: how deeply a request's JSON may nest (lists and objects), checked on the
+#: raw bytes before they are decoded
+MAX_JSON_DEPTH = 64
+#: how long a connection may wait for its first byte, and then for each read
+#: of its request (headers and body), before it is dropped
+IO_TIMEOUT_S = 10.0
+#: requests served at once; one more connection is answered 503 at once
+MAX_CONNECTIONS = 64
+#: connections that have sent nothing yet, waited on by one thread; beyond,
+#: a new connection is closed at once
+MAX_WAITING = 512
+#: the methods served (any other: 405 with ``Allow``)
+ALLOWED = "GET, POST"
+#: the answer to an operation that failed inside the node (its traceback is
+#: in the node's log, never in the answer)
+INTERNAL_ERROR = "internal error, see the node's log"
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(raw: bytes) -> int:
+    """How deeply the JSON text ``raw`` nests lists and objects, counted on
+    its bytes (strings left out) without decoding it: ``json.loads`` of a
+    text nested 100,000 deep fails with a ``RecursionError``."""
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    deepest = level = 0
+    for c in brackets:
+        level += 1 if c in b"[{" else -1
+        deepest = max(deepest, level)
+    return deepest
 
 
 def _clients_file(root: Any) -> dict[str, Any]:
@@ -118,6 +157,140 @@ class StoreNode:
                 log.exception("admin node close")
 
 
+class _Server(ThreadingHTTPServer):
+    """The admin API's HTTP server: a thread per request, and a client that
+    sends nothing cannot take one. A new connection waits on one thread
+    (``_wait``) for its first byte (a TLS client's hello), at most
+    ``io_timeout_s`` (then it is closed; beyond ``MAX_WAITING`` waiting, a new
+    one is closed at once); then it gets a thread of its own, at most
+    ``max_connections`` at once (one more is answered 503 at once), whose
+    every read of the request waits ``io_timeout_s`` at most (the handler's
+    ``timeout``)."""
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        io_timeout_s: float,
+        max_connections: int,
+    ) -> None:
+        super().__init__(address, handler)
+        self.io_timeout_s = io_timeout_s
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._arrivals: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._closed = threading.Event()
+        self._waiter = threading.Thread(
+            target=self._wait, name="admin-api-waiting", daemon=True
+        )
+        self._waiter.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # On the accepting thread: handed to the waiting thread at once.
+        self._arrivals.put((request, client_address))
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass  # closing, or its buffer full: it looks again within 0.5 s
+
+    def _wait(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self._wake_r, selectors.EVENT_READ, None)
+        #: connection -> (address, when it is dropped)
+        waiting: dict[Any, tuple[Any, float]] = {}
+        try:
+            while not self._closed.is_set():
+                while True:
+                    try:
+                        sock, address = self._arrivals.get_nowait()
+                    except queue.Empty:
+                        break
+                    if len(waiting) >= MAX_WAITING:
+                        self.shutdown_request(sock)
+                        continue
+                    sel.register(sock, selectors.EVENT_READ, address)
+                    waiting[sock] = (address, time.monotonic() + self.io_timeout_s)
+                for key, _ in sel.select(timeout=0.5):
+                    if key.data is None:
+                        try:
+                            self._wake_r.recv(4096)
+                        except OSError:
+                            pass
+                        continue
+                    sel.unregister(key.fileobj)
+                    waiting.pop(key.fileobj, None)
+                    self._dispatch(key.fileobj, key.data)
+                now = time.monotonic()
+                for sock in [s for s, (_a, t) in waiting.items() if t <= now]:
+                    sel.unregister(sock)
+                    address, _t = waiting.pop(sock)
+                    log.debug("admin %s sent nothing: closed", address[0])
+                    self.shutdown_request(sock)
+        finally:
+            for sock in waiting:
+                self.shutdown_request(sock)
+            sel.close()
+
+    def _dispatch(self, sock: Any, address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("admin %s: %d requests under way: 503", address[0],
+                        MAX_CONNECTIONS)  # fmt: skip
+            self._busy(sock)
+            return
+        try:
+            super().process_request(sock, address)
+        except BaseException:  # no thread: nothing will release the slot
+            self._slots.release()
+            log.exception("admin %s: no thread for the request", address[0])
+            self.shutdown_request(sock)
+
+    def _busy(self, sock: Any) -> None:
+        """Answer 503 without a thread (a TLS connection, whose handshake
+        would wait here, is closed instead)."""
+        if not isinstance(sock, ssl.SSLSocket):
+            data = json.dumps({"error": "the node is busy: try again"}).encode()
+            try:
+                sock.settimeout(0)
+                try:
+                    sock.recv(65536)  # the request: not left unread (a reset)
+                except OSError:
+                    pass
+                sock.settimeout(1.0)
+                sock.sendall(
+                    b"HTTP/1.0 503 Service Unavailable\r\n"
+                    b"Content-Type: application/json\r\n"
+                    b"Retry-After: 1\r\nConnection: close\r\n"
+                    + f"Content-Length: {len(data)}\r\n\r\n".encode()
+                    + data
+                )
+            except OSError:
+                pass
+        self.shutdown_request(sock)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Into the node's log, never a bare traceback on stderr.
+        log.exception("admin %s: the request failed", client_address[0])
+
+    def server_close(self) -> None:
+        self._closed.set()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        self._waiter.join(timeout=5)
+        super().server_close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+
 class AdminServer:
     """Serve the admin API of the endpoint ``ep`` (module doc), or of a
     ``StoreNode`` (``serve --admin-only``)."""
@@ -129,6 +302,8 @@ class AdminServer:
         token: str,
         tls: tuple[str, str] | None = None,
         node_ops: NodeOps | None = None,
+        io_timeout_s: float = IO_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         if not token:
             raise ValueError("the admin API needs a token (--admin-token-file)")
@@ -167,12 +342,20 @@ class AdminServer:
         )).with_control(self)  # fmt: skip
         self._promoting = threading.Lock()
         host, _, port = listen.rpartition(":")
-        server = ThreadingHTTPServer((host, int(port)), self._handler())
-        server.daemon_threads = True
+        #: how long a connection may wait for its first byte and each read
+        self.io_timeout_s = io_timeout_s
+        server = _Server(
+            (host, int(port)), self._handler(), io_timeout_s, max_connections
+        )
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(tls[0], tls[1])
-            server.socket = context.wrap_socket(server.socket, server_side=True)
+            # The handshake on the request's own thread (under its timeout),
+            # not on the accepting one, where a client that never sends its
+            # hello would stop every other connection.
+            server.socket = context.wrap_socket(
+                server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self.server = server
         self.address = f"{host}:{server.server_address[1]}"
         self.scheme = "https" if tls else "http"
@@ -273,6 +456,9 @@ class AdminServer:
 
         class Handler(BaseHTTPRequestHandler):
             server_version = "broker-core-admin/1"
+            #: every read of a request (its headers, its body) waits this long
+            #: at most (``StreamRequestHandler.setup``)
+            timeout = api.io_timeout_s
 
             def log_message(self, fmt: str, *args: Any) -> None:
                 log.debug("admin %s " + fmt, self.client_address[0], *args)
@@ -281,29 +467,67 @@ class AdminServer:
                 # A client that goes away before its answer is written (a
                 # probe without the token, a scrape that timed out) is no
                 # fault of this node: no traceback in the serve log.
+                # One that sends its headers too slowly is dropped, as is a
+                # failed TLS handshake.
                 try:
                     super().handle()
-                except (ConnectionError, ssl.SSLEOFError) as exc:
+                except (ConnectionError, TimeoutError, ssl.SSLError) as exc:
                     self.close_connection = True
                     log.debug("admin %s went away: %r", self.client_address[0], exc)
 
-            def _reply(self, code: int, payload: dict[str, Any]) -> None:
+            def send_error(
+                self, code: int, message: str | None = None, explain: str | None = None
+            ) -> None:
+                # What ``http.server`` answers itself (a request it cannot
+                # parse, a method with no ``do_`` handler), in JSON as every
+                # other answer, never its HTML page.
+                if code == 501:  # a method not served
+                    self._drain()
+                    self._reply(
+                        405,
+                        {"error": f"method {self.command} is not allowed: "
+                                  f"{ALLOWED} only"},
+                        close=True,
+                    )  # fmt: skip
+                    return
+                short = self.responses.get(code, ("error", ""))[0]
+                self._reply(code, {"error": message or short}, close=True)
+
+            def _drain(self) -> None:
+                """Read a refused request's body (up to 1 MiB), so that
+                closing the connection does not reset it before the client
+                reads the answer."""
+                try:
+                    size = int(self.headers.get("Content-Length") or 0)
+                    if 0 < size <= 1 << 20:
+                        self.rfile.read(size)
+                except (ValueError, OSError):
+                    pass
+
+            def _reply(
+                self, code: int, payload: dict[str, Any], close: bool = False
+            ) -> None:
                 data = json.dumps(payload, default=str).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.send_header("Cache-Control", "no-store")
+                if code == 405:
+                    self.send_header("Allow", ALLOWED)
+                if close:
+                    self.send_header("Connection", "close")
                 self.end_headers()
-                self.wfile.write(data)
+                if self.command != "HEAD":
+                    self.wfile.write(data)
 
             def _metrics(self) -> None:
                 from broker_core.cluster.metrics import CONTENT_TYPE, render
 
                 try:
                     data = render(api)
-                except Exception as exc:  # noqa: BLE001 - reported, not raised
+                except Exception:  # noqa: BLE001 - logged, not answered
                     log.exception("admin metrics failed")
-                    self._reply(500, {"error": f"{type(exc).__name__}: {exc}"})
+                    self._reply(500, {"error": INTERNAL_ERROR})
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", CONTENT_TYPE)
@@ -329,16 +553,17 @@ class AdminServer:
                     try:
                         body = self._body(_MAX_OPS_BODY)
                     except AdminError as exc:
-                        self._reply(exc.code, {"error": str(exc)})
+                        self._reply(exc.code, {"error": str(exc)}, close=True)
                         return
                     try:
                         code, payload = run_remote(
                             api.node_ops, m.group(1), body, api.ep.writable()
                         )
-                    except Exception as exc:  # noqa: BLE001 - reported, not raised
+                    except Exception:  # noqa: BLE001 - logged, not answered
+                        # A fault of the node: its traceback goes to the log,
+                        # never into the answer.
                         log.exception("admin ops %s failed", m.group(1))
-                        code = 500
-                        payload = {"error": f"{type(exc).__name__}: {exc}"}
+                        code, payload = 500, {"error": INTERNAL_ERROR}
                     self._reply(code, payload)
                     return
                 self._reply(404, {"error": f"no {method} {url.path}"})
@@ -350,11 +575,24 @@ class AdminServer:
                     raise AdminError(400, "Content-Length: a number") from None
                 if not 0 <= size <= limit:
                     raise AdminError(400, f"Content-Length: 0 to {limit} bytes")
-                raw = self.rfile.read(size) if size else b"{}"
+                try:
+                    raw = self.rfile.read(size) if size else b"{}"
+                except TimeoutError:
+                    raise AdminError(
+                        408, f"the body did not arrive within {api.io_timeout_s:g} s"
+                    ) from None
+                if len(raw) < size:
+                    raise AdminError(400, "the body is shorter than its Content-Length")
+                if json_depth(raw) > MAX_JSON_DEPTH:
+                    raise AdminError(
+                        400,
+                        f"the body nests too deeply (more than {MAX_JSON_DEPTH} "
+                        "levels of lists and objects)",
+                    )
                 try:
                     body = json.loads(raw or b"{}")
-                except ValueError as exc:
-                    raise AdminError(400, f"the body is not JSON: {exc}") from exc
+                except (ValueError, RecursionError) as exc:
+                    raise AdminError(400, f"the body is not JSON: {exc}") from None
                 if not isinstance(body, dict):
                     raise AdminError(400, "the body must be a JSON object")
                 return body

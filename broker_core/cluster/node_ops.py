@@ -23,7 +23,6 @@ every write on its side.
 from __future__ import annotations
 
 import copy
-import inspect
 import ipaddress
 import json
 import platform
@@ -40,12 +39,14 @@ import broker_core
 from broker_core import browse, offset_reset
 from broker_core.clients import client_rows
 from broker_core.cluster import opscodec
+from broker_core.cluster.argtypes import check_call, keywords_of
 from broker_core.endpoint.config import EndpointConfig
 from broker_core.errors import (
     BrokerError,
     GroupNotConsumingError,
     PromotionRefusedError,
     StoreError,
+    ValidationError,
 )
 from broker_core.groups import GroupConfig
 from broker_core.lag import QueueLag, consumer_lag, lag_of, subscribed_queues
@@ -110,6 +111,22 @@ WRITES = frozenset(
 NODE_WRITES = frozenset({"promote"})
 #: Every operation (``NodeOperations``' methods).
 OPERATIONS = READS | WRITES | NODE_WRITES
+#: How deeply a call's ``args`` and ``kwargs`` may nest (lists and objects)
+MAX_DEPTH = 32
+
+
+def _half_queries() -> Callable[..., Any]:
+    """Where ``list_halves``' keywords go (``TransactionService.list_halves``)."""
+    from broker_core.transaction.queries import HalfQueries
+
+    return HalfQueries.list_halves
+
+
+def _store_update_topic() -> Callable[..., Any]:
+    """Where ``update_topic``'s keywords go (``Broker.update_topic``)."""
+    from broker_core.store import MessageStore
+
+    return MessageStore.update_topic
 
 
 class NodeControl(Protocol):
@@ -270,9 +287,14 @@ class NodeOps:
         return read
 
     # -- transactions ---------------------------------------------------------
+    @keywords_of(_half_queries)
     def list_halves(self, **filters: Any) -> Any:
-        """One page of halves (``TransactionService.list_halves``)."""
-        return self._tx().list_halves(**filters)
+        """One page of halves (``TransactionService.list_halves``); a bad
+        sort, state or page is ``ValidationError``."""
+        try:
+            return self._tx().list_halves(**filters)
+        except ValueError as exc:
+            raise ValidationError(f"list_halves: {exc}") from None
 
     def get_half(self, transaction_id: str) -> Any:
         return self._tx().get_half(transaction_id)
@@ -395,6 +417,7 @@ class NodeOps:
         self._topics_changed()
         return cfg
 
+    @keywords_of(_store_update_topic, skip=("topic",))
     def update_topic(self, name: str, **changes: Any) -> TopicConfig:
         cfg = self._broker().update_topic(name, **changes)
         self._topics_changed()
@@ -658,15 +681,25 @@ class NodeOps:
             from broker_core.errors import ReplicaReadOnlyError
 
             raise ReplicaReadOnlyError(f"{name}: this node is a slave (read-only)")
-        args = opscodec.decode(body.get("args") or [])
-        kwargs = opscodec.decode(body.get("kwargs") or {})
+        args = body.get("args") or []
+        kwargs = body.get("kwargs") or {}
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             raise opscodec.CodecError("args: a list; kwargs: an object")
-        fn = getattr(self, name)
+        if opscodec.depth(args) > MAX_DEPTH or opscodec.depth(kwargs) > MAX_DEPTH:
+            raise opscodec.CodecError(
+                f"{name}: the arguments nest too deeply (more than {MAX_DEPTH} levels)"
+            )
         try:
-            inspect.signature(fn).bind(*args, **kwargs)
-        except TypeError as exc:
+            args = opscodec.decode(args)
+            kwargs = opscodec.decode(kwargs)
+        except (TypeError, ValueError, AttributeError) as exc:
+            # A tagged value whose fields do not build its type.
             raise opscodec.CodecError(f"{name}: {exc}") from None
+        fn = getattr(self, name)
+        # Every argument against the operation's signature and annotations,
+        # before it runs (``argtypes``): a float where it takes an int never
+        # reaches the store.
+        check_call(name, fn, args, kwargs)
         return opscodec.encode(fn(*args, **kwargs))
 
 

@@ -119,6 +119,25 @@ def encode(value: Any) -> Any:
     raise CodecError(f"{type(value).__name__} cannot cross the admin API")
 
 
+def depth(data: Any) -> int:
+    """How deeply ``data`` (decoded JSON) nests lists and objects: 0 for a
+    scalar, 1 for ``[]``. Counted without recursion, so a value too deep for
+    ``encode`` and ``decode`` is measured and refused first."""
+    deepest = 0
+    todo: list[tuple[Any, int]] = [(data, 1)]
+    while todo:
+        value, level = todo.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, (list, tuple)):
+            children = value
+        else:
+            continue
+        deepest = max(deepest, level)
+        todo.extend((v, level + 1) for v in children)
+    return deepest
+
+
 def decode(data: Any) -> Any:
     """The value ``encode`` made ``data`` from."""
     kind = type(data)
