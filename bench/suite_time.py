@@ -85,6 +85,9 @@ def run_commit(rev: str, keep: bool) -> dict:
         check=True,
     ).stdout.strip()  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix=f"suite-{sha[:7]}-"))
+    # mkdtemp's 0700 would keep the postgres user (the suite's private
+    # PostgreSQL runs as it) out of the clone's var/postgres.
+    work.chmod(0o755)
     subprocess.run(
         ["git", "clone", "-q", "--no-local", str(ROOT), str(work)], check=True
     )

@@ -301,12 +301,16 @@ def test_endpoint_with_the_official_client_on_a_full_disk(
         route = _query_route(port, "MadeOnAFullDisk")
         assert route.status.code != pb.Code.OK and not route.message_queues, route
         assert "MadeOnAFullDisk" in route.status.message
-        # Asked again: still no route (the failed write left the topic in
-        # the endpoint's memory, and the second answer was OK).
+        # Asked again: a route only to a topic topics.json has (the failed
+        # write left the topic in the endpoint's memory, and the second
+        # answer was a route to it). The store may have freed a few blocks
+        # meanwhile (a failed append gives back its reservation), so the
+        # second write may succeed: then the file has the topic.
         again = _query_route(port, "MadeOnAFullDisk")
-        assert again.status.code != pb.Code.OK and not again.message_queues, again
         topics = json.loads((store / "config" / "topics.json").read_bytes())
-        assert "MadeOnAFullDisk" not in topics["topicConfigTable"]
+        made = "MadeOnAFullDisk" in topics["topicConfigTable"]
+        assert (again.status.code == pb.Code.OK) == made, (again, made)
+        assert bool(again.message_queues) == made, again
         assert not list((store / "config").glob(".*.tmp")), "a stray temp file"
     finally:
         code = stop_server(proc)  # stopped while the disk is still full
