@@ -137,14 +137,15 @@ class DelayService:
     # -- setup ---------------------------------------------------------------
     def _ensure_topics(self) -> None:
         store = self.store
+        if store.replica:
+            return  # a slave's topics are its master's (the config sync)
         if store.topic_config(TIMER_TOPIC) is None:
             try:
                 store.create_topic(TIMER_TOPIC, 1)
-            except (TopicExistsError, ReplicaReadOnlyError):
-                pass  # a slave: its master made it, the config sync brings it
+            except TopicExistsError:
+                pass  # made meanwhile by another process
         cfg = store.topic_config(SCHEDULE_TOPIC)
-        short = cfg is not None and cfg.queue_nums < len(self.levels_ms)
-        if short and not store.replica:  # a slave's come from its master
+        if cfg is not None and cfg.queue_nums < len(self.levels_ms):
             n = len(self.levels_ms)
             store.update_topic(SCHEDULE_TOPIC, read_queue_nums=n, write_queue_nums=n)
 
