@@ -151,10 +151,15 @@ def _redis_proc(url: str, key: str, seconds: float, start: Any, out: Any) -> Non
 
 
 @contextlib.contextmanager
-def private_redis(fsync: str, workdir: Path) -> Iterator[str]:
-    """A redis-server of this run only (AOF with ``fsync``), on a free port in
-    a temporary directory: its settings are ours to choose, never a shared
-    server's. Yields its URL; stopped and deleted afterwards."""
+def private_redis(
+    fsync: str | None, workdir: Path | None = None, db: str = "/0"
+) -> Iterator[str]:
+    """A redis-server of this run only, on a free loopback port in a temporary
+    directory (under ``workdir`` if given): its settings are ours to choose,
+    never a shared server's. AOF with ``fsync`` (``everysec``, ``always``),
+    none when ``fsync`` is None. Yields its URL (database path ``db``); stopped
+    and deleted afterwards. The benchmarks and the test suite's workers
+    (tests/workers.py) start theirs here."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError(
@@ -163,26 +168,31 @@ def private_redis(fsync: str, workdir: Path) -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    d = Path(tempfile.mkdtemp(prefix="bench-redis-", dir=workdir))
+    d = Path(tempfile.mkdtemp(prefix="private-redis-", dir=workdir))
+    aof = ["--appendonly", "no"] if fsync is None else [
+        "--appendonly", "yes", "--appendfsync", fsync]  # fmt: skip
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "yes", "--appendfsync", fsync, "--dir", str(d),
+         *aof, "--protected-mode", "no", "--dir", str(d),
          "--logfile", str(d / "redis.log")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 20
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        break
             except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "the private redis-server did not start"
-                    ) from None
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the private redis-server did not start (log in {d})"
+                )
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}{db}"
     finally:
         proc.terminate()
         try:

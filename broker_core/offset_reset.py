@@ -13,7 +13,7 @@ from typing import Any
 
 from broker_core.broker import Broker
 from broker_core.browse import offset_for_time, queue_bounds
-from broker_core.endpoint.pop import request_reset
+from broker_core.endpoint.popoffsets import request_reset
 from broker_core.errors import InvalidOffsetError, ValidationError
 from broker_core.store import MessageStore
 

@@ -24,14 +24,12 @@ things:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
-import socket
-import subprocess
 import tempfile
-import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -43,43 +41,15 @@ MARK = "BROKER_TESTS_WORKER_ENV"
 
 
 def _private_redis(url: str) -> str:
-    server = shutil.which("redis-server")
-    if server is None:
+    """A redis-server of this worker's alone (stopped when it exits), with
+    ``url``'s database number."""
+    if shutil.which("redis-server") is None:
         return url  # the tests that need Redis fail for it as they would anyway
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    data = tempfile.mkdtemp(prefix="broker-tests-redis-")
-    proc = subprocess.Popen(
-        [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-         "--appendonly", "no", "--dir", data, "--protected-mode", "no"],
-        stdout=open(os.path.join(data, "redis.log"), "wb"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    from broker_core.benchmark import private_redis
 
-    def stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(data, ignore_errors=True)
-
-    atexit.register(stop)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
-                c.sendall(b"PING\r\n")
-                if c.recv(16).startswith(b"+PONG"):
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError(f"private redis-server did not start (log in {data})")
-        time.sleep(0.05)
-    parts = urlsplit(url)
-    return urlunsplit(("redis", f"127.0.0.1:{port}", parts.path or "/0", "", ""))
+    stack = contextlib.ExitStack()
+    atexit.register(stack.close)
+    return stack.enter_context(private_redis(None, db=urlsplit(url).path or "/0"))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -322,7 +322,7 @@ class Consuming:
         whether the pop stopped scanning before the end (``cut_short``)."""
         got = self.pop.pop(group, topic, batch, invisible, expr, expr_type)
         if got and renew is not None:
-            self.pop.auto_renew(group, topic, got, renew[0], invisible, renew[1])
+            self.pop.renewals.add(group, topic, got, renew[0], invisible, renew[1])
         messages = [self._to_pb(qid, e, invisible) for qid, e in got]
         # Read on the pop thread right after the pop: no other pop in between.
         return got, messages, self.pop.cut_short

@@ -28,37 +28,33 @@ A consumer of a group also receives what is in the group's retry topic
 ``%RETRY%<group>`` for its topic (``retrytopic.py``): the pop state reads it
 under a key of its own per original topic.
 
-An operator's offset reset (the console) must reach the pop cursor, which
-would otherwise override the committed offset: ``request_reset`` leaves a
-request under ``<store>/grpc/resets/`` that an endpoint applies within half
-a second (or when it next starts), in the transaction that removes it.
+Two responsibilities live beside it: ``popoffsets`` applies operators'
+offset resets to the pop cursors and mirrors the low-water marks to the
+store's consumer offsets; ``renewal`` keeps auto-renewed handles valid.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
 import random
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from broker_core.broker import Broker
 from broker_core.endpoint import retrytopic as RT
+from broker_core.endpoint.popoffsets import PopOffsets
 from broker_core.endpoint.popstate import PopState, busy_as
+from broker_core.endpoint.renewal import Renewals
 from broker_core.errors import InvalidHandle, StoreError
 from broker_core.filter import TAG, build_matcher
 from broker_core.message import MessageExt, MessageInner, PullStatus
-from broker_core.metadata import atomic_write_json
 from broker_core.tags import parse_subscription
 
 SHARDING_KEY = "__SHARDINGKEY"
-RESETS_DIR = Path("grpc") / "resets"
 #: How long one pop's filtered reads go on scanning (seconds; see ``pop``).
 POP_SCAN_S = 0.05
 #: pending entries deleted by one statement of a batch of acks (5 values each)
@@ -74,24 +70,6 @@ DLQ_MAX_ATTEMPTS = "MAX_ATTEMPTS"
 DLQ_FORWARDED = "FORWARDED_BY_CONSUMER"
 
 log = logging.getLogger(__name__)
-
-
-def request_reset(
-    store_root: str | os.PathLike[str], group: str, topic: str, offsets: dict[int, int]
-) -> Path:
-    """Ask the endpoint to restart pop consumption of ``group`` on ``topic`` at
-    ``offsets`` (queue id -> offset): in-flight messages of those queues are
-    forgotten (their handles go stale) and reading resumes there."""
-    directory = Path(store_root) / RESETS_DIR
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{time.time_ns():020d}-{os.getpid()}.json"
-    body = {
-        "group": group,
-        "topic": topic,
-        "offsets": {str(q): o for q, o in offsets.items()},
-    }
-    atomic_write_json(path, body)
-    return path
 
 
 @dataclass(slots=True)
@@ -161,14 +139,19 @@ class PopManager:
         self._known: set[tuple[str, str, int]] = set()
         #: (type, expression) of the filters seen to parse
         self._filters: set[tuple[str, str]] = set()
-        #: auto-renew handles (push consumers, G7): (group, topic, qid, offset)
-        #: -> (client id, invisible ms, renew until ms, nonce)
-        self.renew: dict[tuple[str, str, int, int], tuple[str, int, int, int]] = {}
         #: the log end consumers may read up to (None: no limit), asked at
         #: every read: a SYNC cluster node's in-sync end (``visible_end``)
         self.visible_end: Callable[[], int | None] | None = None
-        self.state = PopState(self.store.root, self.apply_resets, self._forget)
+        self.state = PopState(
+            self.store.root, lambda: self.offsets.apply_resets(), self._forget
+        )
         self.path = self.state.path
+        #: operator resets in, low-water marks out (``popoffsets``)
+        self.offsets = PopOffsets(
+            self.store, self.state, self._read_queue_nums, self._queue_reset
+        )
+        #: auto-renewed handles of this process's clients (``renewal``)
+        self.renewals = Renewals(self.state)
         try:
             self.state.open()
         except StoreError as exc:
@@ -180,7 +163,12 @@ class PopManager:
         """The pop state's file was dropped (damaged, or replaced by another
         process): what this process knew of the old one goes too."""
         self._known.clear()
-        self.renew.clear()
+        self.renewals.clear()
+
+    def _queue_reset(self, group: str, key: str, qid: int) -> None:
+        """An offset reset dropped the queue's entries (``PopOffsets``)."""
+        self._known.add((group, key, qid))
+        self.renewals.drop_queue(group, key, qid)
 
     # -- the pop state's file (``popstate.PopState``) --------------------------
     def recover(self, exc: BaseException) -> bool:
@@ -208,115 +196,6 @@ class PopManager:
 
     def checkpoint(self) -> None:
         self.state.checkpoint()
-
-    # -- persistence ---------------------------------------------------------
-    def apply_resets(self) -> int:
-        """Apply the offset resets requested since the last look (oldest first)."""
-        directory = self.store.root / RESETS_DIR
-        try:
-            names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
-        except FileNotFoundError:
-            return 0
-        if not names:
-            return 0
-        done = 0
-        # Read and removed under the write lock: each is applied once, by one
-        # endpoint process.
-        with self._write() as db:
-            for name in names:
-                path = directory / name
-                try:
-                    req = json.loads(path.read_text())
-                    group, topic = str(req["group"]), str(req["topic"])
-                    offsets = {int(q): int(o) for q, o in req["offsets"].items()}
-                except FileNotFoundError:
-                    continue  # applied by another endpoint process
-                except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                    log.warning("ignoring an unreadable offset reset request %s", path)
-                    path.unlink(missing_ok=True)
-                    continue
-                n = self._read_queue_nums(topic)
-                # A group's retry topic is read under one key per original
-                # topic: the reset moves each of them.
-                keys = self._retry_keys(db, group, topic) or [topic]
-                for qid, off in offsets.items():
-                    if not 0 <= qid < n:
-                        continue
-                    for k in keys:
-                        self._reset_queue(db, group, k, qid, off)
-                path.unlink(missing_ok=True)
-                log.info("offset reset applied: %s@%s -> %s", group, topic, offsets)
-                done += 1
-        return done
-
-    def _retry_keys(self, db: sqlite3.Connection, group: str, topic: str) -> list[str]:
-        """The pop-state keys reading ``topic`` when it is ``group``'s retry
-        topic (one per original topic read so far)."""
-        if topic != RT.retry_topic(group):
-            return []
-        return [
-            k
-            for (k,) in db.execute(
-                "SELECT DISTINCT topic FROM queues WHERE grp=?", (group,)
-            )
-            if RT.origin(k) is not None and RT.source(k) == topic
-        ]
-
-    def _reset_queue(
-        self, db: sqlite3.Connection, group: str, key: str, qid: int, off: int
-    ) -> None:
-        db.execute(
-            "DELETE FROM pending WHERE grp=? AND topic=? AND qid=?", (group, key, qid)
-        )
-        # committed -1: the next mirror commits the new offset
-        db.execute(
-            "INSERT INTO queues VALUES (?,?,?,?,-1) ON CONFLICT "
-            "DO UPDATE SET cursor=excluded.cursor, committed=-1",
-            (group, key, qid, off),
-        )
-        self._known.add((group, key, qid))
-        for k in [k for k in self.renew if k[:3] == (group, key, qid)]:
-            del self.renew[k]
-
-    def mirror_offsets(self) -> None:
-        """Commit each queue's low-water mark (oldest pending offset, else the
-        cursor) to the store's consumer offsets, where the console reads lag."""
-        if not self.state.is_open:
-            return
-        rows = self.db.execute(
-            "SELECT q.grp, q.topic, q.qid, q.committed, "
-            "coalesce((SELECT min(off) FROM pending p WHERE p.grp=q.grp "
-            "AND p.topic=q.topic AND p.qid=q.qid), q.cursor) FROM queues q"
-        ).fetchall()
-        done = []
-        # The keys reading a group's retry topic (one per original topic)
-        # commit the lowest of their marks to the retry topic itself.
-        retry: dict[tuple[str, str, int], int] = {}
-        for group, topic, qid, committed, low in rows:
-            if RT.is_retry_key(topic):
-                k = (group, RT.source(topic), qid)
-                retry[k] = min(low, retry.get(k, low))
-                continue
-            if low == committed:
-                continue
-            try:
-                self.store.commit_offset(group, topic, qid, low)
-            except Exception:  # noqa: BLE001 - best effort mirror
-                continue
-            done.append((low, group, topic, qid, committed))
-        for (group, topic, qid), low in retry.items():
-            try:
-                if self.store.committed_offset(group, topic, qid) != low:
-                    self.store.commit_offset(group, topic, qid, low)
-            except Exception:  # noqa: BLE001 - best effort mirror
-                continue
-        if done:
-            with self._write() as db:
-                db.executemany(
-                    "UPDATE queues SET committed=? WHERE grp=? AND topic=? "
-                    "AND qid=? AND committed=?",
-                    done,
-                )
 
     # -- helpers -------------------------------------------------------------
     def _read(self, topic: str, qid: int, off: int) -> MessageExt | None:
@@ -678,7 +557,7 @@ class PopManager:
             (group, topic, qid, off),
         )
         self.cache.pop((RT.source(topic), qid, off), None)
-        self.renew.pop((group, topic, qid, off), None)
+        self.renewals.drop((group, topic, qid, off))
 
     # -- handles -------------------------------------------------------------
     def release(self, group: str, topic: str, got: list[tuple[int, Entry]]) -> None:
@@ -692,7 +571,7 @@ class PopManager:
                 [(_nonce(), group, k, qid, e.offset, e.nonce) for k, qid, e in keyed],
             )
         for k, qid, e in keyed:
-            self.renew.pop((group, k, qid, e.offset), None)
+            self.renewals.drop((group, k, qid, e.offset))
 
     def ack_all(
         self, calls: list[tuple[str, str, list[str]]], wait: bool = True
@@ -736,7 +615,7 @@ class PopManager:
                 out[i][j] = STALE
                 continue
             self.cache.pop((RT.source(topic), qid, off), None)
-            self.renew.pop((group, topic, qid, off), None)
+            self.renewals.drop((group, topic, qid, off))
         return out
 
     @staticmethod
@@ -768,50 +647,6 @@ class PopManager:
             out.append(1 if key in gone else 0)
             gone.discard(key)
         return out
-
-    def auto_renew(
-        self,
-        group: str,
-        topic: str,
-        got: list[tuple[int, Entry]],
-        client_id: str,
-        invisible_ms: int,
-        max_renew_ms: int,
-    ) -> None:
-        until = now_ms() + max_renew_ms
-        for qid, e in got:
-            key = RT.key_for(group, topic, e.nonce)
-            self.renew[(group, key, qid, e.offset)] = (
-                client_id,
-                invisible_ms,
-                until,
-                e.nonce,
-            )
-
-    def renew_due(self, alive: set[str]) -> int:
-        """Extend the invisibility of auto-renew entries of live clients whose
-        deadline is near (keeps their handles valid); drop the others (gone,
-        acknowledged or delivered again by any process, client offline)."""
-        now = now_ms()
-        n = 0
-        with self._write() as db:
-            for key, (cid, inv, until, nonce) in list(self.renew.items()):
-                row = db.execute(
-                    "SELECT visible_at FROM pending WHERE grp=? AND topic=? "
-                    "AND qid=? AND off=? AND nonce=?",
-                    (*key, nonce),
-                ).fetchone()
-                if row is None or cid not in alive or now >= until or row[0] <= now:
-                    del self.renew[key]
-                    continue
-                if row[0] - now < min(10_000, inv // 2):
-                    db.execute(
-                        "UPDATE pending SET visible_at=? WHERE grp=? AND topic=? "
-                        "AND qid=? AND off=? AND nonce=?",
-                        (now + inv, *key, nonce),
-                    )
-                    n += 1
-        return n
 
     def change_invisible(
         self,
@@ -845,7 +680,7 @@ class PopManager:
                 (new, visible_at, group, topic, qid, off, nonce),
             ).rowcount:
                 raise InvalidHandle(STALE)
-        self.renew.pop((group, topic, qid, off), None)
+        self.renewals.drop((group, topic, qid, off))
         return encode_handle(qid, off, new, visible_at)
 
     def sweep_dead(self, now: int | None = None, limit: int = 512) -> int:

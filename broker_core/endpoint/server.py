@@ -300,16 +300,16 @@ class Endpoint:
     def _persist_pop(self, alive: set[str]) -> None:
         if not self.pop.available():  # a full disk: nothing to persist into
             return
-        self.pop.apply_resets()
+        self.pop.offsets.apply_resets()
         if self.writable() and time.monotonic() - self._swept >= 2.0:
             self._swept = time.monotonic()
             try:
                 self.pop.sweep_dead()
             except Busy:
                 pass  # another worker holds pop.db: the next round
-        if self.pop.renew:
-            self.pop.renew_due(alive)
-        self.pop.mirror_offsets()
+        if self.pop.renewals:
+            self.pop.renewals.renew_due(alive)
+        self.pop.offsets.mirror_offsets()
 
     async def _persist_loop(self) -> None:
         while True:
@@ -469,7 +469,7 @@ class Endpoint:
         # Each step on its own: one that fails (a full disk) must not keep the
         # services (and then the store) from closing.
         for step in (
-            self.pop.mirror_offsets,
+            self.pop.offsets.mirror_offsets,
             lambda: self.save_clients(force=True),
             self.pop.close,
             self.delays.close,

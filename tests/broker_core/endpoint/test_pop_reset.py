@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from broker_core import Broker, Message
-from broker_core.endpoint.pop import PopManager, request_reset
+from broker_core.endpoint.pop import PopManager
+from broker_core.endpoint.popoffsets import request_reset
 
 
 def _pop_all(pm: PopManager, n: int) -> list[bytes]:
@@ -21,11 +22,11 @@ def test_reset_applies_live_and_at_start(tmp_path) -> None:
         pm = PopManager(b)
         assert _pop_all(pm, 10) == [b"m%d" % i for i in range(6)]  # in flight
         request_reset(b.store.root, "G", "T", {0: 4})
-        assert pm.apply_resets() == 1
+        assert pm.offsets.apply_resets() == 1
         assert not list((b.store.root / "grpc" / "resets").iterdir())
         # In-flight messages of the queue are forgotten; reading resumes at 4.
         assert _pop_all(pm, 10) == [b"m4", b"m5"]
-        pm.mirror_offsets()
+        pm.offsets.mirror_offsets()
         assert b.store.committed_offset("G", "T", 0) == 4
         # With no endpoint running, the request waits for the next start.
         request_reset(b.store.root, "G", "T", {0: 1})
