@@ -23,10 +23,12 @@ STRICT = os.environ.get("BROKER_TESTS_STRICT") == "1"
 #: core), which the long-running product keeps. ``SPARK_CONF_`` variables are
 #: the product's own way in (console/reports/jobs/session.py); one set outside
 #: wins.
-os.environ.setdefault(
-    "SPARK_CONF_spark__driver__extraJavaOptions",
-    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-)
+#: The same for the executors and the daemons (Master, Worker) of the tests'
+#: Spark clusters (bench/spark_cluster.py starts them with ``spark-class``).
+_SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_CONF_spark__driver__extraJavaOptions", _SHORT_JVM)
+os.environ.setdefault("SPARK_CONF_spark__executor__extraJavaOptions", _SHORT_JVM)
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", _SHORT_JVM)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -138,20 +138,28 @@ def resend_message(
     topic (and no other group) receive it there, with the original topic.
     """
     validate_group(group)
-    original = find_message(msg_id)
+    found: list[Any] = []
+
+    def before() -> dict[str, Any]:
+        # Inside the audited action: a message the node cannot find, or a
+        # node that does not answer, is recorded as this action's failure.
+        found.append(find_message(msg_id))
+        m = found[0]
+        return {
+            "topic": m.topic,
+            "queue_id": m.queue_id,
+            "queue_offset": m.queue_offset,
+        }
+
     return audited(
-        lambda: node_ops().resend(original.msg_id, group),
+        lambda: node_ops().resend(found[0].msg_id, group),
         actor=actor,
         request=request,
         action="message.resend",
         object_type="message",
-        object_id=original.msg_id,
+        object_id=msg_id,
         reason=reason,
-        before={
-            "topic": original.topic,
-            "queue_id": original.queue_id,
-            "queue_offset": original.queue_offset,
-        },
+        before=before,
         after=lambda r: {
             "group": group,
             "retry_topic": f"%RETRY%{group}",

@@ -71,3 +71,17 @@ def test_resend(api_as, sent) -> None:
     r = api_as("operator").post(url, {"group": "g", "reason": "again"}, format="json")
     assert r.status_code == 201 and r.json()["retry_topic"] == "%RETRY%g"
     assert AuditRecord.objects.get().action == "message.resend"
+
+
+def test_a_resend_of_a_message_the_node_cannot_find_is_audited_as_failed(
+    api_as, sent
+) -> None:
+    r = api_as("operator").post(
+        "/api/messages/0A0B0C0D00002A9F0000000000000000/resend/",
+        {"group": "g", "reason": "again"},
+        format="json",
+    )
+    assert r.status_code == 404
+    rec = AuditRecord.objects.get()
+    assert (rec.action, rec.status) == ("message.resend", AuditRecord.Status.FAILED)
+    assert rec.object_id.endswith("/0A0B0C0D00002A9F0000000000000000")
