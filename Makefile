@@ -48,7 +48,7 @@ test:
 # as a console deployed apart from its node does (BROKER_ADMIN_URL).
 test-postgres: test-venv
 	@url=$$($(BIN)/python -m console.core.ensure_postgres) && echo "console suite on $$url" && \
-	DATABASE_URL=$$url CONSOLE_VIA_ADMIN=1 BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest tests/console -q \
+	DATABASE_URL=$$url CONSOLE_VIA_ADMIN=1 BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest tests/console -q $(XDIST) \
 	  -m "not spark and not services and not slow" $(PYTEST_ARGS)
 
 # The endpoint suite and the conformance runners on the grpc.aio front (the

@@ -78,7 +78,7 @@ def audited(
     actor: Any,
     action: str,
     object_type: str,
-    object_id: str = "",
+    object_id: str | Callable[[], str] = "",
     reason: str = "",
     before: Any = None,
     after: Callable[[T], Any] | None = None,
@@ -95,10 +95,14 @@ def audited(
     deserves one (a second commit that changed nothing). The object is
     ``node_object_id(object_id)``, ``<node>/<object>``, whichever page or API
     acted; ``on_node=False`` for an object that is no node's (a node itself:
-    its promotion).
+    its promotion). ``object_id`` may be a function, called once the action
+    ended (an id that ``before``'s look-up makes canonical).
     """
-    if on_node:
-        object_id = node_object_id(object_id)
+
+    def ident() -> str:
+        raw = object_id() if callable(object_id) else object_id
+        return node_object_id(raw) if on_node else raw
+
     asked = before
     before = None if callable(asked) else asked
     try:
@@ -110,7 +114,7 @@ def audited(
             actor=actor,
             action=action,
             object_type=object_type,
-            object_id=object_id,
+            object_id=ident(),
             reason=reason,
             before=before,
             status=AuditRecord.Status.FAILED,
@@ -122,7 +126,7 @@ def audited(
         actor=actor,
         action=action,
         object_type=object_type,
-        object_id=object_id,
+        object_id=ident(),
         reason=reason,
         before=before,
         after=after(result) if after else None,

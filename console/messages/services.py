@@ -157,7 +157,8 @@ def resend_message(
         request=request,
         action="message.resend",
         object_type="message",
-        object_id=msg_id,
+        # the message's own id (a dead letter is picked by its offset id)
+        object_id=lambda: found[0].msg_id if found else msg_id,
         reason=reason,
         before=before,
         after=lambda r: {
