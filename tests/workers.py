@@ -28,6 +28,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -217,3 +218,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         Path(path).unlink(missing_ok=True)
         os.environ.pop(PHASES, None)
     _made.clear()
+
+
+#: ``BROKER_TESTS_TIMELINE=FILE``: each worker appends a line per test to FILE
+#: (worker, start and end in seconds since the epoch, node id), to see where a
+#: run's wall time went (which units ran last, how long a worker sat idle).
+TIMELINE = "BROKER_TESTS_TIMELINE"
+_started: dict[str, float] = {}
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    # (an xdist controller sees its workers' tests too: they write their own)
+    if os.environ.get(TIMELINE) and not _made:
+        _started[nodeid] = time.time()
+
+
+def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
+    path = os.environ.get(TIMELINE)
+    start = _started.pop(nodeid, None)
+    if path and start is not None:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(path, "a") as out:
+            out.write(f"{worker} {start:.3f} {time.time():.3f} {nodeid}\n")
