@@ -296,6 +296,10 @@ def test_endpoint_with_the_official_client_on_a_full_disk(
         assert proc.poll() is None, "the endpoint died"
         assert filled["failed"], "the disk never filled"
         assert any("disk" in e for e in filled["errors"]), filled["errors"]
+        # The sends' failed appends gave their blocks back (a clean-clone run
+        # then made the topic): the last bytes go to a filler, so the disk
+        # is full when the route is asked.
+        _fill_up(endpoint_fs / "filler")
         # A route to a new topic, which cannot be made: an error, not a route
         # to a topic that does not exist (the failure was swallowed).
         route = _query_route(port, "MadeOnAFullDisk")
@@ -319,6 +323,7 @@ def test_endpoint_with_the_official_client_on_a_full_disk(
     proc = start_server(store, port, logs[1], ("--disk-ratio", "1.0"))
     try:
         (endpoint_fs / "ballast").unlink()
+        (endpoint_fs / "filler").unlink()
         more = result(spawn("send_few", f"127.0.0.1:{port}", "x", tmp_path), 120)
         route = _query_route(port, "MadeOnAFullDisk")
         assert route.status.code == pb.Code.OK and route.message_queues, route
