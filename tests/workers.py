@@ -35,8 +35,48 @@ from urllib.parse import urlsplit
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the documentation /24s (RFC 5737), one per worker
-SUBNETS = ("198.51.100", "203.0.113", "192.0.2")
+#: the /24s for the workers' network namespaces: documentation (RFC 5737) and
+#: benchmarking (RFC 2544) ranges, one per worker, less those this machine
+#: routes already (``_subnets``)
+SUBNETS = ("198.51.100", "203.0.113", "198.18.100", "198.18.101", "192.0.2")
+
+
+def _subnets() -> list[str]:
+    """``SUBNETS`` less the ranges a route of this machine's covers (its own
+    network may be one: this project's machine is on 192.0.2.0/24, and the
+    third worker's cluster tests found no route to their hosts). The
+    bridges of the tests (``rmq*`` devices) do not count."""
+    import ipaddress
+    import subprocess
+
+    try:
+        routes = subprocess.run(
+            ["ip", "-4", "route", "show", "table", "all"],
+            capture_output=True, text=True, timeout=10,
+        ).stdout.splitlines()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        routes = []
+    taken = []
+    for line in routes:
+        words = line.split()
+        dev = words[words.index("dev") + 1] if "dev" in words[:-1] else ""
+        if not words or dev.startswith("rmq"):
+            continue
+        dest = words[1] if words[0] in ("local", "broadcast", "unicast") else words[0]
+        try:
+            net = ipaddress.ip_network(dest, strict=False)
+        except ValueError:
+            continue  # "default" and the like
+        if net.prefixlen >= 8:  # a default route covers everything: not "taken"
+            taken.append(net)
+    free = [
+        s
+        for s in SUBNETS
+        if not any(ipaddress.ip_network(f"{s}.0/24").overlaps(n) for n in taken)
+    ]
+    return free or list(SUBNETS)
+
+
 #: set once a worker's environment is made (a nested pytest keeps it)
 MARK = "BROKER_TESTS_WORKER_ENV"
 
@@ -61,7 +101,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     os.environ[MARK] = worker
     index = int(worker[2:])
     if "BROKER_TEST_SUBNET" not in os.environ:
-        os.environ["BROKER_TEST_SUBNET"] = SUBNETS[index % len(SUBNETS)]
+        free = _subnets()
+        os.environ["BROKER_TEST_SUBNET"] = free[index % len(free)]
     if index > 0:
         # console/settings_test.py's default, which the first worker keeps
         url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/15"
