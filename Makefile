@@ -11,7 +11,7 @@ TEST_STAMP := $(VENV)/.test-requirements-$(shell cat requirements.txt tests/requ
 PYTEST_ARGS ?=
 # make test's pytest-xdist workers (tests/workers.py keeps them apart: a Redis, a
 # network range and Spark per worker); 0: one process
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-p tests.workers -n $(TEST_WORKERS) --dist loadfile)
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)

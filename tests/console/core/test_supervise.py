@@ -200,6 +200,10 @@ def test_a_dead_console_process_comes_back_and_the_broker_keeps_serving(
                 wait(lambda: listening(web_port), 30, "the web port again")
         sent_before = sent[0]
         wait(lambda: sent[0] > sent_before + 5, 30, "more sends")
+        # Each restarted process has proved itself alive again (beat writes
+        # its key once it ticks: under load a restarted beat took long enough
+        # that the next check found it, not only the stopped worker, down).
+        wait(lambda: console_get("/healthz")[0] == 200, 60, "/healthz up again first")
 
         def named_while_stopped(name: str, timeout: float) -> None:
             """``name`` stopped: /healthz names it, and only it, while it is
