@@ -39,7 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: the commit the issue's figures were taken on (2026-11-27, 1,100 tests)
 DEFAULT_OLD = "f9bde6a"
-SUMMARY = re.compile(r"^=+ (.*(passed|failed|error).*) in ([\d.]+)s")
+#: a pytest summary line, with its ``===`` (the main suite) or without (``-q``:
+#: the PostgreSQL phase)
+SUMMARY = re.compile(r"^(?:=+ )?(\d+ (passed|failed|error).*) in ([\d.]+)s")
 
 
 def load1() -> float:
