@@ -47,7 +47,7 @@ from typing import Any
 from broker_core.broker import Broker
 from broker_core.endpoint import retrytopic as RT
 from broker_core.endpoint.popoffsets import PopOffsets
-from broker_core.endpoint.popstate import PopState, busy_as
+from broker_core.endpoint.popstate import PopState, busy_as, now_ms
 from broker_core.endpoint.renewal import Renewals
 from broker_core.errors import InvalidHandle, StoreError
 from broker_core.filter import TAG, build_matcher
@@ -83,10 +83,6 @@ class Entry:
     attempts: int = 0
     visible_at: int = 0
     nonce: int = 0
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def encode_handle(qid: int, offset: int, nonce: int, deadline: int) -> str:

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -41,6 +42,11 @@ CREATE TABLE IF NOT EXISTS pending (
     PRIMARY KEY (grp, topic, qid, off)
 ) WITHOUT ROWID;
 """
+
+
+def now_ms() -> int:
+    """The wall clock in milliseconds, as the pop state's times are kept."""
+    return int(time.time() * 1000)
 
 
 @contextlib.contextmanager

@@ -9,12 +9,11 @@ entry changes its nonce, and the next round drops the renewal.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from typing import Protocol
 
 from broker_core.endpoint import retrytopic as RT
-from broker_core.endpoint.popstate import PopState
+from broker_core.endpoint.popstate import PopState, now_ms
 
 #: (group, pop-state key, queue, offset)
 Key = tuple[str, str, int, int]
@@ -23,10 +22,6 @@ Key = tuple[str, str, int, int]
 class Delivery(Protocol):
     offset: int
     nonce: int
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Renewals:
