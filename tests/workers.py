@@ -59,8 +59,10 @@ def _subnets() -> list[str]:
     taken = []
     for line in routes:
         words = line.split()
+        if not words:
+            continue
         dev = words[words.index("dev") + 1] if "dev" in words[:-1] else ""
-        if not words or dev.startswith("rmq"):
+        if dev.startswith("rmq"):
             continue
         dest = words[1] if words[0] in ("local", "broadcast", "unicast") else words[0]
         try:
