@@ -257,6 +257,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _cpu_usage and _cpu_usage[0].exists():  # the timeline's cgroup, emptied
+        group = _cpu_usage[0].parent
+        try:
+            (group.parent / "cgroup.procs").write_text(str(os.getpid()))
+            group.rmdir()
+        except OSError:
+            pass
     for path in _made:
         Path(path).unlink(missing_ok=True)
         os.environ.pop(PHASES, None)
@@ -264,22 +271,50 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 #: ``BROKER_TESTS_TIMELINE=FILE``: each worker appends a line per test to FILE
-#: (worker, start and end in seconds since the epoch, node id), to see where a
-#: run's wall time went (which units ran last, how long a worker sat idle).
+#: (worker, start and end in seconds since the epoch, CPU seconds, node id), to
+#: see where a run's time went (which units ran last, how long a worker sat
+#: idle, which tests cost the CPU). The CPU is its worker's process tree (the
+#: servers and JVMs a test starts included), counted by a cgroup v1 ``cpuacct``
+#: group made for the worker below its own; ``-`` where there is none.
 TIMELINE = "BROKER_TESTS_TIMELINE"
-_started: dict[str, float] = {}
+_started: dict[str, tuple[float, float | None]] = {}
+_cpu_usage: list[Path] = []
+
+
+def _cpu_seconds() -> float | None:
+    """This worker's CPU seconds so far (its cgroup), or None."""
+    if not _cpu_usage:
+        _cpu_usage.append(Path("/nonexistent"))
+        try:
+            for line in Path("/proc/self/cgroup").read_text().splitlines():
+                _, controllers, path = line.split(":", 2)
+                if "cpuacct" in controllers.split(","):
+                    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+                    group = Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/")
+                    group = group / f"tests-{worker}-{os.getpid()}"
+                    group.mkdir(exist_ok=True)
+                    (group / "cgroup.procs").write_text(str(os.getpid()))
+                    _cpu_usage[0] = group / "cpuacct.usage"
+        except OSError:
+            pass
+    try:
+        return int(_cpu_usage[0].read_text()) / 1e9
+    except (OSError, ValueError):
+        return None
 
 
 def pytest_runtest_logstart(nodeid: str, location: object) -> None:
     # (an xdist controller sees its workers' tests too: they write their own)
     if os.environ.get(TIMELINE) and not _made:
-        _started[nodeid] = time.time()
+        _started[nodeid] = (time.time(), _cpu_seconds())
 
 
 def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
     path = os.environ.get(TIMELINE)
-    start = _started.pop(nodeid, None)
+    start, cpu = _started.pop(nodeid, (None, None))
     if path and start is not None:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        now = _cpu_seconds()
+        used = f"{now - cpu:.2f}" if now is not None and cpu is not None else "-"
         with open(path, "a") as out:
-            out.write(f"{worker} {start:.3f} {time.time():.3f} {nodeid}\n")
+            out.write(f"{worker} {start:.3f} {time.time():.3f} {used} {nodeid}\n")
