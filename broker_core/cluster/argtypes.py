@@ -15,7 +15,10 @@ annotation allows:
 * ``list[X]``, ``tuple[X, ...]``, ``dict[K, V]``: that container with each
   member checked;
 * a class (the library's dataclasses and enums, which the codec builds): an
-  instance of it;
+  instance of it; a dataclass's fields, each checked against its own
+  annotation in turn (recursively), so that a ``Message`` whose ``flag`` is a
+  string is refused naming the argument and the field
+  (``message: field flag: must be int, not str (argument of send)``);
 * ``Any``, no annotation, or a form this check does not know: anything.
 
 An operation that takes ``**kwargs`` on to the library names the function
@@ -25,6 +28,7 @@ against that function's signature (an unknown keyword is refused by name).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import types
@@ -47,44 +51,120 @@ def hints(fn: Callable[..., Any]) -> dict[str, Any]:
     return _hints(getattr(fn, "__func__", fn))
 
 
+#: where in a value a check failed, outermost first: a dataclass's field
+#: names and, as 1-tuples, the indexes (or keys) of the containers on the way
+_Path = tuple[str | tuple[Any], ...]
+
+
+@functools.cache
+def field_hints(cls: type) -> tuple[tuple[str, Any], ...]:
+    """A dataclass's fields with their annotations resolved (cached per
+    class): every field, set by ``__init__`` or not."""
+    resolved = typing.get_type_hints(cls)
+    return tuple((f.name, resolved.get(f.name, Any)) for f in dataclasses.fields(cls))
+
+
 def fits(value: Any, hint: Any) -> bool:
     """Whether ``value`` is what the annotation ``hint`` allows (module doc)."""
+    return mismatch(value, hint) is None
+
+
+def mismatch(value: Any, hint: Any) -> tuple[_Path, Any, Any] | None:
+    """None when ``value`` fits ``hint`` (module doc); otherwise where it
+    does not: (the path to the part that does not fit, the annotation there,
+    the value there). The path is empty when ``value`` itself is of the wrong
+    type; it leads into a dataclass's fields (through the containers that
+    hold it) when ``value`` is of the right type but a field is not."""
     if hint is Any or hint is inspect.Parameter.empty:
-        return True
+        return None
+    miss: tuple[_Path, Any, Any] = ((), hint, value)
     if hint is None or hint is type(None):
-        return value is None
+        return None if value is None else miss
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in _UNIONS:
-        return any(fits(value, a) for a in args)
+        deeper = None
+        for a in args:
+            inner = mismatch(value, a)
+            if inner is None:
+                return None
+            if deeper is None and inner[0]:
+                deeper = inner  # the right type, a field of it wrong
+        return deeper or miss
     if origin is typing.Literal:
-        return any(value == a and type(value) is type(a) for a in args)
+        ok = any(value == a and type(value) is type(a) for a in args)
+        return None if ok else miss
     if origin is list:
-        return isinstance(value, list) and (
-            not args or all(fits(v, args[0]) for v in value)
-        )
+        if not isinstance(value, list):
+            return miss
+        if not args:
+            return None
+        return _members(enumerate(value), (args[0],) * len(value), miss)
     if origin is tuple:
         if not isinstance(value, tuple):
-            return False
+            return miss
         if not args:
-            return True
+            return None
         if len(args) == 2 and args[1] is Ellipsis:
-            return all(fits(v, args[0]) for v in value)
-        return len(value) == len(args) and all(map(fits, value, args))
+            return _members(enumerate(value), (args[0],) * len(value), miss)
+        if len(value) != len(args):
+            return miss
+        return _members(enumerate(value), args, miss)
     if origin is dict:
-        return isinstance(value, dict) and (
-            not args
-            or all(fits(k, args[0]) and fits(v, args[1]) for k, v in value.items())
-        )
+        if not isinstance(value, dict):
+            return miss
+        if not args:
+            return None
+        for k in value:
+            if not fits(k, args[0]):
+                return miss
+        return _members(value.items(), (args[1],) * len(value), miss)
     if hint is bool:
-        return isinstance(value, bool)
+        return None if isinstance(value, bool) else miss
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return None if ok else miss
     if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else miss
     if isinstance(hint, type):
-        return isinstance(value, hint)
-    return True  # a form not checked here (a TypeVar, a Protocol, ...)
+        if not isinstance(value, hint):
+            return miss
+        kind: type = type(value)
+        if dataclasses.is_dataclass(kind):
+            for name, field_hint in field_hints(kind):
+                inner = mismatch(getattr(value, name), field_hint)
+                if inner is not None:
+                    return ((name, *inner[0]), inner[1], inner[2])
+        return None
+    return None  # a form not checked here (a TypeVar, a Protocol, ...)
+
+
+def _members(
+    items: Any, member_hints: Any, miss: tuple[_Path, Any, Any]
+) -> tuple[_Path, Any, Any] | None:
+    """The first member of a container that does not fit its annotation:
+    the container itself (``miss``) when the member is of the wrong type, the
+    field inside it when it is a dataclass with a field of the wrong type."""
+    for (key, v), h in zip(items, member_hints, strict=True):
+        inner = mismatch(v, h)
+        if inner is not None:
+            if not inner[0]:
+                return miss
+            return (((key,), *inner[0]), inner[1], inner[2])
+    return None
+
+
+def _where(path: _Path) -> str:
+    """A path of ``mismatch`` as a reader would write it (``flag``,
+    ``[2].flag``, ``inner.queue_id``)."""
+    out = ""
+    for step in path:
+        if isinstance(step, str):
+            out += f".{step}" if out else step
+        else:
+            out += f"[{step[0]!r}]"
+    return out
 
 
 def describe(hint: Any) -> str:
@@ -143,8 +223,7 @@ def check_call(
         hint = annotations.get(pname, Any)
         values = value if param.kind is param.VAR_POSITIONAL else (value,)
         for v in values:
-            if not fits(v, hint):
-                raise _mismatch(name, pname, hint, v)
+            _check(name, pname, v, hint)
 
 
 def _check_keywords(name: str, fn: Callable[..., Any], given: dict[str, Any]) -> None:
@@ -168,12 +247,18 @@ def _check_keywords(name: str, fn: Callable[..., Any], given: dict[str, Any]) ->
             raise InvalidArgumentError(
                 f"{name}: unknown keyword argument {key!r} (it takes {known})"
             )
-        hint = annotations.get(key, Any)
-        if not fits(value, hint):
-            raise _mismatch(name, key, hint, value)
+        _check(name, key, value, annotations.get(key, Any))
 
 
-def _mismatch(name: str, param: str, hint: Any, value: Any) -> InvalidArgumentError:
-    return InvalidArgumentError(
-        f"{param}: must be {describe(hint)}, not {_given(value)} (argument of {name})"
+def _check(name: str, param: str, value: Any, hint: Any) -> None:
+    """Refuse ``value`` for the argument ``param`` of ``name`` unless it fits
+    ``hint``: the message names the argument and, inside a dataclass, the
+    field (``message: field flag: must be int, not str (argument of send)``)."""
+    miss = mismatch(value, hint)
+    if miss is None:
+        return
+    path, hint, value = miss
+    where = f"{param}: field {_where(path)}" if path else param
+    raise InvalidArgumentError(
+        f"{where}: must be {describe(hint)}, not {_given(value)} (argument of {name})"
     )

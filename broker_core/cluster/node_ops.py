@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import json
+import math
 import platform
 import ssl
 import time
@@ -44,6 +45,7 @@ from broker_core.endpoint.config import EndpointConfig
 from broker_core.errors import (
     BrokerError,
     GroupNotConsumingError,
+    InvalidArgumentError,
     PromotionRefusedError,
     StoreError,
     ValidationError,
@@ -113,6 +115,8 @@ NODE_WRITES = frozenset({"promote"})
 OPERATIONS = READS | WRITES | NODE_WRITES
 #: How deeply a call's ``args`` and ``kwargs`` may nest (lists and objects)
 MAX_DEPTH = 32
+#: A message's ``flag``: a 32-bit signed integer in its record, as RocketMQ's
+_FLAG_RANGE = (-(1 << 31), (1 << 31) - 1)
 
 
 def _half_queries() -> Callable[..., Any]:
@@ -331,10 +335,22 @@ class NodeOps:
     def configure_checker(
         self, group: str, url: str, secret: str, timeout_s: float
     ) -> None:
+        """Persist ``group``'s webhook checker. A URL that is not http(s)
+        with a host, and a timeout that is not a positive number of seconds,
+        are ``InvalidArgumentError`` (nothing stored)."""
         validate_group(group)
-        self._tx().checkers.configure(
-            group, "webhook", url=url, secret=secret, timeout_s=timeout_s
-        )
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            want = "an http:// or https:// URL with a host"
+            raise _bad("configure_checker", "url", want, url[:200])
+        if not (math.isfinite(timeout_s) and timeout_s > 0):
+            raise _bad("configure_checker", "timeout_s", "seconds > 0", timeout_s)
+        try:
+            self._tx().checkers.configure(
+                group, "webhook", url=url, secret=secret, timeout_s=timeout_s
+            )
+        except ValueError as exc:  # the webhook's own check of its settings
+            raise ValidationError(f"configure_checker: {exc}") from None
 
     def remove_checker(self, group: str) -> None:
         self._tx().checkers.remove(group)
@@ -366,6 +382,10 @@ class NodeOps:
     def send(self, message: Message) -> SendResult:
         """Send as a client would (a DELAY or timer message is scheduled: the
         delay service's send hook is installed with it)."""
+        low, high = _FLAG_RANGE
+        if not low <= message.flag <= high:
+            want = f"a 32-bit int ({low} to {high})"
+            raise _bad("send", "message: field flag", want, message.flag)
         self._delays()
         return self._broker().send(message)
 
@@ -590,6 +610,18 @@ class NodeOps:
     def list_scheduled(
         self, kind: str | None, level: int | None, limit: int, start: int
     ) -> Any:
+        """Pending scheduled messages (``DelayService.list_scheduled``):
+        ``kind`` "level", "timer" or None (both), ``level`` a delay level (0:
+        timers; None: every one), ``limit`` and ``start`` no negative
+        numbers; anything else is ``InvalidArgumentError``."""
+        if kind not in (None, "level", "timer"):
+            raise _bad("list_scheduled", "kind", "'level' | 'timer' | None", kind)
+        if level is not None and level < 0:
+            raise _bad("list_scheduled", "level", "an int >= 0 | None", level)
+        if limit < 0:
+            raise _bad("list_scheduled", "limit", "an int >= 0", limit)
+        if start < 0:
+            raise _bad("list_scheduled", "start", "an int >= 0", start)
         return self._delays().list_scheduled(kind, level, limit, start)
 
     def recall(self, msg_id: str) -> Any:
@@ -701,6 +733,14 @@ class NodeOps:
         # reaches the store.
         check_call(name, fn, args, kwargs)
         return opscodec.encode(fn(*args, **kwargs))
+
+
+def _bad(name: str, param: str, want: str, given: Any) -> InvalidArgumentError:
+    """A value of the right type that ``name`` cannot take, as ``argtypes``
+    words a value of the wrong type."""
+    return InvalidArgumentError(
+        f"{param}: must be {want}, not {given!r} (argument of {name})"
+    )
 
 
 def store_runtime(store: Any) -> dict[str, Any]:
