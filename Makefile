@@ -24,19 +24,29 @@ run: setup-run migrate admin demo-data admin-token
 
 # Both phases always run (a failure in the first does not hide the second's
 # results); the last line says how each ended, and make fails if either did.
-# A private Redis or PostgreSQL that this run started (nothing answered on its
-# port before) is stopped at the end; one that was already running is left.
+# When the set-up, lint, typecheck or the native tests fail, neither runs and
+# the last line says so. A private Redis or PostgreSQL that this run started
+# (nothing answered before it where REDIS_URL and TEST_POSTGRES_URL point, as
+# console/core/ensure_redis.py and ensure_postgres.py read them: `python3
+# tests/support.py was-running redis|postgres`) is stopped at the end; one that
+# was already running is left (as is any when that cannot be told).
 test:
-	@redis_was=0; pg_was=0; \
-	(exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && redis_was=1; \
-	(exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null && pg_was=1; \
-	main=0; pg=0; \
+	@py=$(BIN)/python; [ -x $$py ] || py=python3; \
+	redis_was=$$($$py tests/support.py was-running redis 2>/dev/null || echo 1); \
+	pg_was=$$($$py tests/support.py was-running postgres 2>/dev/null || echo 1); \
+	main=0; pg=0; ran=1; \
 	if $(MAKE) --no-print-directory setup conformance-runners lint typecheck native-test; then \
 	  BROKER_TESTS_STRICT=1 $(BIN)/python -m pytest $(XDIST) --durations=25 $(PYTEST_ARGS) || main=$$?; \
 	  $(MAKE) --no-print-directory test-postgres || pg=$$?; \
-	else main=2; pg=2; fi; \
-	[ $$redis_was = 1 ] || $(BIN)/python -m console.core.ensure_redis --stop; \
-	[ $$pg_was = 1 ] || $(BIN)/python -m console.core.ensure_postgres --stop; \
+	else ran=0; fi; \
+	if [ -x $(BIN)/python ]; then \
+	  [ "$$redis_was" = 1 ] || $(BIN)/python -m console.core.ensure_redis --stop; \
+	  [ "$$pg_was" = 1 ] || $(BIN)/python -m console.core.ensure_postgres --stop; \
+	fi; \
+	if [ $$ran = 0 ]; then \
+	  echo "make test: set-up, lint, typecheck or native tests failed (see above): neither the main suite nor the PostgreSQL console suite ran"; \
+	  exit 2; \
+	fi; \
 	echo "make test: main suite exit $$main, PostgreSQL console suite exit $$pg"; \
 	[ $$main -eq 0 ] && [ $$pg -eq 0 ]
 

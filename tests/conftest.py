@@ -7,14 +7,19 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: ``make test`` sets it: a skip for something missing (Redis, Chromium, Node.js,
-#: openssl, mount, a network namespace...) is a failure there, so that a broken
-#: set-up cannot pass green; only ``tests.support.skip_by_design`` skips.
-STRICT = os.environ.get("BROKER_TESTS_STRICT") == "1"
+#: ``make test`` sets ``BROKER_TESTS_STRICT=1``, and a CI service ``CI=true``
+#: (``1`` and ``yes`` too, in any case): a skip for something missing (Redis,
+#: Chromium, Node.js, openssl, mount, a network namespace...) is a failure
+#: there, so that a broken set-up cannot pass green; only
+#: ``tests.support.skip_by_design`` skips.
+STRICT = os.environ.get("BROKER_TESTS_STRICT") == "1" or os.environ.get(
+    "CI", ""
+).strip().lower() in ("true", "1", "yes")
 
 #: The tests' Spark drivers (the reports' SparkSession in this process and in
 #: the Celery workers and commands a test starts) live for one test file over
@@ -39,12 +44,25 @@ def pytest_configure(config: pytest.Config) -> None:
             "tests/workers.py: run with -p tests.workers --dist loadfile "
             "(make test TEST_WORKERS=N does)"
         )
+    subnet = os.environ.get("BROKER_TEST_SUBNET", "")
+    if subnet and not workers and not hasattr(config, "workerinput"):
+        # one process: the first of a workers' list (tests/workers.py), as
+        # "a.b.c.0" (tests/netns.py strips one ".0"), for tests/netns.py too
+        # where a conftest imported it already
+        from tests.support import subnet_prefix
+
+        try:
+            first = subnet_prefix(subnet.split(",")[0])
+        except ValueError as e:
+            raise pytest.UsageError(f"BROKER_TEST_SUBNET={subnet!r}: {e}") from None
+        os.environ["BROKER_TEST_SUBNET"] = f"{first}.0"
+        if "tests.netns" in sys.modules:
+            netns: Any = sys.modules["tests.netns"]
+            netns.SUBNET = first
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator:
-    outcome = yield
-    report = outcome.get_result()
+def _strict_failure(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Under ``STRICT``, a skip that is not by design becomes a failure."""
     if not (STRICT and report.skipped) or hasattr(report, "wasxfail"):
         return
     from tests.support import BY_DESIGN
@@ -58,8 +76,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         report.outcome = "failed"
         report.longrepr = (
             f"{reason}\n(skipped for want of something make test's set-up must "
-            "provide: BROKER_TESTS_STRICT=1 makes that a failure)"
+            "provide: BROKER_TESTS_STRICT=1 or CI=true makes that a failure)"
         )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator:
+    outcome: Any = yield
+    _strict_failure(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator:
+    """A whole module skipped (``pytest.importorskip`` at its top, a skip with
+    ``allow_module_level``) counts as its tests would."""
+    outcome: Any = yield
+    _strict_failure(outcome.get_result())
 
 
 class CeleryServices:

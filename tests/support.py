@@ -36,3 +36,65 @@ def redis_db(db: int) -> str:
 
     url = urlsplit(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")
     return urlunsplit((url.scheme, url.netloc, f"/{db}", url.query, ""))
+
+
+def subnet_prefix(text: str) -> str:
+    """The first three octets of a /24 given as ``198.51.100`` or
+    ``198.51.100.0`` (``BROKER_TEST_SUBNET``'s entries); ``ValueError`` for
+    anything else. tests/netns.py strips one trailing ``.0``: give it
+    ``prefix + ".0"``, which also keeps a prefix such as ``10.77.0`` whole."""
+    parts = text.strip().split(".")
+    if len(parts) == 4 and parts[3] == "0":
+        parts = parts[:3]
+    if len(parts) != 3 or not all(p.isdigit() and int(p) < 256 for p in parts):
+        raise ValueError(f"{text!r} is not the first three octets of a /24")
+    return ".".join(str(int(p)) for p in parts)
+
+
+#: where ``make test``'s set-up finds (or starts) its servers, as the modules
+#: that do it read them: the variable, its default (console/core/ensure_redis.py,
+#: console/core/ensure_postgres.py ``DEFAULT_URL``) and the port when the URL
+#: names none (the private server's, ``parsed.port or ...`` there)
+SERVERS = {
+    "redis": ("REDIS_URL", "redis://127.0.0.1:6379/0", 6379),
+    "postgres": (
+        "TEST_POSTGRES_URL",
+        "postgresql://postgres@127.0.0.1:5432/postgres",
+        5432,
+    ),
+}
+
+
+def server_address(kind: str) -> tuple[str, int]:
+    """The host and port of ``make test``'s Redis or PostgreSQL (``kind``):
+    those of the URL ``ensure_redis``/``ensure_postgres`` will use, parsed as
+    they parse it (no host: this machine)."""
+    import os
+    from urllib.parse import urlparse
+
+    var, default, port = SERVERS[kind]
+    parsed = urlparse(os.environ.get(var, default))
+    return parsed.hostname or "127.0.0.1", parsed.port or port
+
+
+def server_running(kind: str) -> bool:
+    """Whether something accepts connections at ``server_address(kind)`` now:
+    ``make test`` asks before its set-up, and at its end stops only a private
+    server it started (standard library only: there may be no venv yet)."""
+    try:
+        with socket.create_connection(server_address(kind), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    # python3 tests/support.py was-running redis|postgres: prints 1 or 0
+    import sys
+
+    if sys.argv[1:2] != ["was-running"] or sys.argv[2:] not in (
+        ["redis"],
+        ["postgres"],
+    ):
+        raise SystemExit("usage: tests/support.py was-running redis|postgres")
+    print(int(server_running(sys.argv[2])))

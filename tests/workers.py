@@ -9,9 +9,12 @@ things:
   database number), so the tests that flush or fill Redis databases (the
   route registries, Celery brokers, ``tests.support.redis_db``) never see
   another worker's keys; and its own ``BROKER_TEST_SUBNET`` for the network
-  namespaces (``tests/netns.py``). Both are set before Django reads its
-  settings, and child processes (Celery, endpoints, nested pytest runs)
-  inherit them.
+  namespaces (``tests/netns.py``): the n-th of a comma-separated list of /24
+  prefixes given as ``BROKER_TEST_SUBNET`` (one per worker), or else of the
+  ``SUBNETS`` no route of this machine covers. Never one range for two
+  workers: too few for the workers stops the run before they start, saying
+  what to set. Both are set before Django reads its settings, and child
+  processes (Celery, endpoints, nested pytest runs) inherit them.
 * **What runs together.** ``--dist loadfile`` is scheduled by file, as xdist
   does, except that every test marked ``spark`` (one SparkSession per worker
   process: one JVM, not one per worker) and every file that builds network
@@ -71,12 +74,62 @@ def _subnets() -> list[str]:
             continue  # "default" and the like
         if net.prefixlen >= 8:  # a default route covers everything: not "taken"
             taken.append(net)
-    free = [
+    return [
         s
         for s in SUBNETS
         if not any(ipaddress.ip_network(f"{s}.0/24").overlaps(n) for n in taken)
     ]
-    return free or list(SUBNETS)
+
+
+def worker_subnets(given: str | None, workers: int) -> list[str]:
+    """The /24 prefixes of ``workers`` workers, the n-th worker's n-th:
+    ``given`` (``BROKER_TEST_SUBNET``), a comma-separated list, or when it is
+    unset the free ``SUBNETS`` (``_subnets``). Raises ``pytest.UsageError``
+    rather than give two workers one range: a single prefix for several
+    workers, a prefix named twice, or fewer free ranges than workers."""
+    fix = (
+        f"set BROKER_TEST_SUBNET to {workers} comma-separated /24 prefixes, one "
+        "per worker (e.g. BROKER_TEST_SUBNET=10.77.0,10.77.1,...), or run fewer "
+        "workers (make test TEST_WORKERS=N, pytest -n N)"
+    )
+    if given is None or not given.strip():
+        free = _subnets()
+        if len(free) < workers:
+            raise pytest.UsageError(
+                f"{workers} pytest-xdist workers need a network range each, but "
+                f"only {len(free)} of {', '.join(SUBNETS)} (/24s) are free of "
+                f"this machine's routes: {fix}"
+            )
+        return free[:workers]
+    from tests.support import subnet_prefix
+
+    try:
+        prefixes = [subnet_prefix(p) for p in given.split(",")]
+    except ValueError as e:
+        raise pytest.UsageError(
+            f"BROKER_TEST_SUBNET={given!r}: {e} (such as 198.51.100)"
+        ) from None
+    if len(set(prefixes)) < len(prefixes):
+        raise pytest.UsageError(
+            f"BROKER_TEST_SUBNET={given!r} names a range twice: {fix}"
+        )
+    if len(prefixes) < workers:
+        raise pytest.UsageError(
+            f"BROKER_TEST_SUBNET={given!r} names {len(prefixes)} network "
+            f"range(s) for {workers} pytest-xdist workers, which never share "
+            f"one: {fix}"
+        )
+    return prefixes[:workers]
+
+
+def _worker_count(config: pytest.Config) -> int:
+    """How many workers the controller starts (``-n`` becomes ``--tx``
+    entries, ``N*popen`` for N of them)."""
+    count = 0
+    for spec in config.getoption("tx", None) or []:
+        head, star, _ = str(spec).partition("*")
+        count += int(head) if star and head.isdigit() else 1
+    return count
 
 
 #: set once a worker's environment is made (a nested pytest keeps it)
@@ -102,9 +155,12 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         return
     os.environ[MARK] = worker
     index = int(worker[2:])
-    if "BROKER_TEST_SUBNET" not in os.environ:
-        free = _subnets()
-        os.environ["BROKER_TEST_SUBNET"] = free[index % len(free)]
+    # the controller's list (pytest_configure), checked there; else this
+    # worker's own reading, as strict
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or index + 1)
+    subnets = worker_subnets(os.environ.get("BROKER_TEST_SUBNET"), count)
+    # "a.b.c.0": tests/netns.py strips one ".0" (of "10.77.0" it kept "10.77")
+    os.environ["BROKER_TEST_SUBNET"] = f"{subnets[index]}.0"
     if index > 0:
         # console/settings_test.py's default, which the first worker keeps
         url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/15"
@@ -174,6 +230,12 @@ def _phases_file() -> Path:
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no":
+        # one range per worker, or a clear stop before any starts (the workers
+        # inherit the list and take theirs, pytest_load_initial_conftests)
+        subnets = worker_subnets(
+            os.environ.get("BROKER_TEST_SUBNET"), _worker_count(config)
+        )
+        os.environ["BROKER_TEST_SUBNET"] = ",".join(subnets)
         fd, path = tempfile.mkstemp(prefix="broker-tests-phases-", suffix=".json")
         os.close(fd)
         os.environ[PHASES] = path
