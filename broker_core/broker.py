@@ -17,6 +17,7 @@ from typing import Any
 
 from broker_core.config import StoreConfig
 from broker_core.errors import (
+    CorruptRecordError,
     InvalidQueueError,
     MessageNotFoundError,
     TopicNotFoundError,
@@ -425,12 +426,15 @@ class Broker:
     def get_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
         """Return a message by offset id or ``UNIQ_KEY`` (optionally within ``topic``).
 
-        Raises ``MessageNotFoundError``.
+        Raises ``MessageNotFoundError`` (``CorruptRecordError`` for a damaged
+        record at an offset id's place).
         """
         decoded = decode_offset_msg_id(msg_id)
         if decoded is not None:
             try:
                 msg = self.store.read_message(decoded[1])
+            except CorruptRecordError:
+                raise  # the record is there, damaged: say so, serve nothing
             except MessageNotFoundError:
                 msg = None
             if msg is not None and msg.offset_msg_id == msg_id.upper():

@@ -24,6 +24,7 @@ from broker_core.record import (
     BLANK_MAGIC,
     PHYSICAL_OFFSET_AT,
     RecordCheck,
+    blank_fills_segment,
     check_record,
     decode_record,
     find_record,
@@ -120,7 +121,9 @@ class CommitLog:
 
         Raises ``MessageNotFoundError`` if no record starts there and
         ``CorruptRecordError`` (a ``MessageNotFoundError`` too) if the record
-        there fails its CRCs: damaged bytes are never served.
+        there fails its CRCs, checked even for records this run appended
+        (``trusted_from`` spares only scans and consumers' reads): damaged
+        bytes are never served.
         """
         if offset < 0 or offset >= limit:
             raise MessageNotFoundError(
@@ -132,7 +135,9 @@ class CommitLog:
         chk = check_record(seg.view, pos, end, verify_crc=False)
         if chk.status is not RecordCheck.OK:
             raise MessageNotFoundError(f"no record starts at offset {offset}")
-        if offset < self.trusted_from() and not intact(seg.view, pos, chk.size, offset):
+        # A single look-up (an operator's, a client's by id) always checks the
+        # CRCs, of records this run appended too: it costs one record's.
+        if not intact(seg.view, pos, chk.size, offset):
             raise CorruptRecordError(
                 f"the record at offset {offset} is damaged (CRC mismatch); "
                 "run 'python -m broker_core verify --repair' to quarantine it"
@@ -237,6 +242,12 @@ class CommitLog:
                 total, magic = BLANK.unpack_from(seg.view, pos)
                 if magic == BLANK_MAGIC and pos + total == seg.size:
                     status = RecordCheck.BLANK
+            if status is RecordCheck.BLANK and not blank_fills_segment(
+                seg.view, pos, seg.size, seg.data_end
+            ):
+                # A marker over records (forged, or damage reading as one):
+                # the records after it are the log's, not a segment's rest.
+                status = RecordCheck.CORRUPT
             if (
                 status is RecordCheck.OK
                 and PHYS.unpack_from(seg.view, pos + PHYSICAL_OFFSET_AT)[0] != offset

@@ -11,7 +11,7 @@ import functools
 import socket
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -268,6 +268,37 @@ def check_record(
             ):
                 return CheckedRecord(RecordCheck.CORRUPT, 0)
     return CheckedRecord(RecordCheck.OK, total)
+
+
+_ZEROS = bytes(1 << 16)
+
+
+def blank_fills_segment(
+    buf: memoryview | bytes,
+    pos: int,
+    size: int,
+    data_end: Callable[[int], int] | None = None,
+) -> bool:
+    """Whether the end-of-segment blank at ``buf[pos]`` is one the appender
+    (or recovery) laid: it reaches the segment's end ``size`` and nothing but
+    zeros follows its 8 bytes. Every reader ends a segment at a blank, so a
+    marker written over records (forged, or damage that reads as one) would
+    hide every record after it: such a marker is damage. ``data_end(p)``:
+    where mapped reads from ``p`` must stop (``Segment.data_end``; past it
+    are holes, which read as zeros)."""
+    if pos + 8 > size:
+        return False
+    total, magic = BLANK.unpack_from(buf, pos)
+    if magic != BLANK_MAGIC or pos + total != size:
+        return False
+    p = pos + 8
+    stop = size if data_end is None else min(size, data_end(p))
+    while p < stop:
+        n = min(stop - p, len(_ZEROS))
+        if buf[p : p + n] != _ZEROS[:n]:
+            return False
+        p += n
+    return True
 
 
 _HEAD3 = struct.Struct(">iii")

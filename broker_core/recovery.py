@@ -162,9 +162,12 @@ def recover(store: StoreParts, verify_all: bool = False) -> RecoveryInfo:
             )
     log_end = store.commitlog.last_end
     dispatch_from = min(dispatch_from, log_end)
+    kept_tail = False
     try:
         for d in damage:
-            _quarantine(store, info, d, cp.flushed_offset, log_end)
+            after = _quarantine(store, info, d, cp.flushed_offset, log_end)
+            if after is not None:  # flushed records: stepped over, not cut
+                log_end, kept_tail = after, True
         if log_end < cp.flushed_offset:
             _report_missing(store, info, log_end, cp.flushed_offset)
     except StoreError as exc:
@@ -173,7 +176,7 @@ def recover(store: StoreParts, verify_all: bool = False) -> RecoveryInfo:
         log.error("damaged ranges not quarantined: %s", exc)
     # Bytes after the end are a torn or damaged tail: cut them.
     tail_seg = store.commitlog.segments.segment(log_end)
-    truncated = store.commitlog.stopped_on_corruption
+    truncated = store.commitlog.stopped_on_corruption and not kept_tail
     if tail_seg is not None:
         pos = log_end - tail_seg.base
         stop = min(pos + 8, tail_seg.data_end(pos))
@@ -261,8 +264,13 @@ def _report_missing(
 
 def _quarantine(
     store: StoreParts, info: RecoveryInfo, d: Damage, flushed: int, log_end: int
-) -> None:
-    """Copy a damaged range to ``quarantine/`` and lay a filler over it."""
+) -> int | None:
+    """Copy a damaged range to ``quarantine/`` and lay a filler over it.
+
+    A damaged tail past the flushed position is torn (never acknowledged) and
+    cut. One below it held acknowledged records: it is stepped over like any
+    other damage, and the log goes on after it (returned), so that no later
+    message takes a damaged one's offset."""
     segs = store.commitlog.segments
     seg = segs.segment(d.start)
     if seg is None:
@@ -285,27 +293,47 @@ def _quarantine(
                     "lost",
                 )
             )
-        return
+        return None
     pos = d.start - seg.base
     if d.end < 0:  # a tail: its extent is the non-zero bytes that follow
         data = bytes(seg.view[pos : _tail_extent(seg, pos)]).rstrip(b"\0")
         if not data:
-            return
+            return None
         torn = flushed <= 0 or d.start >= flushed
-        reason = (
-            "torn tail past the flushed position"
-            if torn
-            else "damaged tail: flushed records with no valid record after them"
+        if torn or seg.size - pos < 8:
+            info.quarantined.append(
+                store.quarantine.add(
+                    d.start,
+                    data,
+                    len(data),
+                    "torn tail past the flushed position",
+                    seg.path.name,
+                    "cut",
+                )  # fmt: skip
+            )
+            return None
+        if not store.quarantine.known(d.start):
+            info.quarantined.append(
+                store.quarantine.add(
+                    d.start,
+                    data,
+                    len(data),
+                    "damaged tail: flushed records with no valid record after them",
+                    seg.path.name,
+                    "skipped",
+                )  # fmt: skip
+            )
+        stop = _lay_filler(seg, pos, pos + max(len(data), 8))
+        log.error(
+            "damaged flushed records at [%d, %d): copied to quarantine/ and "
+            "stepped over; the log goes on after them",
+            d.start,
+            seg.base + stop,
         )
-        if not torn:
-            log.error("damaged flushed records at %d cut from the log", d.start)
-        info.quarantined.append(
-            store.quarantine.add(d.start, data, len(data), reason, seg.path.name, "cut")
-        )
-        return
+        return seg.base + stop
     stop = d.end - seg.base
     if store.quarantine.known(d.start):
-        return
+        return None
     data = bytes(seg.view[pos:stop])
     reason = "checks failed" if d.reason == "corrupt" else "zeros where records go on"
     log.error(
@@ -318,8 +346,29 @@ def _quarantine(
         store.quarantine.add(d.start, data, len(data), reason, seg.path.name, "skipped")
     )
     if stop - pos >= 8:
-        magic = BLANK_MAGIC if stop == seg.size else SKIP_MAGIC
-        seg.overwrite(pos, BLANK.pack(stop - pos, magic))
+        _lay_filler(seg, pos, stop)
+    return None
+
+
+def _lay_filler(seg: Segment, pos: int, stop: int) -> int:
+    """Lay a filler over ``[pos, stop)`` (at least 8 bytes); return where it
+    ends. One that reaches the segment's end (or leaves less than a filler
+    after it) is a blank, and the bytes after its marker are zeroed: readers
+    take a blank with anything else after it for damage
+    (``record.blank_fills_segment``)."""
+    if seg.size - stop < 8:
+        stop = seg.size
+    if stop < seg.size:
+        seg.overwrite(pos, BLANK.pack(stop - pos, SKIP_MAGIC))
+        return stop
+    seg.overwrite(pos, BLANK.pack(stop - pos, BLANK_MAGIC))
+    at, limit = pos + 8, seg.data_end(pos + 8)
+    while at < limit:
+        nxt = min(limit, at + (1 << 16))
+        if bytes(seg.view[at:nxt]) != bytes(nxt - at):
+            seg.overwrite(at, bytes(nxt - at))
+        at = nxt
+    return stop
 
 
 def _fill_holes(
@@ -466,9 +515,11 @@ def _unit_agrees(
         return False
     pos = phys - seg.base
     if not starts_record(seg.view, pos, size, phys):
-        # No record of that size and offset starts there: the unit is damaged
-        # (or the record's header is, which a rebuild turns into a placeholder).
-        return False
+        # A unit naming a quarantined record agrees (its filler fails the read
+        # check); otherwise no record of that size and offset starts there:
+        # the unit is damaged (or the record's header is, which a rebuild
+        # turns into a placeholder).
+        return store.quarantine.known(phys)
     if not intact(seg.view, pos, size, phys):
         return True  # a damaged record (CRCs): the read check steps over it
     try:

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker_core import Broker, Message, PullStatus
-from broker_core.errors import ConfigFileError
-from broker_core.verify import repair_store, verify_store
+from broker_core.errors import BrokerError, ConfigFileError
+from broker_core.verify import repair_and_verify, repair_store, verify_store
 
 SETTINGS: dict[str, Any] = {
     "segment_size": 64 * 1024,
@@ -445,3 +445,85 @@ def test_a_stale_record_past_a_torn_tail_is_not_resurrected(
         assert info is not None and info.log_end == end and info.truncated
         r = b.pull("g", "MP", 0, 0, 10)
         assert [m.body for m in r.messages] == [b"A", b"acked"]
+
+
+def test_a_blank_marker_written_over_records_is_damage_not_a_segment_end(
+    template: Template, tmp_path: Path
+) -> None:
+    """Eight bytes over record 100 of the first segment that read as its
+    end-of-segment marker (the right length and magic): every reader used to
+    end the segment there, so ``verify`` said OK and the records after it
+    vanished. A blank with records after it is damage: only record 100 is."""
+    import struct
+
+    from broker_core.record import BLANK_MAGIC
+
+    store, records = _copy(template, tmp_path)
+    size = SETTINGS["segment_size"]
+    in_first = [r for r in records if r[0] < size]
+    off, rsize, _body = in_first[len(in_first) // 2]
+    path = store / "commitlog" / f"{0:020d}"
+    with open(path, "r+b") as fh:
+        fh.seek(off)
+        fh.write(struct.pack(">ii", size - off, BLANK_MAGIC))
+    report = verify_store(store)
+    assert not report.ok
+    assert [(d["start"], d["end"]) for d in report.damaged] == [(off, off + rsize)]
+    assert report.records == len(records) - 1
+    with Broker.open(store, **SETTINGS) as br:
+        assert len(_pulled(br)) == len(records) - 1
+        assert len(list(br.store.iter_messages())) == len(records) - 1
+    repaired = repair_and_verify(store)
+    assert [(q["offset"], q["length"]) for q in repaired.quarantined] == [(off, rsize)]
+    assert repaired.records == len(records) - 1 and not repaired.damaged
+
+
+def test_a_damaged_last_record_that_was_flushed_keeps_its_offset(
+    tmp_path: Path,
+) -> None:
+    """One flipped byte in the last record of a cleanly closed store (sent,
+    flushed, acknowledged): recovery used to cut it, and the next message took
+    its log and queue offsets, so the old offset id named another message. It
+    is quarantined and stepped over; the next message goes after it."""
+    store = tmp_path / "store"
+    with Broker.open(store, **SETTINGS) as br:
+        first = br.send(Message("IA", b"amount=100", queue_id=0))
+        last = br.send(Message("IA", b"amount=200", queue_id=0))
+    path = store / "commitlog" / f"{0:020d}"
+    with open(path, "r+b") as fh:
+        fh.seek(last.commit_log_offset + 30)
+        b = fh.read(1)
+        fh.seek(last.commit_log_offset + 30)
+        fh.write(bytes([b[0] ^ 0x40]))
+    with Broker.open(store, **SETTINGS) as br:
+        info = br.store.recovery_info
+        assert info is not None
+        assert [q.offset for q in info.quarantined] == [last.commit_log_offset]
+        again = br.send(Message("IA", b"amount=300", queue_id=0))
+        assert again.commit_log_offset > last.commit_log_offset
+        assert again.queue_offset == 2
+        bodies = [m.body for m in br.pull("c", "IA", 0, 0, 10).messages]
+        assert bodies == [b"amount=100", b"amount=300"]
+        assert br.get_message(first.offset_msg_id).body == b"amount=100"
+        with pytest.raises(BrokerError) as gone:
+            br.get_message(last.offset_msg_id)
+        assert "amount" not in str(gone.value)
+
+
+def test_a_look_up_checks_records_this_run_appended(tmp_path: Path) -> None:
+    """A byte flipped on disk in a message sent since the store opened: a
+    look-up by id (the console's message page, resend) used to serve the
+    altered body; it now raises as for older records."""
+    from broker_core.errors import CorruptRecordError
+
+    with Broker.open(tmp_path / "store", **SETTINGS) as br:
+        sent = br.send(Message("IA", b"amount=100", queue_id=0))
+        assert br.get_message(sent.offset_msg_id).body == b"amount=100"
+        path = tmp_path / "store" / "commitlog" / f"{0:020d}"
+        data = path.read_bytes()
+        at = data.index(b"amount=100", sent.commit_log_offset) + len("amount=")
+        with open(path, "r+b") as fh:
+            fh.seek(at)
+            fh.write(b"9")
+        with pytest.raises(CorruptRecordError):
+            br.get_message(sent.offset_msg_id)

@@ -325,13 +325,16 @@ def next_record(
     A quarantined range (``record.SKIP_MAGIC``, laid by recovery) is stepped over
     whole; damage not yet quarantined is stepped over to the next valid record
     (``record.find_record``, CRCs checked). Zeros and a blank marker end the
-    data, unless ``exact_end`` says records reach ``end`` (then zeros are
-    damage too, and searched through).
+    data (a blank with anything but zeros after it is damage:
+    ``record.blank_fills_segment``), unless ``exact_end`` says records reach
+    ``end`` (then zeros are damage too, and searched through).
     """
     if pos + 8 > size:
         return None
     total, magic = record.BLANK.unpack_from(buf, pos)
-    if magic == record.BLANK_MAGIC or (total == 0 and magic == 0 and not exact_end):
+    if magic == record.BLANK_MAGIC and record.blank_fills_segment(buf, pos, size):
+        return None
+    if total == 0 and magic == 0 and not exact_end:
         return None
     if magic == record.SKIP_MAGIC and 8 <= total and pos + total <= size:
         return pos + total if pos + total < end else None
@@ -347,10 +350,8 @@ def lost_at_end(
     the range's end is not known to hold records, or when a blank marker fills
     the segment's rest (the appender's own end of a segment: it reaches the
     segment's end)."""
-    if pos + 8 <= size:
-        total, magic = record.BLANK.unpack_from(buf, pos)
-        if magic == record.BLANK_MAGIC and pos + total == size:
-            return 0, size
+    if record.blank_fills_segment(buf, pos, size):
+        return 0, size
     if not exact_end or pos >= end:
         return 0, pos
     return end - pos, end

@@ -209,16 +209,19 @@ def test_any_damaged_byte_of_a_record_is_detected(root: Path, at: int) -> None:
 
 
 def test_records_appended_by_this_run_are_trusted(root: Path) -> None:
-    """``trusted_from``: below it CRCs are checked, at or above it only the
-    record's structure (and ``decode_at`` still refuses a phantom offset)."""
+    """``trusted_from``: below it consumers' reads (``decode_at``) check CRCs,
+    at or above it only the record's structure (and still refuse a phantom
+    offset). A look-up by offset (``read_message``) checks them everywhere."""
     placed, end = written(root, BODIES[:3])
     off, size = placed[1]
     flip(segment_file(root, 0), off + 88 + 1)
     log = CommitLog(root, SEG)
     with pytest.raises(CorruptRecordError):
-        log.read_message(off, end)
+        log.decode_at(off, size)
     log.trusted_from = lambda: off  # records from ``off`` on were appended now
-    assert log.read_message(off, end).commit_log_offset == off
+    assert log.decode_at(off, size).commit_log_offset == off
+    with pytest.raises(CorruptRecordError):
+        log.read_message(off, end)
     with pytest.raises(MessageNotFoundError):
         log.decode_at(off + 1, size)  # not a record start
     with pytest.raises(MessageNotFoundError):

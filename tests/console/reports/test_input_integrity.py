@@ -66,6 +66,34 @@ def test_a_damaged_record_fails_the_run_unless_skipped(spark, store) -> None:
     assert skipped.summary["skipped_damaged"]["stretches"] == 1
 
 
+def test_a_blank_marker_over_records_fails_the_run_unless_skipped(spark, store) -> None:
+    """Eight bytes over a record that read as the segment's end marker (its
+    length reaching the segment's end, its magic): the scanner used to stop
+    there and the run SUCCEEDED with the records before it only."""
+    import struct
+
+    from broker_core.record import BLANK_MAGIC
+    from console.reports import services
+
+    with Broker.open(str(store)) as broker:
+        (victim,) = broker.pull("probe", "a", 0, 10, max_messages=1).messages
+        offset = victim.commit_log_offset
+    seg = sorted((store / "commitlog").iterdir())[0]
+    size = seg.stat().st_size
+    with open(seg, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(struct.pack(">ii", size - offset, BLANK_MAGIC))
+
+    failed = services.run_now("topic_traffic")
+    assert failed.status == "FAILED"
+    assert "damaged or quarantined" in failed.error
+
+    skipped = services.run_now("topic_traffic", skip_damaged=True)
+    assert skipped.status == "SUCCEEDED", skipped.error
+    assert _messages(skipped) == MESSAGES - 1
+    assert skipped.summary["skipped_damaged"]["stretches"] == 1
+
+
 def test_an_export_with_missing_chunks_is_rebuilt(spark, store) -> None:
     import shutil
 
