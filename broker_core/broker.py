@@ -35,7 +35,7 @@ from broker_core.message import (
     SendResult,
     encode_properties,
 )
-from broker_core.metadata import MessageType, TopicConfig
+from broker_core.metadata import PERM_WRITE, MessageType, TopicConfig
 from broker_core.msgid import UniqKeyGenerator
 from broker_core.record import (
     decode_offset_msg_id,
@@ -148,6 +148,9 @@ class Broker:
             validate_send_topic(topic)
             if len(self._valid_topics) < 100_000:
                 self._valid_topics.add(topic)
+        cfg = self.store.topics.topics.get(topic)
+        if cfg is not None and not cfg.perm & PERM_WRITE:
+            cfg.check_writable()
         body = m.body
         limit = self.config.max_message_size
         if body.__class__ is not bytes or not 0 < len(body) <= limit:
@@ -158,7 +161,6 @@ class Broker:
             counter = self._rr.get(topic)
             if counter is None:
                 counter = self._rr[topic] = itertools.count()
-            cfg = self.store.topics.topics.get(topic)
             nq = cfg.write_queue_nums if cfg else self.config.default_queue_nums
             qid = next(counter) % nq
         elif qid < 0:

@@ -30,6 +30,7 @@ class RmqCode(IntEnum):
     ILLEGAL_DELIVERY_TIME = 40012
     MESSAGE_PROPERTY_CONFLICT_WITH_TYPE = 40014
     MESSAGE_CORRUPTED = 40016
+    FORBIDDEN = 40301
     TOPIC_NOT_FOUND = 40402
     MESSAGE_BODY_TOO_LARGE = 41301
     MESSAGE_BODY_EMPTY = 41302
@@ -165,6 +166,15 @@ class TopicNotFoundError(BrokerError):
     code = "topic_not_found"
     http_status = 404
     grpc_code = RmqCode.TOPIC_NOT_FOUND
+
+
+class TopicNotWritableError(BrokerError):
+    """A send to a topic whose permission has no write bit (``perm`` 4, read
+    only: RocketMQ's ``NO_PERMISSION``, "sending message is forbidden")."""
+
+    code = "topic_not_writable"
+    http_status = 403
+    grpc_code = RmqCode.FORBIDDEN
 
 
 class TopicExistsError(BrokerError):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from broker_core.diskio import pwrite_all, storage_error
-from broker_core.errors import ConfigFileError
+from broker_core.errors import ConfigFileError, TopicNotWritableError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,6 +58,15 @@ class TopicConfig:
     @property
     def writable(self) -> bool:
         return bool(self.perm & PERM_WRITE)
+
+    def check_writable(self) -> None:
+        """Raise ``TopicNotWritableError`` unless clients may send to it."""
+        if not self.perm & PERM_WRITE:
+            raise TopicNotWritableError(
+                f"the topic {self.topic_name!r} is read-only (perm {self.perm}): "
+                "sending to it is forbidden; give it write permission (perm 6) "
+                "to send"
+            )
 
     @property
     def readable(self) -> bool:
@@ -178,6 +187,10 @@ class TopicTable:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.topics: dict[str, TopicConfig] = {}
+        #: Deleted topics: name -> the log's end when it was deleted. Its
+        #: records before that stay in the log but are no topic's any more:
+        #: recovery and rebuilds give them no queue (``hides``).
+        self.deleted: dict[str, int] = {}
         self.load()
 
     def load(self) -> None:
@@ -187,11 +200,24 @@ class TopicTable:
             "topicConfigTable",
             lambda raw: {name: TopicConfig(**cfg) for name, cfg in raw.items()},
         )
+        self.deleted = read_config(
+            self.path,
+            "deletedTopics",
+            lambda raw: {name: int(end) for name, end in raw.items()},
+        )
+
+    def hides(self, topic: str, offset: int) -> bool:
+        """Whether the record of ``topic`` at log ``offset`` belongs to a
+        deleted incarnation of the topic (written before its deletion)."""
+        return offset < self.deleted.get(topic, -1)
 
     def persist(self) -> None:
         atomic_write_json(
             self.path,
-            {"topicConfigTable": {n: asdict(c) for n, c in self.topics.items()}},
+            {
+                "topicConfigTable": {n: asdict(c) for n, c in self.topics.items()},
+                "deletedTopics": dict(self.deleted),
+            },
         )
 
 

@@ -151,7 +151,7 @@ def recover(store: StoreParts, verify_all: bool = False) -> RecoveryInfo:
     for seg, pos, _size in scan:
         off = seg.base + pos
         req = decode_dispatch(seg.view, pos, store.config.delay_ms)
-        if req.sysflag & 0xC not in (0, 8):
+        if req.sysflag & 0xC not in (0, 8) or store.topics.hides(req.topic, off):
             continue
         key = (req.topic, req.queue_id)
         if req.consume_queue_offset > seen.get(key, -1):
@@ -465,7 +465,9 @@ def _queue_ends(
     first = store.commitlog.first_offset()
     for seg, pos, _size in store.commitlog.scan(first, log_end, True, []):
         req = decode_dispatch(seg.view, pos, store.config.delay_ms)
-        if req.sysflag & 0xC in (0, 8):
+        if req.sysflag & 0xC in (0, 8) and not store.topics.hides(
+            req.topic, req.commit_log_offset
+        ):
             key = (req.topic, req.queue_id)
             ends[key] = max(ends.get(key, 0), req.consume_queue_offset + 1)
             if holes and filled is not None:
@@ -546,7 +548,11 @@ def rebuild_queues(
     for seg, pos, _size in store.commitlog.scan(first, log_end, True, damage):
         req = decode_dispatch(seg.view, pos, store.config.delay_ms)
         key = (req.topic, req.queue_id)
-        if key in which and req.sysflag & 0xC in (0, 8):
+        if (
+            key in which
+            and req.sysflag & 0xC in (0, 8)
+            and not store.topics.hides(req.topic, req.commit_log_offset)
+        ):
             lists.setdefault(key, []).append(
                 (req.consume_queue_offset, req.commit_log_offset, req.msg_size,
                  req.tags_code)
@@ -586,7 +592,9 @@ def dispatch_queues(store: StoreParts, start: int, end: int) -> None:
     """Write consume-queue units for records in ``[start, end)`` from the log."""
     for seg, pos, _size in store.commitlog.scan(start, end):
         req = decode_dispatch(seg.view, pos, store.config.delay_ms)
-        if req.sysflag & 0xC in (0, 8):
+        if req.sysflag & 0xC in (0, 8) and not store.topics.hides(
+            req.topic, req.commit_log_offset
+        ):
             store.cqs.get(req.topic, req.queue_id).put_units(
                 req.consume_queue_offset,
                 [(req.commit_log_offset, req.msg_size, req.tags_code)],

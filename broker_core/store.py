@@ -839,8 +839,10 @@ class MessageStore:
         damage: list[Any] = []
         for seg, pos, _size in self.commitlog.scan(low, high, True, damage):
             req = decode_dispatch(seg.view, pos, self.config.delay_ms)
-            if (req.topic, req.queue_id) == (topic, queue_id) and (
-                first <= req.consume_queue_offset < last
+            if (
+                (req.topic, req.queue_id) == (topic, queue_id)
+                and first <= req.consume_queue_offset < last
+                and not self.topics.hides(topic, req.commit_log_offset)
             ):
                 found[req.consume_queue_offset] = (
                     req.commit_log_offset, req.msg_size, req.tags_code

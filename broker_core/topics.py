@@ -244,7 +244,18 @@ class TopicRegistry:
             self.reload()
             if topic not in self.table.topics:
                 raise TopicNotFoundError(f"topic {topic!r} does not exist")
-            self._put(topic, None)
+            # Its records stay in the log: recovery must not give them
+            # queues again (and the topic back) after a restart.
+            before = self.table.deleted.get(topic)
+            self.table.deleted[topic] = self.state.commit_pos
+            try:
+                self._put(topic, None)
+            except BaseException:
+                if before is None:
+                    self.table.deleted.pop(topic, None)
+                else:
+                    self.table.deleted[topic] = before
+                raise
             self.cqs.drop(topic)
         self.offsets.drop_topic(topic)
 

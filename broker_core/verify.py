@@ -93,6 +93,10 @@ def verify_store(root: Path, segment_size: int | None = None) -> VerifyReport:
     expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
     delay_ms = StoreConfig().delay_ms
     try:
+        deleted = TopicTable(root / "config" / "topics.json")
+    except ConfigFileError:  # reported by _check_config
+        deleted = None
+    try:
         damage: list[Damage] = []
         cp = read_checkpoint(root / "checkpoint")
         first = log.first_offset()
@@ -101,7 +105,10 @@ def verify_store(root: Path, segment_size: int | None = None) -> VerifyReport:
         for seg, pos, _size in log.scan(first, None, True, damage, committed):
             report.records += 1
             req = decode_dispatch(seg.view, pos, delay_ms)
-            if req.sysflag & 0xC in (0, 8):
+            hidden = deleted is not None and deleted.hides(
+                req.topic, req.commit_log_offset
+            )
+            if req.sysflag & 0xC in (0, 8) and not hidden:
                 expected.setdefault((req.topic, req.queue_id), {})[
                     req.consume_queue_offset
                 ] = (req.commit_log_offset, req.msg_size, req.tags_code)
