@@ -168,24 +168,31 @@ class TopicRegistry:
         range raises ``InvalidQueueError``.
         """
         topics = self.table.topics
-        created = False
+        created: dict[str, TopicConfig] = {}
         for topic, qid in pairs:
-            cfg = topics.get(topic)
+            cfg = topics.get(topic) or created.get(topic)
             if cfg is None:
                 if not auto_create:
                     raise TopicNotFoundError(f"topic {topic!r} does not exist")
                 n = self.config.default_queue_nums
                 if inner:
                     n = max(n, qid + 1)
-                cfg = topics[topic] = TopicConfig(topic, n, n)
-                created = True
+                cfg = created[topic] = TopicConfig(topic, n, n)
             if not 0 <= qid < cfg.queue_nums:
+                # (a topic this call would have made is not made either)
                 raise InvalidQueueError(
                     f"queue id {qid} is out of range for topic {topic!r} "
                     f"(0..{cfg.queue_nums - 1})"
                 )
         if created:
-            self.save()
+            topics.update(created)
+            try:
+                self.save()
+            except BaseException:
+                for topic in created:
+                    topics.pop(topic, None)
+                self._refresh_limits()
+                raise
 
     # -- administration ------------------------------------------------------
     def create(

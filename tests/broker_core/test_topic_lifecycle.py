@@ -59,3 +59,19 @@ def test_a_read_only_topic_refuses_sends_and_halves(tmp_path: Path) -> None:
         b.update_topic("RO", perm=6)
         b.send(Message("RO", b"again"))
     assert TopicNotWritableError.http_status == 403
+
+
+def test_a_refused_send_makes_no_topic(tmp_path: Path) -> None:
+    """A queue id out of range for a topic the send would have made: refused,
+    and the topic is not made (it was, in memory, and saved by the next
+    change)."""
+    from broker_core.errors import InvalidQueueError
+
+    store = tmp_path / "store"
+    with Broker.open(store) as b:
+        with pytest.raises(InvalidQueueError):
+            b.send(Message("Never", b"x", queue_id=99))
+        assert "Never" not in [t.topic_name for t in b.list_topics()]
+        b.create_topic("Other", 1)
+    with Broker.open(store) as b:
+        assert "Never" not in [t.topic_name for t in b.list_topics()]
