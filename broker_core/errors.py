@@ -30,7 +30,7 @@ class RmqCode(IntEnum):
     ILLEGAL_DELIVERY_TIME = 40012
     MESSAGE_PROPERTY_CONFLICT_WITH_TYPE = 40014
     MESSAGE_CORRUPTED = 40016
-    FORBIDDEN = 40301
+    FORBIDDEN = 40300
     TOPIC_NOT_FOUND = 40402
     MESSAGE_BODY_TOO_LARGE = 41301
     MESSAGE_BODY_EMPTY = 41302
@@ -173,7 +173,7 @@ class TopicNotWritableError(BrokerError):
     only: RocketMQ's ``NO_PERMISSION``, "sending message is forbidden")."""
 
     code = "topic_not_writable"
-    http_status = 403
+    http_status = 409  # the topic's own setting refuses it (not the caller's rights)
     grpc_code = RmqCode.FORBIDDEN
 
 

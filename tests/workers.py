@@ -41,7 +41,10 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the /24s for the workers' network namespaces: documentation (RFC 5737) and
 #: benchmarking (RFC 2544) ranges, one per worker, less those this machine
 #: routes already (``_subnets``)
-SUBNETS = ("198.51.100", "203.0.113", "198.18.100", "198.18.101", "192.0.2")
+SUBNETS = (
+    "198.51.100", "203.0.113", "198.18.100", "198.18.101", "198.18.102", "198.18.103",
+    "192.0.2",
+)  # fmt: skip
 
 
 def _subnets() -> list[str]:

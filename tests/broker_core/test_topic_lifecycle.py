@@ -58,7 +58,7 @@ def test_a_read_only_topic_refuses_sends_and_halves(tmp_path: Path) -> None:
         assert got == [b"before"]
         b.update_topic("RO", perm=6)
         b.send(Message("RO", b"again"))
-    assert TopicNotWritableError.http_status == 403
+    assert TopicNotWritableError.http_status == 409
 
 
 def test_a_refused_send_makes_no_topic(tmp_path: Path) -> None:
