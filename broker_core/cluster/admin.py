@@ -13,7 +13,8 @@ body that is not a JSON object or nests more than ``MAX_JSON_DEPTH`` deep,
 arguments that do not fit the operation's signature: ``argtypes``), 404 (no
 such route or operation), 405 (a method other than GET and POST, with
 ``Allow``), 408 (a body that did not arrive in time), 503 (``MAX_CONNECTIONS``
-requests under way), and a library error's own status (``http_status``: 400
+requests under way, or ``MAX_PER_ADDRESS`` from one address), and a
+library error's own status (``http_status``: 400
 bad input, 404 no such thing, 409 a conflicting decision, 503 a slave asked
 to write); a fault of the node is 500 with no detail (the traceback is in the
 node's log). A connection waits ``IO_TIMEOUT_S`` at most for its first byte
@@ -73,6 +74,9 @@ MAX_JSON_DEPTH = 64
 IO_TIMEOUT_S = 10.0
 #: requests served at once; one more connection is answered 503 at once
 MAX_CONNECTIONS = 64
+#: of those, from one client address: one host's slow or half-open
+#: connections (before any token is read) cannot lock every other out
+MAX_PER_ADDRESS = 16
 #: connections that have sent nothing yet, waited on by one thread; beyond,
 #: a new connection is closed at once
 MAX_WAITING = 512
@@ -175,10 +179,15 @@ class _Server(ThreadingHTTPServer):
         handler: type[BaseHTTPRequestHandler],
         io_timeout_s: float,
         max_connections: int,
+        max_per_address: int = MAX_PER_ADDRESS,
     ) -> None:
         super().__init__(address, handler)
         self.io_timeout_s = io_timeout_s
         self._slots = threading.BoundedSemaphore(max_connections)
+        self._max_per_address = max_per_address
+        #: client address -> requests of it under way
+        self._per_address: dict[str, int] = {}
+        self._per_address_lock = threading.Lock()
         self._arrivals: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
         self._closed = threading.Event()
@@ -233,8 +242,30 @@ class _Server(ThreadingHTTPServer):
                 self.shutdown_request(sock)
             sel.close()
 
+    def _take_address(self, host: str) -> bool:
+        with self._per_address_lock:
+            n = self._per_address.get(host, 0)
+            if n >= self._max_per_address:
+                return False
+            self._per_address[host] = n + 1
+            return True
+
+    def _give_address(self, host: str) -> None:
+        with self._per_address_lock:
+            n = self._per_address.get(host, 1) - 1
+            if n <= 0:
+                self._per_address.pop(host, None)
+            else:
+                self._per_address[host] = n
+
     def _dispatch(self, sock: Any, address: Any) -> None:
+        if not self._take_address(address[0]):
+            log.warning("admin %s: %d of its requests under way: 503", address[0],
+                        self._max_per_address)  # fmt: skip
+            self._busy(sock)
+            return
         if not self._slots.acquire(blocking=False):
+            self._give_address(address[0])
             log.warning("admin %s: %d requests under way: 503", address[0],
                         MAX_CONNECTIONS)  # fmt: skip
             self._busy(sock)
@@ -243,6 +274,7 @@ class _Server(ThreadingHTTPServer):
             super().process_request(sock, address)
         except BaseException:  # no thread: nothing will release the slot
             self._slots.release()
+            self._give_address(address[0])
             log.exception("admin %s: no thread for the request", address[0])
             self.shutdown_request(sock)
 
@@ -274,6 +306,7 @@ class _Server(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
+            self._give_address(client_address[0])
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Into the node's log, never a bare traceback on stderr.
@@ -304,6 +337,7 @@ class AdminServer:
         node_ops: NodeOps | None = None,
         io_timeout_s: float = IO_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
+        max_per_address: int = MAX_PER_ADDRESS,
     ) -> None:
         if not token:
             raise ValueError("the admin API needs a token (--admin-token-file)")
@@ -345,8 +379,9 @@ class AdminServer:
         #: how long a connection may wait for its first byte and each read
         self.io_timeout_s = io_timeout_s
         server = _Server(
-            (host, int(port)), self._handler(), io_timeout_s, max_connections
-        )
+            (host, int(port)), self._handler(), io_timeout_s, max_connections,
+            max_per_address,
+        )  # fmt: skip
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(tls[0], tls[1])

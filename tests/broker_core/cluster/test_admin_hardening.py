@@ -253,7 +253,7 @@ def quick(tmp_path):
     broker = Broker.open(str(tmp_path / "store"))
     ep = Endpoint(broker, EndpointConfig())
     admin = AdminServer(ep, "127.0.0.1:0", TOKEN, io_timeout_s=2.0,
-                        max_connections=8).start()  # fmt: skip
+                        max_connections=8, max_per_address=8).start()  # fmt: skip
     try:
         yield admin
     finally:
@@ -452,3 +452,39 @@ def test_every_operation_has_annotations_the_check_can_read():
     assert argtypes.fits([1, 2], list[int]) and not argtypes.fits([1, "2"], list[int])
     assert argtypes.fits(None, int | None) and not argtypes.fits(1.0, int | None)
     assert argtypes.fits({"a": 1}, dict[str, int]) and argtypes.fits("x", object)
+
+
+def test_one_address_cannot_take_every_request_slot(tmp_path):
+    """Connections from one host that never finish their headers (before any
+    token is read) hold at most ``max_per_address`` of the slots: one more
+    from that host is answered 503 at once, another host is still served."""
+    from broker_core.endpoint.config import EndpointConfig
+    from broker_core.endpoint.server import Endpoint
+
+    broker = Broker.open(str(tmp_path / "store"))
+    ep = Endpoint(broker, EndpointConfig())
+    admin = AdminServer(ep, "0.0.0.0:0", TOKEN, io_timeout_s=5.0,
+                        max_connections=8, max_per_address=2).start()  # fmt: skip
+    port = int(admin.address.rsplit(":", 1)[1])
+    held = []
+    try:
+        for _ in range(2):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /v1/ops/node_status HTTP/1.1\r\nHost: x\r\n")
+            held.append(s)
+        time.sleep(0.5)  # both have their threads
+        code, out = _post(f"http://127.0.0.1:{port}", "node_status", {})
+        assert code == 503 and "busy" in out["error"], (code, out)
+        other = http.client.HTTPConnection(
+            "127.0.0.1", port, timeout=5, source_address=("127.0.0.2", 0)
+        )
+        other.request("POST", "/v1/ops/node_status", body=b"{}",
+                      headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+        assert other.getresponse().status == 200
+        other.close()
+    finally:
+        for s in held:
+            s.close()
+        admin.stop()
+        ep.close()
+        broker.close()
