@@ -491,6 +491,9 @@ class AdminServer:
 
         class Handler(BaseHTTPRequestHandler):
             server_version = "broker-core-admin/1"
+            #: a request line without a version is answered with a status
+            #: line and headers too (HTTP/0.9's bare body said nothing)
+            default_request_version = "HTTP/1.0"
             #: every read of a request (its headers, its body) waits this long
             #: at most (``StreamRequestHandler.setup``)
             timeout = api.io_timeout_s

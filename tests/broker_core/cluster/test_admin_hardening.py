@@ -488,3 +488,12 @@ def test_one_address_cannot_take_every_request_slot(tmp_path):
         admin.stop()
         ep.close()
         broker.close()
+
+
+def test_a_request_line_without_a_version_gets_a_status_line(quick):
+    host, port = quick.address.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=5)
+    s.sendall(b"GARBAGE\r\n\r\n")
+    data = s.makefile("rb").read()
+    s.close()
+    assert data.startswith(b"HTTP/1.0 400 "), data[:80]
