@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from broker_core.errors import ValidationError
 from broker_core.sqlite_wal import connect_wal, set_aside
 from broker_core.store import MessageStore
 from broker_core.transaction import records as R
@@ -27,6 +28,23 @@ from broker_core.transaction.fold import Folder
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
+
+#: SQLite's integers are signed 64-bit: a bigger number is an
+#: ``OverflowError`` of the driver, not an answer.
+_INT_MAX = (1 << 63) - 1
+
+
+def _int_arg(name: str, value: Any, low: int = 0, high: int = _INT_MAX) -> int:
+    """``value`` as a query's integer argument, refused (``ValidationError``,
+    400) unless it is an integer within ``low..high`` (SQLite's own range at
+    most), so that a page far beyond the end is a caller's error, not the
+    driver's overflow."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{name} must be an integer, not {value!r}")
+    if not low <= value <= high:
+        raise ValidationError(f"{name} must be within {low}..{high}, not {value}")
+    return value
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -271,6 +289,13 @@ class PendingIndex:
         """Return matching rows (``COLUMNS`` order) and the total (if asked)."""
         if sort not in _SORTS:
             raise ValueError(f"sort must be one of {', '.join(_SORTS)}")
+        limit = _int_arg("limit", limit)
+        offset = _int_arg("offset", offset)
+        total_limit = _int_arg("total_limit", total_limit, high=_INT_MAX - 1)
+        if born_before is not None:
+            born_before = _int_arg("born_before", born_before, low=-_INT_MAX)
+        if min_checks is not None:
+            min_checks = _int_arg("min_checks", min_checks, low=-_INT_MAX)
         frm = "FROM halves h"
         where: list[str] = []
         args: list[Any] = []
@@ -332,6 +357,7 @@ class PendingIndex:
         return rows, total, capped
 
     def get_row(self, half_offset: int) -> tuple[Any, ...] | None:
+        half_offset = _int_arg("half_offset", half_offset, low=-_INT_MAX)
         return (
             self.conn()
             .execute(
@@ -342,6 +368,7 @@ class PendingIndex:
         )
 
     def events(self, half_offset: int) -> list[tuple[Any, ...]]:
+        half_offset = _int_arg("half_offset", half_offset, low=-_INT_MAX)
         return (
             self.conn()
             .execute(
@@ -360,6 +387,8 @@ class PendingIndex:
 
     def iter_due(self, now_ms: int, batch: int = 512) -> Iterator[tuple[Any, ...]]:
         """Yield pending halves due by ``now_ms`` in (due_at, half_offset) order."""
+        now_ms = _int_arg("now_ms", int(now_ms), low=-_INT_MAX)
+        batch = _int_arg("batch", int(batch), low=1)
         after = (-(1 << 62), -1)
         c = self.conn()
         while True:

@@ -14,7 +14,10 @@ HTTP status the node answered, None when it did not answer; 503
 ``node_unavailable``), worded once, here (``unanswered``): "node broker-a:1
 (http://10.0.0.13:9081) did not answer: connection refused". A name that is
 no live node of the registry is ``NodeNotFoundError`` (404
-``node_not_found``): "node broker-zz is not a live node in cluster c1". What
+``node_not_found``): "node broker-zz is not a live node in cluster c1". A
+node that answered HTTP 500 is up but failed the request: ``NodeFailedError``
+(502 ``node_error``), "node broker-a (http://10.0.0.13:9081) failed the
+request: see its log". What
 the node refuses is the library's own ``BrokerError``.
 """
 
@@ -82,6 +85,18 @@ class NodeNotFoundError(NodeUnavailableError):
 
     code = "node_not_found"
     http_status = 404
+
+
+class NodeFailedError(NodeUnavailableError):
+    """A node that answered, but with HTTP 500 (it failed the request: a bug
+    or a fault of its own, in its log): not "unavailable", it is up and
+    another request may well work. 502 ``node_error``: "node broker-a
+    (http://10.0.0.13:9081) failed the request: see its log". A
+    ``NodeUnavailableError`` still (the node gave no operation's result), so
+    every place that shows why a node gave no answer shows this too."""
+
+    code = "node_error"
+    http_status = 502
 
 
 def cluster_name() -> str:
@@ -226,7 +241,9 @@ def unanswered(
     """The one ``NodeUnavailableError`` of a node that did not answer:
     "node broker-a:1 (http://10.0.0.13:9081) did not answer: connection
     refused" (no answer), "... answered HTTP 502 Bad Gateway" (an HTTP error
-    that is not the library's), "... was not asked: ..." (no admin URL, a
+    that is not the library's), "... failed the request: see its log" (HTTP
+    500: ``NodeFailedError``, 502 ``node_error``), "... was not asked: ..."
+    (no admin URL, a
     host outside ``CLUSTER_ADMIN_HOSTS``, no token). The raw error is
     logged, not shown."""
     if isinstance(exc, NodeNotFoundError) or getattr(exc, "worded", False):
@@ -235,14 +252,17 @@ def unanswered(
     reason = reason_of(exc, wait)
     where = f"node {node} ({url})" if url else f"node {node}"
     text = str(exc)
-    if status:
+    if status == 500:
+        sentence = f"{where} failed the request: see its log"
+    elif status:
         sentence = f"{where} answered {reason}"
     elif any(s in text for s in ("CLUSTER_ADMIN_", "no admin API")):
         sentence = f"{where} was not asked: {reason}"
     else:
         sentence = f"{where} did not answer: {reason}"
     log.warning("%s (%s%s)", sentence, f"{op}: " if op else "", _raw(exc))
-    worded = NodeUnavailableError(sentence, status)
+    kind = NodeFailedError if status == 500 else NodeUnavailableError
+    worded = kind(sentence, status)
     worded.worded = True  # type: ignore[attr-defined]
     worded.node = node  # type: ignore[attr-defined]
     worded.reason = reason  # type: ignore[attr-defined]

@@ -13,7 +13,10 @@ heartbeating) is a 404 page saying so.
 The REST API takes the node per request instead: the ``X-Broker-Node`` header
 (``broker-b``, or ``broker-a:1`` for a slave); without it, the console's own
 store. A name that is not a live node is the API's 404 ``node_not_found``, a
-live node that does not answer its 503 ``node_unavailable``.
+live node that does not answer its 503 ``node_unavailable``. Without a
+cluster the header may name only the console's own node (``BROKER_NODE``,
+default ``local``); any other name is 404 ``node_not_found`` too, never
+silently the console's own store.
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from broker_core.cluster.node_ops import NodeOperations, NodeUnavailableError
-from console.cluster.scope import chosen_node, enabled, master_required, showing
+from console.cluster.scope import (
+    chosen_node,
+    enabled,
+    master_required,
+    own_node,
+    showing,
+)
 from console.ui.permissions import viewer_required
 
 SESSION_KEY = "console_node"
@@ -41,6 +50,13 @@ def node_ops_of(node: str) -> NodeOperations:
     when it does not answer."""
     from console.cluster import nodes
 
+    if not enabled():
+        # No cluster: the only node is the console's own, which is no
+        # "picked" node (``NodeChoiceMiddleware``); any other name is none.
+        raise nodes.NodeNotFoundError(
+            f"node {node} is not a node of this console: it manages no "
+            f"cluster (BROKER_CLUSTER), only its own node {own_node()}"
+        )
     return nodes.ops_of(node, master=master_required())
 
 
@@ -64,8 +80,12 @@ class NodeChoiceMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         node = ""
-        if enabled() and request.path.startswith("/api/"):
+        if request.path.startswith("/api/"):
             node = request.headers.get("X-Broker-Node", "").strip()
+            if not enabled() and node in (own_node(), f"{own_node()}:0"):
+                node = ""  # no cluster: the console's own node, by its name
+            # No cluster and another name: that node, which ``node_ops_of``
+            # refuses (404 ``node_not_found``) when the request asks it.
         elif enabled() and hasattr(request, "session"):
             node = str(request.session.get(SESSION_KEY, "") or "")
         with showing(node):

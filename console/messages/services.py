@@ -101,12 +101,20 @@ def send_test_message(
     properties: dict[str, str] | None = None,
     request: Any = None,
 ) -> Any:
-    """Send one message as a client would (operator), audited."""
+    """Send one message as a client would (operator), audited. The topic is
+    looked up on the node within the action: one it does not have is the
+    send's failure (``TopicNotFoundError``), audited, as is a node away."""
     msg = Message(
         topic, body, tags=tags or None, keys=keys or None, properties=properties or None
     )
+
+    def send() -> Any:
+        ops = node_ops()
+        ops.get_topic(topic)  # TopicNotFoundError: no such topic on the node
+        return ops.send(msg)  # sent with DELAY: scheduled
+
     return audited(
-        lambda: node_ops().send(msg),  # sent with DELAY: scheduled
+        send,
         actor=actor,
         request=request,
         action="message.send_test",

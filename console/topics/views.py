@@ -10,7 +10,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from broker_core.cluster.node_ops import NodeUnavailableError
 from broker_core.errors import BrokerError, TopicNotFoundError
+from console.audit.services import audited
 from console.consumers.models import ConsumerQueue
 from console.messages import services as message_services
 from console.topics import services
@@ -30,6 +32,38 @@ def _topic_or_404(name: str) -> Topic:
     if topic is None:
         raise Http404(f"no topic {name!r}")
     return topic
+
+
+def _topic_to_act_on(request: HttpRequest, name: str, action: str) -> Topic:
+    """``_topic_or_404`` for a submitted action (``topic.update``,
+    ``topic.delete``): a topic the node does not have, or a node that does not
+    answer, is that action's failure, audited (one FAILED record), then
+    answered as before (404; a node away: its 503 page)."""
+    try:
+        return _topic_or_404(name)
+    except (Http404, BrokerError) as exc:
+        failure = (
+            exc
+            if isinstance(exc, BrokerError)
+            else TopicNotFoundError(f"topic {name!r} does not exist")
+        )
+
+        def refuse() -> None:
+            raise failure
+
+        try:
+            audited(
+                refuse,
+                actor=request.user,
+                request=request,
+                action=action,
+                object_type="topic",
+                object_id=name,
+                reason=str(request.POST.get("reason", "")),
+            )
+        except BrokerError:
+            pass
+        raise
 
 
 @viewer_required
@@ -96,7 +130,10 @@ def topic_create(request: HttpRequest) -> HttpResponse:
 
 @admin_required
 def topic_edit(request: HttpRequest, name: str) -> HttpResponse:
-    topic = _topic_or_404(name)
+    if request.method == "POST":
+        topic = _topic_to_act_on(request, name, "topic.update")
+    else:
+        topic = _topic_or_404(name)
     initial = {
         "name": name,
         "read_queue_nums": topic.read_queue_nums,
@@ -137,7 +174,10 @@ def topic_edit(request: HttpRequest, name: str) -> HttpResponse:
 
 @admin_required
 def topic_delete(request: HttpRequest, name: str) -> HttpResponse:
-    topic = _topic_or_404(name)
+    if request.method == "POST":
+        topic = _topic_to_act_on(request, name, "topic.delete")
+    else:
+        topic = _topic_or_404(name)
     form = DeleteTopicForm(request.POST or None, topic=name)
     if request.method == "POST" and form.is_valid():
         try:
@@ -197,7 +237,8 @@ def queue_browse(request: HttpRequest, name: str, queue_id: int) -> HttpResponse
 @require_POST
 @operator_required
 def message_send(request: HttpRequest, name: str) -> HttpResponse:
-    _topic_or_404(name)
+    # The topic is looked up within the audited send (a topic the node does
+    # not have: a FAILED record, then 404; a node away: its 503 page).
     form = SendMessageForm(request.POST)
     if not form.is_valid():
         messages.error(
@@ -223,6 +264,10 @@ def message_send(request: HttpRequest, name: str) -> HttpResponse:
             keys=d["keys"],
             properties=d["properties"] | schedule,
         )
+    except TopicNotFoundError as exc:
+        raise Http404(str(exc)) from exc
+    except NodeUnavailableError:
+        raise  # the node's 503 page (``picker``)
     except BrokerError as exc:
         messages.error(request, f"Not sent: {exc}")
         return redirect("topics:detail", name=name)

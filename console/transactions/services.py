@@ -255,6 +255,27 @@ def matching_ids(limit: int = BULK_MAX, **filters: Any) -> list[str]:
     return ids[:limit]
 
 
+def audited_matching_ids(
+    *, actor: Any, reason: str, request: Any = None, **filters: Any
+) -> list[str]:
+    """The ids "roll back every half matching" acts on (``matching_ids``),
+    asked of the node within an audited action (``transaction.
+    rollback_matching``, object ``<node>/*``, the filter as ``before``): a
+    node that does not answer, or refuses the filter, leaves one FAILED
+    record; each half rolled back then has its own record (``perform``)."""
+    return audited(
+        lambda: matching_ids(**filters),
+        actor=actor,
+        request=request,
+        action="transaction.rollback_matching",
+        object_type="transaction",
+        object_id="*",
+        reason=reason,
+        before={"filters": filters},
+        after=lambda ids: {"matched": len(ids)},
+    )
+
+
 def transaction_metrics() -> Any:
     return node_ops().transaction_metrics()
 

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 
 from broker_core.errors import BrokerError, UnknownTransactionError
 from broker_core.transaction import EndTransactionStatus, TransactionState
+from console.core.paging import INVALID_PAGE, MAX_PAGE
 from console.transactions import services
 from console.transactions.forms import (
     BulkRollbackForm,
@@ -45,6 +46,8 @@ def _page(request: HttpRequest, fs: HalfFilterForm):
     except ValueError:
         number, size = 1, DEFAULT_PAGE_SIZE
     size = size if size in PAGE_SIZES else DEFAULT_PAGE_SIZE
+    if number > MAX_PAGE:  # no list is that long: not asked of the node
+        raise Http404(INVALID_PAGE)
     res = services.list_transactions(page=number, page_size=size, **fs.list_kwargs())
     total = res.total or 0
     # Paginator needs the full length; fill it with the page at its position.
@@ -202,7 +205,19 @@ def bulk_rollback(request: HttpRequest) -> HttpResponse:
             return redirect(back)
         kwargs = fs.list_kwargs()
         kwargs["state"] = "PENDING" if kwargs["state"] != "DISCARDED" else "DISCARDED"
-        ids = services.matching_ids(**kwargs)
+        try:
+            # Within an audited action: a node away is a FAILED record.
+            ids = services.audited_matching_ids(
+                actor=request.user,
+                request=request,
+                reason=form.cleaned_data["reason"],
+                **kwargs,
+            )
+        except BrokerError as exc:
+            from console.cluster.nodes import describe
+
+            messages.error(request, f"Nothing rolled back: {describe(exc)}")
+            return redirect(back)
     else:
         ids = request.POST.getlist("ids")
     if not ids:

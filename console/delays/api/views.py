@@ -10,6 +10,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from console.core.paging import MAX_INT, int_param
 from console.delays import services
 from console.ui.permissions import HasRole
 from console.ui.roles import OPERATOR, VIEWER
@@ -51,6 +52,10 @@ class ScheduledListView(APIView):
             raise serializers.ValidationError(
                 "level, limit and start are integers"
             ) from exc
+        # Within what the node can hold: refused here, not overflowed there.
+        int_param(start, "start")
+        if level is not None:
+            int_param(level, "level", low=-MAX_INT)
         kind = p.get("kind") or None
         if kind not in (None, "level", "timer"):
             raise serializers.ValidationError('kind is "level" or "timer"')

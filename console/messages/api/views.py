@@ -7,7 +7,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from broker_core.errors import ValidationError
+from console.core.paging import MAX_INT, int_param
 from console.messages import services
 from console.messages.api.serializers import ResendSerializer, message_json
 from console.ui.permissions import HasRole
@@ -19,12 +19,8 @@ _SEARCH_PARAMS = [
 
 
 def _int(value: str | None, name: str) -> int | None:
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except ValueError as exc:
-        raise ValidationError(f"{name} must be an integer") from exc
+    # An integer within what the node can hold (``console.core.paging``).
+    return int_param(value, name, low=-MAX_INT)
 
 
 class MessageSearchView(APIView):

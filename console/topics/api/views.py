@@ -11,6 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 
+from console.core.paging import MAX_INT, int_param
 from console.messages import services as message_services
 from console.messages.api.serializers import message_json
 from console.topics import services
@@ -74,9 +75,15 @@ class TopicViewSet(viewsets.ReadOnlyModelViewSet):
         topic = Topic.objects.get(name=s.validated_data["name"])
         return Response(TopicSerializer(topic).data, status=status.HTTP_201_CREATED)
 
+    # The actions below (edit, delete, test send) look the topic up within
+    # their audited action (the services' ``before``, or the send's own
+    # look-up), never first with ``get_object``: a topic the node does not
+    # have (404 ``topic_not_found``) or a node that does not answer (503)
+    # is the action's failure, one FAILED record, not a refusal unrecorded.
+
     @extend_schema(request=TopicUpdateSerializer, responses=TopicSerializer)
     def partial_update(self, request, name=None):
-        topic = self.get_object()
+        name = self.kwargs[self.lookup_field]
         s = TopicUpdateSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         data = dict(s.validated_data)
@@ -85,21 +92,21 @@ class TopicViewSet(viewsets.ReadOnlyModelViewSet):
             services.update_topic(
                 actor=request.user,
                 request=request,
-                name=topic.name,
+                name=name,
                 reason=reason,
                 **data,
             )
-        return Response(TopicSerializer(Topic.objects.get(name=topic.name)).data)
+        return Response(TopicSerializer(self.get_object()).data)
 
     @extend_schema(request=TopicDeleteSerializer, responses={204: None})
     def destroy(self, request, name=None):
-        topic = self.get_object()
+        name = self.kwargs[self.lookup_field]
         s = TopicDeleteSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         services.delete_topic(
             actor=request.user,
             request=request,
-            name=topic.name,
+            name=name,
             reason=s.validated_data["reason"],
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -107,14 +114,14 @@ class TopicViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=SendSerializer, responses={201: dict})
     @action(detail=True, methods=["post"])
     def send(self, request, name=None):
-        topic = self.get_object()
+        name = self.kwargs[self.lookup_field]
         s = SendSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         d = s.validated_data
         r = message_services.send_test_message(
             actor=request.user,
             request=request,
-            topic=topic.name,
+            topic=name,
             body=d["body"].encode(),
             tags=d["tags"],
             keys=d["keys"],
@@ -144,17 +151,23 @@ class TopicViewSet(viewsets.ReadOnlyModelViewSet):
     def messages(self, request, name=None):
         """Browse one queue from an offset or a time (ms); bodies for operators."""
         topic = self.get_object()
+        p = request.query_params
         try:
-            qid = int(request.query_params["queue_id"])
-            offset = request.query_params.get("offset")
-            at_ms = request.query_params.get("at_ms")
-            count = int(request.query_params.get("count", 50))
+            qid = int(p["queue_id"])
+            offset = int(p["offset"]) if p.get("offset") else None
+            at_ms = int(p["at_ms"]) if p.get("at_ms") else None
+            count = int(p.get("count", 50))
+            # Within what the node can hold: refused here (400), not
+            # overflowed there.
+            for name, value in (
+                ("queue_id", qid),
+                ("offset", offset),
+                ("at_ms", at_ms),
+                ("count", count),
+            ):
+                int_param(value, name, low=-MAX_INT)
             page = message_services.browse_queue(
-                topic.name,
-                qid,
-                offset=int(offset) if offset else None,
-                at_ms=int(at_ms) if at_ms else None,
-                count=count,
+                topic.name, qid, offset=offset, at_ms=at_ms, count=count
             )
         except (KeyError, ValueError) as exc:
             raise Http404("queue_id, offset, at_ms and count must be integers") from exc

@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 
 from broker_core.errors import ValidationError
 from broker_core.transaction import TransactionState
+from console.core.paging import int_param, page_number
 from console.transactions import services
 from console.transactions.api.serializers import (
     BulkRollbackSerializer,
@@ -63,13 +64,12 @@ class TransactionListView(APIView):
             raise ValidationError(
                 "; ".join(f"{k}: {' '.join(v)}" for k, v in fs.errors.items())
             )
-        try:
-            page = int(request.query_params.get("page", 1))
-            size = int(request.query_params.get("page_size", 50))
-        except ValueError as exc:
-            raise ValidationError("page and page_size are integers") from exc
-        if page < 1 or not 1 <= size <= 1000:
-            raise ValidationError("page must be >= 1 and page_size within 1..1000")
+        # A page that is no positive integer up to MAX_PAGE: DRF's 404
+        # "Invalid page.", never a number the node's index overflows on.
+        page = page_number(request.query_params.get("page"))
+        size = int_param(
+            request.query_params.get("page_size"), "page_size", 50, 1, 1000
+        )
         res = services.list_transactions(page=page, page_size=size, **fs.list_kwargs())
         return Response(
             {

@@ -399,10 +399,11 @@ def test_a_failed_status_keeps_the_rest_of_the_page(nodes, client_as):
         proxy.server_close()
     assert 'data-testid="status-missing"' in body
     assert "Metrics not known" in body
-    # The node's HTTP 500 in a short phrase, the node and its address named.
+    # The node's HTTP 500 in a short phrase, the node and its address named:
+    # it answered, so it failed the request (``node_error``), not "unavailable".
     assert (
         f"node_status: node broker-a:0 (http://127.0.0.1:{proxy.server_port}) "
-        "answered HTTP 500 Internal Server Error" in body
+        "failed the request: see its log" in body
     )
     assert "urlopen" not in body and "status broken" not in body
     assert _row(body, "node-topics", "topic", "events")  # the rest is shown

@@ -123,7 +123,13 @@ def test_a_topic_that_does_not_exist_is_the_node_s_topic_not_found(
         c.get("/api/topics/NOSUCH/messages/", {"queue_id": 0}),
     ):
         assert (r.status_code, r.json()) == (404, gone)
-    assert not AuditRecord.objects.exists()
+    # The delete and the edit were tried: each is one FAILED record (the
+    # look-up is part of the audited action); the reads are none.
+    got = sorted((a.action, a.object_id, a.status) for a in AuditRecord.objects.all())
+    assert got == [
+        ("topic.delete", "local/NOSUCH", "failed"),
+        ("topic.update", "local/NOSUCH", "failed"),
+    ]
     # A topic made on the node since the table's last sync is found at once.
     c.get("/api/topics/")
     broker.create_topic("fresh", 1)
