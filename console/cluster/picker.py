@@ -98,7 +98,7 @@ class NodeChoiceMiddleware:
             return None
         if request.path.startswith("/api/"):
             return None  # the API's exception handler answers it as JSON
-        from console.cluster.nodes import NodeNotFoundError, describe
+        from console.cluster.nodes import NodeFailedError, NodeNotFoundError, describe
 
         return render(
             request,
@@ -107,6 +107,7 @@ class NodeChoiceMiddleware:
                 "reason": describe(exc),
                 "node": chosen_node(),
                 "not_found": isinstance(exc, NodeNotFoundError),
+                "failed": isinstance(exc, NodeFailedError),
             },
             status=exc.http_status,
         )

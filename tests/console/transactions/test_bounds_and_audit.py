@@ -139,6 +139,14 @@ def test_a_node_that_answers_500_is_502_node_error(api_as, failing_node):
     assert record.status == "failed" and record.object_id == f"broker-a/{tid}"
 
 
+def test_a_page_whose_node_answers_500_says_the_node_failed(client_as, failing_node):
+    r = client_as("viewer").get("/transactions/")
+    assert r.status_code == 502
+    text = r.content.decode()
+    assert "The node failed the request" in text and "did not answer" not in text
+    assert "see its log" in text
+
+
 def test_a_node_that_refuses_stays_503_node_unavailable(
     api_as, broker, settings, tmp_path
 ):
