@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -11,6 +15,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def admin_of_store(store_dir: Path | str, token: str, **admin: Any) -> Iterator[Any]:
+    """A store, its endpoint (not serving gRPC) and the endpoint's admin API
+    on a free port of 127.0.0.1, in this process: what ``serve
+    --admin-listen`` runs. Yields the ``AdminServer`` (its ``address``, its
+    endpoint as ``ep``); ``admin``: more ``AdminServer`` arguments."""
+    from broker_core import Broker
+    from broker_core.cluster.admin import AdminServer
+    from broker_core.endpoint.config import EndpointConfig
+    from broker_core.endpoint.server import Endpoint
+
+    broker = Broker.open(str(store_dir))
+    ep = Endpoint(broker, EndpointConfig())
+    server = AdminServer(ep, admin.pop("listen", "127.0.0.1:0"), token, **admin)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        ep.close()
+        broker.close()
 
 
 #: in a skip's reason: the test does not apply to this configuration (as

@@ -38,6 +38,7 @@ from broker_core.schedule import DelayService
 from broker_core.search import MessageQuery
 from broker_core.transaction import TransactionService
 from broker_core.validation import SCHEDULE_TOPIC, TIMER_TOPIC
+from tests.support import admin_of_store
 
 pytestmark = [pytest.mark.services]
 
@@ -298,19 +299,8 @@ def test_every_operation_is_in_the_protocol_and_both_kinds_of_node():
 def endpoint(tmp_path):
     """A store with its endpoint (not serving gRPC) and its admin API on a
     free port: what ``serve --admin-listen`` runs, in this process."""
-    from broker_core.cluster.admin import AdminServer
-    from broker_core.endpoint.config import EndpointConfig
-    from broker_core.endpoint.server import Endpoint
-
-    broker = Broker.open(str(tmp_path / "store"))
-    ep = Endpoint(broker, EndpointConfig())
-    admin = AdminServer(ep, "127.0.0.1:0", TOKEN).start()
-    try:
-        yield f"http://{admin.address}", ep
-    finally:
-        admin.stop()
-        ep.close()
-        broker.close()
+    with admin_of_store(tmp_path / "store", TOKEN) as admin:
+        yield f"http://{admin.address}", admin.ep
 
 
 def test_admin_api_consumer_lag(endpoint):

@@ -25,6 +25,7 @@ from broker_core.errors import (
 )
 from broker_core.offset_reset import preview_reset
 from tests.broker_core.cluster.test_admin_api import TOKEN, _serve, call, ops
+from tests.support import admin_of_store
 
 pytestmark = [pytest.mark.services]
 
@@ -249,19 +250,9 @@ def test_idle_connections_take_no_thread_of_the_node(served):
 def quick(tmp_path):
     """The admin API in this process, with a 2 s timeout and room for 8
     requests at once (``io_timeout_s``, ``max_connections``)."""
-    from broker_core.endpoint.config import EndpointConfig
-    from broker_core.endpoint.server import Endpoint
-
-    broker = Broker.open(str(tmp_path / "store"))
-    ep = Endpoint(broker, EndpointConfig())
-    admin = AdminServer(ep, "127.0.0.1:0", TOKEN, io_timeout_s=2.0,
-                        max_connections=8, max_per_address=8).start()  # fmt: skip
-    try:
+    with admin_of_store(tmp_path / "store", TOKEN, io_timeout_s=2.0,
+                        max_connections=8, max_per_address=8) as admin:  # fmt: skip
         yield admin
-    finally:
-        admin.stop()
-        ep.close()
-        broker.close()
 
 
 def _until(check, within: float = 15.0) -> bool:
@@ -460,36 +451,29 @@ def test_one_address_cannot_take_every_request_slot(tmp_path):
     """Connections from one host that never finish their headers (before any
     token is read) hold at most ``max_per_address`` of the slots: one more
     from that host is answered 503 at once, another host is still served."""
-    from broker_core.endpoint.config import EndpointConfig
-    from broker_core.endpoint.server import Endpoint
-
-    broker = Broker.open(str(tmp_path / "store"))
-    ep = Endpoint(broker, EndpointConfig())
-    admin = AdminServer(ep, "0.0.0.0:0", TOKEN, io_timeout_s=5.0,
-                        max_connections=8, max_per_address=2).start()  # fmt: skip
-    port = int(admin.address.rsplit(":", 1)[1])
     held = []
-    try:
-        for _ in range(2):
-            s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(b"POST /v1/ops/node_status HTTP/1.1\r\nHost: x\r\n")
-            held.append(s)
-        time.sleep(0.5)  # both have their threads
-        code, out = _post(f"http://127.0.0.1:{port}", "node_status", {})
-        assert code == 503 and "busy" in out["error"], (code, out)
-        other = http.client.HTTPConnection(
-            "127.0.0.1", port, timeout=5, source_address=("127.0.0.2", 0)
-        )
-        other.request("POST", "/v1/ops/node_status", body=b"{}",
-                      headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
-        assert other.getresponse().status == 200
-        other.close()
-    finally:
-        for s in held:
-            s.close()
-        admin.stop()
-        ep.close()
-        broker.close()
+    with admin_of_store(tmp_path / "store", TOKEN, listen="0.0.0.0:0",
+                        io_timeout_s=5.0, max_connections=8,
+                        max_per_address=2) as admin:  # fmt: skip
+        port = int(admin.address.rsplit(":", 1)[1])
+        try:
+            for _ in range(2):
+                s = socket.create_connection(("127.0.0.1", port))
+                s.sendall(b"POST /v1/ops/node_status HTTP/1.1\r\nHost: x\r\n")
+                held.append(s)
+            time.sleep(0.5)  # both have their threads
+            code, out = _post(f"http://127.0.0.1:{port}", "node_status", {})
+            assert code == 503 and "busy" in out["error"], (code, out)
+            other = http.client.HTTPConnection(
+                "127.0.0.1", port, timeout=5, source_address=("127.0.0.2", 0)
+            )
+            other.request("POST", "/v1/ops/node_status", body=b"{}",
+                          headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+            assert other.getresponse().status == 200
+            other.close()
+        finally:
+            for s in held:
+                s.close()
 
 
 def test_a_request_line_without_a_version_gets_a_status_line(quick):

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from broker_core import Broker, Message
+from broker_core import Message
 from broker_core.cluster import argtypes, opscodec
-from broker_core.cluster.admin import AdminServer
 from broker_core.errors import InvalidArgumentError
 from broker_core.search import MessageQuery
 from tests.broker_core.cluster.test_admin_api import TOKEN, call, ops
+from tests.support import admin_of_store
 
 M = "broker_core.message.Message"
 Q = "broker_core.search.MessageQuery"
@@ -30,19 +30,9 @@ Q = "broker_core.search.MessageQuery"
 def admin(tmp_path_factory):
     """The admin API of an endpoint in this process (its broker at hand, to
     see what a call stored), with the topic ``TA``."""
-    from broker_core.endpoint.config import EndpointConfig
-    from broker_core.endpoint.server import Endpoint
-
-    broker = Broker.open(str(tmp_path_factory.mktemp("fields") / "store"))
-    broker.create_topic("TA", 2)
-    ep = Endpoint(broker, EndpointConfig())
-    server = AdminServer(ep, "127.0.0.1:0", TOKEN).start()
-    try:
-        yield f"http://{server.address}", broker
-    finally:
-        server.stop()
-        ep.close()
-        broker.close()
+    with admin_of_store(tmp_path_factory.mktemp("fields") / "store", TOKEN) as srv:
+        srv.ep.broker.create_topic("TA", 2)
+        yield f"http://{srv.address}", srv.ep.broker
 
 
 def _post(base: str, name: str, args: list[Any]) -> tuple[int, dict]:
