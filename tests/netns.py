@@ -22,11 +22,14 @@ import uuid
 from pathlib import Path
 
 from broker_core import Broker
+from tests.support import subnet_prefix
 
 ROOT = Path(__file__).resolve().parents[1]
 
 #: the first three octets of the bridge's /24
-SUBNET = os.environ.get("BROKER_TEST_SUBNET", "198.51.100").removesuffix(".0")
+#: the first three octets of the range (the first of a list: tests/workers.py
+#: gives each pytest-xdist worker its own)
+SUBNET = subnet_prefix(os.environ.get("BROKER_TEST_SUBNET", "198.51.100").split(",")[0])
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:

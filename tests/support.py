@@ -67,8 +67,8 @@ def redis_db(db: int) -> str:
 def subnet_prefix(text: str) -> str:
     """The first three octets of a /24 given as ``198.51.100`` or
     ``198.51.100.0`` (``BROKER_TEST_SUBNET``'s entries); ``ValueError`` for
-    anything else. tests/netns.py strips one trailing ``.0``: give it
-    ``prefix + ".0"``, which also keeps a prefix such as ``10.77.0`` whole."""
+    anything else (tests/netns.py reads its range with it: ``10.77.0`` is a
+    prefix, not ``10.77``)."""
     parts = text.strip().split(".")
     if len(parts) == 4 and parts[3] == "0":
         parts = parts[:3]
