@@ -107,7 +107,9 @@ def test_gzip_bombs_are_refused_while_others_are_served(ep):
         time.sleep(0.3)
         for bomb in (one_gib, four_gib, one_gib):
             assert send_gzip(stub, bomb) == C.MESSAGE_BODY_TOO_LARGE
-    assert pings and max(pings) < 0.1, max(pings)
+    # (a bound for a loaded machine: a server blocked inflating a bomb would
+    # hold the pings for the seconds 1-4 GiB take)
+    assert pings and max(pings) < 0.5, max(pings)
     assert rss_mb(ep["pid"]) < 200
     # A body inflating to just the limit is taken.
     ok = gzip.compress(b"a" * (4 << 20))
