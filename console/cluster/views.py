@@ -17,6 +17,7 @@ from broker_core.errors import BrokerError
 from console.cluster import actions, node_detail, nodes, search
 from console.cluster.forms import CancelForm, ResetForm, SearchForm
 from console.cluster.state import cluster_state
+from console.core.forms import form_errors
 from console.ui.forms import to_ms
 from console.ui.permissions import admin_required, viewer_required
 from console.ui.roles import ADMIN, OPERATOR, has_role
@@ -116,13 +117,6 @@ def _refused(request: HttpRequest, what: str) -> HttpResponse | None:
     return redirect("cluster:overview")
 
 
-def _form_errors(form: ResetForm | CancelForm) -> str:
-    return "; ".join(
-        f"{'' if k == '__all__' else k + ': '}{' '.join(v)}"
-        for k, v in form.errors.items()
-    )
-
-
 @require_POST
 @viewer_required
 def reset(request: HttpRequest) -> HttpResponse:
@@ -131,7 +125,7 @@ def reset(request: HttpRequest) -> HttpResponse:
         return refused
     form = ResetForm(request.POST)
     if not form.is_valid():
-        messages.error(request, f"Not reset: {_form_errors(form)}")
+        messages.error(request, f"Not reset: {form_errors(form)}")
         return redirect("cluster:overview")
     d = form.cleaned_data
     try:
@@ -160,7 +154,7 @@ def cancel(request: HttpRequest) -> HttpResponse:
         return refused
     form = CancelForm(request.POST)
     if not form.is_valid():
-        messages.error(request, f"Not cancelled: {_form_errors(form)}")
+        messages.error(request, f"Not cancelled: {form_errors(form)}")
         return redirect("cluster:overview")
     d = form.cleaned_data
     try:

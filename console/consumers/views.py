@@ -15,6 +15,7 @@ from console.consumers import services
 from console.consumers.filtersets import ConsumerQueueFilterSet
 from console.consumers.forms import GroupSettingsForm, ResetForm
 from console.consumers.models import ConsumerQueue
+from console.core.forms import form_errors
 from console.ui.forms import to_ms
 from console.ui.pagination import paginate
 from console.ui.permissions import (
@@ -126,8 +127,7 @@ def reset_offsets(request: HttpRequest, group: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(
             request,
-            "Not reset: "
-            + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
+            "Not reset: " + form_errors(form),
         )
         return redirect("consumers:detail", group=group)
     try:
@@ -158,11 +158,7 @@ def update_settings(request: HttpRequest, group: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(
             request,
-            "Settings not saved: "
-            + "; ".join(
-                f"{form.fields[k].label if k in form.fields else k}: {' '.join(v)}"
-                for k, v in form.errors.items()
-            ),
+            "Settings not saved: " + form_errors(form),
         )
         return redirect("consumers:detail", group=group)
     d = form.cleaned_data

@@ -9,6 +9,7 @@ from django.views.decorators.http import require_POST
 
 from broker_core import browse
 from broker_core.errors import BrokerError, MessageNotFoundError
+from console.core.forms import form_errors
 from console.messages import services
 from console.messages.forms import ResendForm, SearchForm
 from console.topics.models import Topic
@@ -78,8 +79,7 @@ def message_resend(request: HttpRequest, msg_id: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(
             request,
-            "Not resent: "
-            + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
+            "Not resent: " + form_errors(form),
         )
         return redirect("messages:detail", msg_id=msg_id)
     try:

@@ -14,6 +14,7 @@ from broker_core.cluster.node_ops import NodeUnavailableError
 from broker_core.errors import BrokerError, TopicNotFoundError
 from console.audit.services import audited
 from console.consumers.models import ConsumerQueue
+from console.core.forms import form_errors
 from console.messages import services as message_services
 from console.topics import services
 from console.topics.filtersets import TopicFilterSet
@@ -243,8 +244,7 @@ def message_send(request: HttpRequest, name: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(
             request,
-            "Not sent: "
-            + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
+            "Not sent: " + form_errors(form),
         )
         return redirect("topics:detail", name=name)
     d = form.cleaned_data

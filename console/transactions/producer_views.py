@@ -9,6 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from broker_core.errors import BrokerError
+from console.core.forms import form_errors
 from console.transactions import producers
 from console.ui.permissions import admin_required, viewer_required
 
@@ -56,8 +57,7 @@ def configure(request: HttpRequest, group: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(
             request,
-            "Not saved: "
-            + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
+            "Not saved: " + form_errors(form),
         )
         return redirect("producers:detail", group=group)
     d = form.cleaned_data
