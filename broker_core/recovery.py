@@ -163,9 +163,12 @@ def recover(store: StoreParts, verify_all: bool = False) -> RecoveryInfo:
     log_end = store.commitlog.last_end
     dispatch_from = min(dispatch_from, log_end)
     kept_tail = False
+    # Below it records were committed (acknowledged): the checkpoint's flushed
+    # offset or, after a kill, the commit position the process left in state.
+    committed = max(prev_commit, cp.flushed_offset)
     try:
         for d in damage:
-            after = _quarantine(store, info, d, cp.flushed_offset, log_end)
+            after = _quarantine(store, info, d, committed, log_end)
             if after is not None:  # flushed records: stepped over, not cut
                 log_end, kept_tail = after, True
         if log_end < cp.flushed_offset:
@@ -263,14 +266,16 @@ def _report_missing(
 
 
 def _quarantine(
-    store: StoreParts, info: RecoveryInfo, d: Damage, flushed: int, log_end: int
+    store: StoreParts, info: RecoveryInfo, d: Damage, committed: int, log_end: int
 ) -> int | None:
     """Copy a damaged range to ``quarantine/`` and lay a filler over it.
 
-    A damaged tail past the flushed position is torn (never acknowledged) and
-    cut. One below it held acknowledged records: it is stepped over like any
-    other damage, and the log goes on after it (returned), so that no later
-    message takes a damaged one's offset."""
+    A damaged tail at or past the committed position (``committed``: the
+    checkpoint's flushed offset, or the commit position a killed process
+    left) is torn (never acknowledged) and cut. One below it held
+    acknowledged records: it is stepped over like any other damage, and the
+    log goes on after it (returned), so that no later message takes a
+    damaged one's offset."""
     segs = store.commitlog.segments
     seg = segs.segment(d.start)
     if seg is None:
@@ -299,7 +304,7 @@ def _quarantine(
         data = bytes(seg.view[pos : _tail_extent(seg, pos)]).rstrip(b"\0")
         if not data:
             return None
-        torn = flushed <= 0 or d.start >= flushed
+        torn = committed <= 0 or d.start >= committed
         if torn or seg.size - pos < 8:
             info.quarantined.append(
                 store.quarantine.add(

@@ -527,3 +527,46 @@ def test_a_look_up_checks_records_this_run_appended(tmp_path: Path) -> None:
             fh.write(b"9")
         with pytest.raises(CorruptRecordError):
             br.get_message(sent.offset_msg_id)
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("flush", ["sync", "async"])
+def test_a_damaged_last_record_acknowledged_before_a_kill_keeps_its_offset(
+    tmp_path: Path, flush: str
+) -> None:
+    """As above, but the process was SIGKILLed (no checkpoint past its last
+    sends): the commit position it left in ``state`` says the record was
+    committed, so it is stepped over, not cut as a torn tail."""
+    import os
+    import signal
+
+    store = tmp_path / "store"
+    child = (
+        "import sys, time\n"
+        "from broker_core import Broker, Message\n"
+        f"b = Broker.open(sys.argv[1], flush={flush!r}, segment_size=65536)\n"
+        "for i in range(20):\n"
+        "    r = b.send(Message('IA', b'x' * 100, queue_id=0))\n"
+        "print(r.commit_log_offset, r.queue_offset, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", child, str(store)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        off, qoff = map(int, proc.stdout.readline().split())  # type: ignore[union-attr]
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with open(store / "commitlog" / f"{0:020d}", "r+b") as fh:
+        fh.seek(off + 4)  # the record's magic
+        b = fh.read(1)
+        fh.seek(off + 4)
+        fh.write(bytes([b[0] ^ 0xFF]))
+    with Broker.open(store, segment_size=65536) as br:
+        info = br.store.recovery_info
+        assert info is not None and info.abnormal
+        assert [q.offset for q in info.quarantined] == [off]
+        assert info.quarantined[0].action == "skipped"
+        again = br.send(Message("IA", b"new", queue_id=0))
+        assert again.commit_log_offset > off and again.queue_offset == qoff + 1
