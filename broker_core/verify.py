@@ -232,7 +232,15 @@ def _check_units(
             f"consume queue {name} ends at {hi} but the log has records up to "
             f"queue offset {top - 1}: {top - hi} messages unreachable"
         )
-    bad = missing = reachable = hidden = 0
+    bad = missing = reachable = hidden = unexplained = 0
+    # Where the log itself says records are damaged or gone.
+    known = [(d["start"], d["end"]) for d in report.damaged] + [
+        (q["offset"], q["offset"] + max(q["length"], 1)) for q in report.quarantined
+    ]
+
+    def explained(phys: int) -> bool:
+        return any(a <= phys and (b < 0 or phys < b) for a, b in known)
+
     off = lo
     while off < hi:
         units = cq.read_units(off, 4096)
@@ -263,8 +271,12 @@ def _check_units(
                 missing += 1
             elif not intact(seg.view, phys - seg.base, size, phys):
                 # A damaged record is reported with the log; its unit is fine.
+                # One the log does not report (a blank marker or zeros laid
+                # over records end a segment early): its message is lost.
                 if target is not None:
                     bad += 1
+                elif not explained(phys):
+                    unexplained += 1
             elif names_queue_record(
                 seg.view, phys - seg.base, size, phys, cq.queue_id, q
             ):
@@ -274,6 +286,12 @@ def _check_units(
     if bad:
         report.problems.append(
             f"consume queue {name}: {bad} units do not point at their records"
+        )
+    if unexplained:
+        report.problems.append(
+            f"consume queue {name}: {unexplained} units name no record where "
+            "the log reports no damage: the log lost their messages (a "
+            "segment cut short by an end marker or zeros over its records?)"
         )
     if hidden:
         report.problems.append(

@@ -570,3 +570,28 @@ def test_a_damaged_last_record_acknowledged_before_a_kill_keeps_its_offset(
         assert info.quarantined[0].action == "skipped"
         again = br.send(Message("IA", b"new", queue_id=0))
         assert again.commit_log_offset > off and again.queue_offset == qoff + 1
+
+
+def test_a_blank_marker_with_zeros_after_it_is_reported_by_verify(
+    template: Template, tmp_path: Path
+) -> None:
+    """The marker over a record and zeros to the segment's end: to the log a
+    whole blank, but the queues name the records it hid, and verify says so
+    (it said OK, with 110 messages gone)."""
+    import struct
+
+    from broker_core.record import BLANK_MAGIC
+
+    store, records = _copy(template, tmp_path)
+    size = SETTINGS["segment_size"]
+    in_first = [r for r in records if r[0] < size]
+    off = in_first[len(in_first) // 2][0]
+    lost = [r for r in in_first if r[0] >= off]
+    path = store / "commitlog" / f"{0:020d}"
+    with open(path, "r+b") as fh:
+        fh.seek(off)
+        fh.write(struct.pack(">ii", size - off, BLANK_MAGIC) + bytes(size - off - 8))
+    report = verify_store(store)
+    assert not report.ok
+    named = [p for p in report.problems if "name no record" in p]
+    assert named and sum(int(p.split(": ")[1].split()[0]) for p in named) == len(lost)
