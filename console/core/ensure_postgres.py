@@ -72,11 +72,23 @@ def _start_private(parsed: ParseResult, var_dir: Path) -> None:
     )  # fmt: skip
 
 
-def stop(var_dir: Path) -> str:
-    """Stop the private cluster under ``var_dir/postgres``, if it runs."""
+def stop(var_dir: Path, url: str | None = None) -> str:
+    """Stop the private cluster under ``var_dir/postgres``, if it runs; with
+    ``url``, only if it is the server there (its port, the fourth line of
+    ``postmaster.pid``)."""
     data = (var_dir / "postgres" / "data").resolve()
     if not (data / "postmaster.pid").exists():
         return "not running"
+    if url is not None:
+        try:
+            port = int((data / "postmaster.pid").read_text().splitlines()[3])
+        except (OSError, ValueError, IndexError):
+            port = None
+        if port is not None and port != (urlparse(url).port or 5432):
+            return (
+                f"not stopped: the private cluster (port {port}) is not the "
+                f"one at {url}"
+            )
     as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     done = subprocess.run(
         [*as_postgres, _bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
@@ -104,7 +116,8 @@ def ensure(url: str, var_dir: Path) -> str:
 if __name__ == "__main__":
     root = Path(__file__).resolve().parents[2]
     if sys.argv[1:] == ["--stop"]:
-        print(f"private PostgreSQL {stop(root / 'var')}", file=sys.stderr)
+        url = os.environ.get("TEST_POSTGRES_URL", DEFAULT_URL)
+        print(f"private PostgreSQL {stop(root / 'var', url)}", file=sys.stderr)
         sys.exit(0)
     print(ensure(os.environ.get("TEST_POSTGRES_URL", DEFAULT_URL), root / "var"))
     sys.exit(0)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import ParseResult
+from urllib.parse import ParseResult, urlparse
 
 import redis
 
@@ -55,14 +55,25 @@ def ensure(url: str, var_dir: Path) -> str:
     )
 
 
-def stop(var_dir: Path) -> str:
-    """Stop the private server of ``var_dir`` (its pid file), if it runs."""
+def stop(var_dir: Path, url: str | None = None) -> str:
+    """Stop the private server of ``var_dir`` (its pid file), if it runs; with
+    ``url``, only if it is the server there (its port): a private server that
+    ``make run`` started for another REDIS_URL is left alone."""
     pidfile = (var_dir / "redis" / "redis.pid").resolve()
     try:
         pid = int(pidfile.read_text().strip())
         # A pid file left by a server gone long ago may name another process.
-        if b"redis-server" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"redis-server" not in cmdline:
             return "not running"
+        if url is not None:
+            port = urlparse(url).port or 6379
+            if not cmdline.rstrip(b"\0").endswith(f":{port}".encode()):
+                listen = cmdline.rstrip(b"\0").split(b" ")[-1].decode(errors="replace")
+                return (
+                    f"not stopped: the private server (pid {pid}, {listen}) is not "
+                    f"the one at {url}"
+                )
         os.kill(pid, signal.SIGTERM)
     except (OSError, ValueError):
         return "not running"
@@ -82,7 +93,7 @@ def main() -> None:
         os.environ.get("VAR_DIR", Path(__file__).resolve().parents[2] / "var")
     )
     if sys.argv[1:] == ["--stop"]:
-        print(f"private redis {stop(var_dir)}", file=sys.stderr)
+        print(f"private redis {stop(var_dir, url)}", file=sys.stderr)
         return
     state = ensure(url, var_dir)
     print(f"redis {state} at {url}", file=sys.stderr)
