@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import ipaddress
 import json
-import math
 import platform
 import ssl
 import time
@@ -63,6 +62,7 @@ from broker_core.metadata import TopicConfig
 from broker_core.offset_reset import ResetChange
 from broker_core.search import MessageQuery, SearchPage
 from broker_core.search import search_messages as core_search
+from broker_core.transaction.transports import MAX_WEBHOOK_TIMEOUT_S
 from broker_core.validation import validate_group
 
 READS = frozenset(
@@ -343,8 +343,9 @@ class NodeOps:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             want = "an http:// or https:// URL with a host"
             raise _bad("configure_checker", "url", want, url[:200])
-        if not (math.isfinite(timeout_s) and timeout_s > 0):
-            raise _bad("configure_checker", "timeout_s", "seconds > 0", timeout_s)
+        if not 0 < timeout_s <= MAX_WEBHOOK_TIMEOUT_S:  # NaN too
+            want = f"seconds above 0, at most {MAX_WEBHOOK_TIMEOUT_S:g}"
+            raise _bad("configure_checker", "timeout_s", want, timeout_s)
         try:
             self._tx().checkers.configure(
                 group, "webhook", url=url, secret=secret, timeout_s=timeout_s

@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 SIGNATURE_HEADER = "X-Broker-Signature"
 TIMESTAMP_HEADER = "X-Broker-Timestamp"
 MAX_ANSWER_BYTES = 64 * 1024
+#: the longest a webhook check-back may wait (a group's ``timeout_s``): a
+#: check that waits longer holds up the checker's round for nothing
+MAX_WEBHOOK_TIMEOUT_S = 300.0
 #: a webhook check-back's timeout when its group sets none (``timeout_s``)
 WEBHOOK_TIMEOUT_S = 5.0
 
@@ -166,6 +169,11 @@ class WebhookTransport(CheckTransport):
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError("webhook url must be http:// or https://")
+        if not 0 < timeout_s <= MAX_WEBHOOK_TIMEOUT_S:  # (NaN fails it too)
+            raise ValueError(
+                f"webhook timeout_s must be above 0 and at most "
+                f"{MAX_WEBHOOK_TIMEOUT_S:g} seconds, not {timeout_s!r}"
+            )
         self.url = url
         self.secret = secret
         self.timeout_s = timeout_s

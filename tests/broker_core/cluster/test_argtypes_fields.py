@@ -152,8 +152,10 @@ def test_configure_checker_refuses_a_url_or_timeout_it_cannot_use(admin, caplog)
          "url: must be an http:// or https:// URL with a host"),
         (["PID_f", "http:///check", "s", 3], "url: must be an http:// or https://"),
         (["PID_f", "http://127.0.0.1:1/check", "s", -3],
-         "timeout_s: must be seconds > 0, not -3"),
+         "timeout_s: must be seconds above 0, at most 300, not -3"),
         (["PID_f", "http://127.0.0.1:1/check", "s", 0], "timeout_s: must be seconds"),
+        (["PID_f", "http://127.0.0.1:1/check", "s", 1e308],
+         "timeout_s: must be seconds above 0, at most 300"),
     ):  # fmt: skip
         _refused(base, "configure_checker", args, want)
     assert "PID_f" not in ops(base).checkers()
