@@ -501,6 +501,15 @@ class AdminServer:
             def log_message(self, fmt: str, *args: Any) -> None:
                 log.debug("admin %s " + fmt, self.client_address[0], *args)
 
+            def parse_request(self) -> bool:
+                ok = super().parse_request()
+                if ok and self.request_version == "HTTP/0.9":
+                    # (http.server would answer it with a bare body)
+                    self.request_version = "HTTP/1.0"
+                    self.send_error(505, "HTTP/0.9 is not served")
+                    return False
+                return ok
+
             def handle(self) -> None:
                 # A client that goes away before its answer is written (a
                 # probe without the token, a scrape that timed out) is no

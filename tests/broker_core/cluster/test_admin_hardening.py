@@ -483,3 +483,9 @@ def test_a_request_line_without_a_version_gets_a_status_line(quick):
     data = s.makefile("rb").read()
     s.close()
     assert data.startswith(b"HTTP/1.0 400 "), data[:80]
+    s = socket.create_connection((host, int(port)), timeout=5)
+    s.sendall(b"GET /metrics HTTP/0.9\r\n\r\n")
+    data = s.makefile("rb").read()
+    s.close()
+    assert data.startswith(b"HTTP/1.0 505 "), data[:80]
+    assert b"application/json" in data.partition(b"\r\n\r\n")[0]
