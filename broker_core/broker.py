@@ -35,7 +35,7 @@ from broker_core.message import (
     SendResult,
     encode_properties,
 )
-from broker_core.metadata import PERM_WRITE, MessageType, TopicConfig
+from broker_core.metadata import MessageType, TopicConfig
 from broker_core.msgid import UniqKeyGenerator
 from broker_core.record import (
     decode_offset_msg_id,
@@ -149,7 +149,7 @@ class Broker:
             if len(self._valid_topics) < 100_000:
                 self._valid_topics.add(topic)
         cfg = self.store.topics.topics.get(topic)
-        if cfg is not None and not cfg.perm & PERM_WRITE:
+        if cfg is not None:
             cfg.check_writable()
         body = m.body
         limit = self.config.max_message_size

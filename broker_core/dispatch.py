@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker_core.message import (
     PROPERTY_DELAY,
@@ -22,6 +22,9 @@ from broker_core.message import (
 from broker_core.record import HEADER, topic_and_properties
 from broker_core.tags import tags_code
 from broker_core.validation import SCHEDULE_TOPIC
+
+if TYPE_CHECKING:
+    from broker_core.metadata import TopicTable
 
 
 @dataclass(slots=True)
@@ -54,6 +57,14 @@ class DispatchRequest:
     def next_offset(self) -> int:
         """The log offset after this record: a reader's progress to persist."""
         return self.commit_log_offset + self.msg_size
+
+    def takes_unit(self, topics: TopicTable | None = None) -> bool:
+        """Whether the record has a consume-queue unit: a message or a commit
+        (not a half, not a rollback), and not a deleted topic's record
+        (``topics.hides``: written before the topic was deleted)."""
+        return self.sysflag & 0xC in (0, 8) and not (
+            topics is not None and topics.hides(self.topic, self.commit_log_offset)
+        )
 
 
 def compute_tags_code(

@@ -151,7 +151,7 @@ def recover(store: StoreParts, verify_all: bool = False) -> RecoveryInfo:
     for seg, pos, _size in scan:
         off = seg.base + pos
         req = decode_dispatch(seg.view, pos, store.config.delay_ms)
-        if req.sysflag & 0xC not in (0, 8) or store.topics.hides(req.topic, off):
+        if not req.takes_unit(store.topics):
             continue
         key = (req.topic, req.queue_id)
         if req.consume_queue_offset > seen.get(key, -1):
@@ -305,29 +305,23 @@ def _quarantine(
         if not data:
             return None
         torn = committed <= 0 or d.start >= committed
-        if torn or seg.size - pos < 8:
+        # (a tail less than a filler from the segment's end cannot be stepped
+        # over: it is cut)
+        cut = torn or seg.size - pos < 8
+        if cut or not store.quarantine.known(d.start):
+            reason = (
+                "torn tail past the committed position"
+                if torn
+                else "damaged tail: committed records with no valid record after them"
+            )
+            action = "cut" if cut else "skipped"
             info.quarantined.append(
                 store.quarantine.add(
-                    d.start,
-                    data,
-                    len(data),
-                    "torn tail past the flushed position",
-                    seg.path.name,
-                    "cut",
-                )  # fmt: skip
+                    d.start, data, len(data), reason, seg.path.name, action
+                )
             )
+        if cut:
             return None
-        if not store.quarantine.known(d.start):
-            info.quarantined.append(
-                store.quarantine.add(
-                    d.start,
-                    data,
-                    len(data),
-                    "damaged tail: flushed records with no valid record after them",
-                    seg.path.name,
-                    "skipped",
-                )  # fmt: skip
-            )
         stop = _lay_filler(seg, pos, pos + max(len(data), 8))
         log.error(
             "damaged flushed records at [%d, %d): copied to quarantine/ and "
@@ -470,9 +464,7 @@ def _queue_ends(
     first = store.commitlog.first_offset()
     for seg, pos, _size in store.commitlog.scan(first, log_end, True, []):
         req = decode_dispatch(seg.view, pos, store.config.delay_ms)
-        if req.sysflag & 0xC in (0, 8) and not store.topics.hides(
-            req.topic, req.commit_log_offset
-        ):
+        if req.takes_unit(store.topics):
             key = (req.topic, req.queue_id)
             ends[key] = max(ends.get(key, 0), req.consume_queue_offset + 1)
             if holes and filled is not None:
@@ -553,11 +545,7 @@ def rebuild_queues(
     for seg, pos, _size in store.commitlog.scan(first, log_end, True, damage):
         req = decode_dispatch(seg.view, pos, store.config.delay_ms)
         key = (req.topic, req.queue_id)
-        if (
-            key in which
-            and req.sysflag & 0xC in (0, 8)
-            and not store.topics.hides(req.topic, req.commit_log_offset)
-        ):
+        if key in which and req.takes_unit(store.topics):
             lists.setdefault(key, []).append(
                 (req.consume_queue_offset, req.commit_log_offset, req.msg_size,
                  req.tags_code)
@@ -597,9 +585,7 @@ def dispatch_queues(store: StoreParts, start: int, end: int) -> None:
     """Write consume-queue units for records in ``[start, end)`` from the log."""
     for seg, pos, _size in store.commitlog.scan(start, end):
         req = decode_dispatch(seg.view, pos, store.config.delay_ms)
-        if req.sysflag & 0xC in (0, 8) and not store.topics.hides(
-            req.topic, req.commit_log_offset
-        ):
+        if req.takes_unit(store.topics):
             store.cqs.get(req.topic, req.queue_id).put_units(
                 req.consume_queue_offset,
                 [(req.commit_log_offset, req.msg_size, req.tags_code)],

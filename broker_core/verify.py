@@ -92,10 +92,10 @@ def verify_store(root: Path, segment_size: int | None = None) -> VerifyReport:
     log = CommitLog(root, size, readonly=True)
     expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
     delay_ms = StoreConfig().delay_ms
-    try:
-        deleted = TopicTable(root / "config" / "topics.json")
+    try:  # (its deleted topics' records have no units)
+        topics: TopicTable | None = TopicTable(root / "config" / "topics.json")
     except ConfigFileError:  # reported by _check_config
-        deleted = None
+        topics = None
     try:
         damage: list[Damage] = []
         cp = read_checkpoint(root / "checkpoint")
@@ -105,10 +105,7 @@ def verify_store(root: Path, segment_size: int | None = None) -> VerifyReport:
         for seg, pos, _size in log.scan(first, None, True, damage, committed):
             report.records += 1
             req = decode_dispatch(seg.view, pos, delay_ms)
-            hidden = deleted is not None and deleted.hides(
-                req.topic, req.commit_log_offset
-            )
-            if req.sysflag & 0xC in (0, 8) and not hidden:
+            if req.takes_unit(topics):
                 expected.setdefault((req.topic, req.queue_id), {})[
                     req.consume_queue_offset
                 ] = (req.commit_log_offset, req.msg_size, req.tags_code)

@@ -234,7 +234,7 @@ class TransactionService:
         tcfg = self.store.topic_config(topic)
         if tcfg is None and not cfg_store.auto_create_topic:
             raise TopicNotFoundError(f"topic {topic!r} does not exist")
-        if tcfg is not None and not tcfg.writable:
+        if tcfg is not None:
             tcfg.check_writable()
         nq = tcfg.write_queue_nums if tcfg else cfg_store.default_queue_nums
         if message.queue_id is None:
