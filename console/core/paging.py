@@ -35,15 +35,11 @@ INVALID_PAGE = "Invalid page."
 def page_number(value: Any, default: int = 1) -> int:
     """``?page=`` as a page number (1..``MAX_PAGE``); anything else is DRF's
     404 ``not_found`` "Invalid page."."""
-    if value in (None, ""):
-        return default
     try:
-        number = int(str(value).strip())
-    except ValueError as exc:
+        number = int_param(value, "page", default, 1, MAX_PAGE)
+    except ValidationError as exc:
         raise NotFound(INVALID_PAGE) from exc
-    if not 1 <= number <= MAX_PAGE:
-        raise NotFound(INVALID_PAGE)
-    return number
+    return default if number is None else number
 
 
 def int_param(
