@@ -29,6 +29,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: E402
+from rocketmq.grpc_protocol import service_pb2 as spb  # noqa: E402
 
 from broker_core import Broker, Message  # noqa: E402
 from broker_core.endpoint.config import EndpointConfig  # noqa: E402
@@ -88,7 +89,11 @@ def receive_path(ep: Endpoint, broker: Broker, n: int, batch: int, profile: bool
                 break
             # One AckMessage call a message, as the official clients do;
             # ``batch`` of them in one transaction (one hand-over's acks).
-            calls = [("G", topic, [m.system_properties.receipt_handle]) for m in pbs]
+            calls = [
+                ("G", topic, [spb.ReceiveMessageResponse.FromString(m).message
+                              .system_properties.receipt_handle])
+                for m in pbs
+            ]  # fmt: skip
             for i in range(0, len(calls), batch):
                 for errors in ep.pop.ack_all(calls[i : i + batch], wait=False):
                     assert not any(errors), errors

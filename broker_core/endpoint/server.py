@@ -48,7 +48,7 @@ from broker_core.endpoint.sending import Sending
 from broker_core.endpoint.threads import Threads
 from broker_core.endpoint.transactions import GrpcCheckTransport, Transactions
 from broker_core.endpoint.waits import PollWaits
-from broker_core.endpoint.wire import C, local_utc_offset_min, status
+from broker_core.endpoint.wire import C, encoded, local_utc_offset_min, status
 from broker_core.errors import Busy, ValidationError
 
 log = logging.getLogger("broker_core.endpoint")
@@ -614,6 +614,8 @@ def endpoint_methods(endpoint: Endpoint) -> list[Method]:
                     yield _refused(_bad, exc)
                     return
                 async for out in _impl(req, ctx):
+                    if ns and out.__class__ is bytes:
+                        out = _resp.FromString(out)  # encoded by the handler
                     yield globalize(out, ns)
 
             handler = ustream
@@ -650,7 +652,7 @@ def endpoint_methods(endpoint: Endpoint) -> list[Method]:
                 kind=kind,
                 handler=handler,
                 decode=_tolerant(req_cls),
-                encode=resp_cls.SerializeToString,
+                encode=encoded(resp_cls),
                 batch=None
                 if many is None
                 else _batch_wrapping(endpoint, method.name, many, bad, unauth),
@@ -697,7 +699,9 @@ def _batch_wrapping(
         except Exception as exc:  # noqa: BLE001 - each call fails with it
             answers = [exc] * len(todo)
         for i, ns, r in zip(todo, spaces, answers, strict=True):
-            done = r is PER_CALL or isinstance(r, Exception)
+            # An answer encoded by hand (bytes) holds no Resource (those of
+            # SendMessage and AckMessage have none): the same in any namespace.
+            done = r is PER_CALL or r.__class__ is bytes or isinstance(r, Exception)
             out[i] = r if done else globalize(r, ns)
         return out
 

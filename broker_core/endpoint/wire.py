@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -98,7 +99,12 @@ def body_digest(body: bytes) -> pb.Digest:
     client (Java, Python, Node.js, Go) verifies the same way. (A CRC32 in hex
     made the Node.js client, which compares a decimal string, reject every
     message as corrupted.)"""
-    return pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper())
+    return pb.Digest(type=pb.MD5, checksum=body_md5(body))
+
+
+def body_md5(body: bytes) -> str:
+    """``body_digest``'s checksum (to fill a digest in place)."""
+    return hashlib.md5(body).hexdigest().upper()
 
 
 def ts_ms(ms: int) -> timestamp_pb2.Timestamp:
@@ -122,3 +128,72 @@ def client_id_of(context: grpc.aio.ServicerContext) -> str:
         if k == "x-mq-client-id":
             return str(v)
     return ""
+
+
+def varint(n: int) -> bytes:
+    """``n`` (>= 0) as a protobuf varint: the length of a length-delimited
+    field put in front of bytes already encoded."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def encoded(resp_cls: Any) -> Callable[[Any], bytes]:
+    """A response type's serializer that passes through what a handler
+    yields already encoded (``bytes``, ``Consuming._encode``)."""
+    serialize = resp_cls.SerializeToString
+
+    def encode(r: Any) -> bytes:
+        return r if r.__class__ is bytes else serialize(r)
+
+    return encode
+
+
+# -- answers encoded by hand ---------------------------------------------------
+# The batch paths' usual answer (every entry OK) written as protobuf bytes
+# directly: a third of the cost of building the response objects and
+# serializing them (measured: 1.2 against 4.4 us a SendMessageResponse).
+# Field numbers: SendMessageResponse / AckMessageResponse {status = 1,
+# entries = 2}; SendResultEntry {status = 1, message_id = 2, transaction_id = 3,
+# offset = 4, recall_handle = 5}; AckMessageResultEntry {message_id = 1,
+# receipt_handle = 2, status = 3}.
+
+
+def _field(key: int, data: bytes) -> bytes:
+    """A length-delimited field: its key byte (number << 3 | 2), length, data."""
+    return bytes((key,)) + varint(len(data)) + data
+
+
+_OK = _plain_status(C.OK).SerializeToString()
+_OK_AT_1 = _field(0x0A, _OK)
+_OK_AT_3 = _field(0x1A, _OK)
+
+
+def ok_send_response(entries: list[tuple[str, str, int, str]]) -> bytes:
+    """``SendMessageResponse`` of OK entries (message id, transaction id,
+    queue offset, recall handle), encoded."""
+    out = [_OK_AT_1]
+    for message_id, transaction_id, offset, recall in entries:
+        e = _OK_AT_1 + _field(0x12, message_id.encode())
+        if transaction_id:
+            e += _field(0x1A, transaction_id.encode())
+        if offset:
+            e += b"\x20" + varint(offset if offset > 0 else offset + (1 << 64))
+        if recall:
+            e += _field(0x2A, recall.encode())
+        out.append(_field(0x12, e))
+    return b"".join(out)
+
+
+def ok_ack_response(entries: list[tuple[str, str]]) -> bytes:
+    """``AckMessageResponse`` of OK entries (message id, receipt handle),
+    encoded."""
+    out = [_OK_AT_1]
+    for message_id, handle in entries:
+        e = _field(0x0A, message_id.encode()) + _field(0x12, handle.encode())
+        out.append(_field(0x12, e + _OK_AT_3))
+    return b"".join(out)
+
