@@ -196,4 +196,3 @@ def ok_ack_response(entries: list[tuple[str, str]]) -> bytes:
         e = _field(0x0A, message_id.encode()) + _field(0x12, handle.encode())
         out.append(_field(0x12, e + _OK_AT_3))
     return b"".join(out)
-

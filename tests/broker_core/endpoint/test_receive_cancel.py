@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -136,9 +136,7 @@ async def _receive(ep: Endpoint, topic: str, attempt: str, poll_s: int = 1) -> l
     req = receive_request(topic, "GID_attempt", batch=4, invisible_s=60, poll_s=poll_s)
     req.attempt_id = attempt
     return [
-        r.message
-        async for r in _answers(ep, req, Context())
-        if r.HasField("message")
+        r.message async for r in _answers(ep, req, Context()) if r.HasField("message")
     ]
 
 
