@@ -75,11 +75,12 @@ double Remaining(const grpc::ServerContext& ctx) {
 }  // namespace
 
 Front::Front(std::vector<std::string> methods, std::vector<bool> bidi,
-             int max_message, bool reuseport)
+             int max_message, bool reuseport, int coalesce_us)
     : methods_(std::move(methods)),
       bidi_(std::move(bidi)),
       max_message_(max_message),
-      reuseport_(reuseport) {
+      reuseport_(reuseport),
+      coalesce_(std::chrono::microseconds(coalesce_us > 0 ? coalesce_us : 0)) {
   bidi_.resize(methods_.size(), false);
   for (size_t i = 0; i < methods_.size(); i++) index_[methods_[i]] = static_cast<int>(i);
   efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -164,10 +165,52 @@ void Front::Spawn() {
 void Front::Serve() {
   void* tag;
   bool ok;
-  while (cq_->Next(&tag, &ok)) {
-    Tag* t = static_cast<Tag*>(tag);
-    Handle(t->call, t->kind, ok);
+  for (;;) {
+    bool deferred;
+    Clock::time_point due;
+    {
+      std::lock_guard<std::mutex> g(ev_mu_);
+      deferred = deferred_;
+      due = last_drain_ + coalesce_;
+    }
+    grpc::CompletionQueue::NextStatus st;
+    if (deferred) {
+      auto left = due - Clock::now();
+      if (left <= Clock::duration::zero()) {
+        SignalIfDue();
+        continue;
+      }
+      st = cq_->AsyncNext(
+          &tag, &ok,
+          std::chrono::system_clock::now() +
+              std::chrono::duration_cast<std::chrono::system_clock::duration>(left));
+    } else {
+      st = cq_->AsyncNext(&tag, &ok, gpr_inf_future(GPR_CLOCK_REALTIME));
+    }
+    if (st == grpc::CompletionQueue::SHUTDOWN) break;
+    if (st == grpc::CompletionQueue::GOT_EVENT) {
+      Tag* t = static_cast<Tag*>(tag);
+      Handle(t->call, t->kind, ok);
+    }
+    SignalIfDue();
   }
+}
+
+void Front::Signal() {
+  uint64_t one = 1;
+  ssize_t n = write(efd_, &one, sizeof one);
+  (void)n;
+  ev_cv_.notify_all();
+}
+
+void Front::SignalIfDue() {
+  {
+    std::lock_guard<std::mutex> g(ev_mu_);
+    if (!deferred_ || signalled_ || Clock::now() < last_drain_ + coalesce_) return;
+    deferred_ = false;
+    signalled_ = true;
+  }
+  Signal();
 }
 
 void Front::Emit(Event&& ev) {
@@ -176,14 +219,17 @@ void Front::Emit(Event&& ev) {
     std::lock_guard<std::mutex> g(ev_mu_);
     events_.push_back(std::move(ev));
     stats_.events++;
-    if (!signalled_) signalled_ = wake = true;
+    if (!signalled_) {
+      if (coalesce_ <= Clock::duration::zero() ||
+          Clock::now() - last_drain_ >= coalesce_) {
+        signalled_ = wake = true;
+        deferred_ = false;
+      } else {
+        deferred_ = true;  // Serve signals at last_drain_ + coalesce_
+      }
+    }
   }
-  if (wake) {
-    uint64_t one = 1;
-    ssize_t n = write(efd_, &one, sizeof one);
-    (void)n;
-    ev_cv_.notify_all();
-  }
+  if (wake) Signal();
 }
 
 void Front::Handle(Call* c, int kind, bool ok) {
@@ -370,6 +416,8 @@ void Front::Drain(std::vector<Event>* out) {
   std::lock_guard<std::mutex> g(ev_mu_);
   stats_.drains++;
   signalled_ = false;
+  deferred_ = false;  // what waited is taken now
+  if (coalesce_ > Clock::duration::zero()) last_drain_ = Clock::now();
   if (out->empty()) {
     out->swap(events_);
   } else {

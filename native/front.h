@@ -12,6 +12,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -72,8 +73,12 @@ class Call;
 class Front {
  public:
   // methods: full names ("/pkg.Service/Method"); bidi[i]: the client streams
+  // coalesce_us > 0: the eventfd is signalled at most once per coalesce_us
+  // after a Drain (events arriving sooner wait for the rest of that time, so
+  // that one hand-over takes them all); the first event after a quiet spell
+  // is signalled at once.
   Front(std::vector<std::string> methods, std::vector<bool> bidi,
-        int max_message, bool reuseport);
+        int max_message, bool reuseport, int coalesce_us = 0);
   ~Front();
   Front(const Front&) = delete;
   Front& operator=(const Front&) = delete;
@@ -107,6 +112,8 @@ class Front {
   void Spawn();
   void Handle(Call* c, int tag_kind, bool ok);
   void Emit(Event&& ev);
+  void Signal();           // the eventfd and ev_cv_, with ev_mu_ not held
+  void SignalIfDue();      // a deferred signal whose time has come
   void StartNext(Call* c);  // with mu_ held
   void MaybeDelete(Call* c);  // with mu_ held
 
@@ -138,6 +145,10 @@ class Front {
   std::condition_variable ev_cv_;
   std::vector<Event> events_;
   bool signalled_ = false;
+  using Clock = std::chrono::steady_clock;
+  Clock::duration coalesce_{};
+  Clock::time_point last_drain_{};
+  bool deferred_ = false;  // events wait, their signal is due at last_drain_ + coalesce_
   int efd_ = -1;
   Stats stats_;
 };

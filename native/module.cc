@@ -122,9 +122,9 @@ PYBIND11_MODULE(_native, m) {
   m.attr("WRITE") = static_cast<int>(front::kWrite);
   m.attr("FINISH") = static_cast<int>(front::kFinish);
   py::class_<front::Front>(m, "Front")
-      .def(py::init<std::vector<std::string>, std::vector<bool>, int, bool>(),
+      .def(py::init<std::vector<std::string>, std::vector<bool>, int, bool, int>(),
            py::arg("methods"), py::arg("bidi"), py::arg("max_message"),
-           py::arg("reuseport") = false)
+           py::arg("reuseport") = false, py::arg("coalesce_us") = 0)
       .def("add_port", &front::Front::AddPort, py::arg("address"),
            py::arg("key_pem") = "", py::arg("cert_pem") = "")
       .def("start", &front::Front::Start, py::arg("threads") = 1,

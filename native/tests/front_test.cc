@@ -4,6 +4,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <poll.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -299,3 +301,68 @@ TEST_F(FrontTest, OversizedRequestIsRefusedByGrpc) {
 }
 
 }  // namespace
+
+// With coalesce_us, the first call after a quiet spell is signalled at once;
+// calls arriving within coalesce_us of the last Drain wait for the rest of
+// that time and are taken by one Drain.
+TEST(FrontCoalesce, CallsSoonAfterADrainAreSignalledTogether) {
+  front::Front f({kUnary}, {false}, 1 << 20, false, /*coalesce_us=*/300000);
+  f.AddPort("127.0.0.1:0");
+  ASSERT_TRUE(f.Start(1));
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(f.BoundPorts()[0]),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
+                                        std::chrono::seconds(5)));
+  auto readable = [&](int ms) {
+    pollfd p{f.fd(), POLLIN, 0};
+    return poll(&p, 1, ms) == 1;
+  };
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::GenericClientAsyncResponseReader>> rpcs;
+  std::vector<grpc::ByteBuffer> resp(6);
+  std::vector<grpc::Status> st(6);
+  auto call = [&](int i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    rpcs.push_back(stub.PrepareUnaryCall(ctxs.back().get(), kUnary, Buf("r"), &cq));
+    rpcs.back()->StartCall();
+    rpcs.back()->Finish(&resp[i], &st[i], reinterpret_cast<void*>(static_cast<intptr_t>(i + 1)));
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  call(0);
+  ASSERT_TRUE(readable(2000));  // after a quiet spell: at once
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
+  std::vector<front::Event> first;
+  f.Drain(&first);
+  ASSERT_EQ(first.size(), 1u);
+  auto drained = std::chrono::steady_clock::now();
+  for (int i = 1; i < 6; i++) call(i);
+  EXPECT_FALSE(readable(100));  // within 300 ms of the drain: not yet
+  ASSERT_TRUE(readable(2000));
+  EXPECT_GE(std::chrono::steady_clock::now() - drained, std::chrono::milliseconds(290));
+  std::vector<front::Event> rest;
+  f.Drain(&rest);
+  EXPECT_EQ(rest.size(), 5u);  // one hand-over for all five
+  std::vector<front::Op> ops;
+  std::string answer = "a";
+  for (auto* evs : {&first, &rest})
+    for (auto& e : *evs) {
+      front::Op op;
+      op.id = e.id;
+      op.kind = front::kFinish;
+      op.has_data = true;
+      op.data = answer;
+      ops.push_back(std::move(op));
+    }
+  f.Submit(std::move(ops));
+  for (int i = 0; i < 6; i++) {
+    void* tag;
+    bool ok;
+    ASSERT_EQ(cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + std::chrono::seconds(5)),
+              grpc::CompletionQueue::GOT_EVENT);
+    EXPECT_TRUE(ok);
+  }
+  for (auto& s : st) EXPECT_TRUE(s.ok()) << s.error_message();
+  f.Shutdown(0);
+}
