@@ -3,7 +3,8 @@
     .venv/bin/python bench/grpc.py [--clients 1,4] [--messages 20000]
         [--body 1024] [--window 256] [--peers rabbitmq,nats]
         [--endpoint HOST:PORT --server-pid PID | --workers N]
-        [--fronts python,native] [--rate 1000 --rate-seconds 10] [--json out.json]
+        [--fronts python,native] [--rate 1000 --rate-seconds 10] [--rounds 1]
+        [--json out.json]
 
 Peers need ``pip install -r requirements-bench.txt`` (pika, nats-py).
 
@@ -44,6 +45,12 @@ For each client count N, in one run and measured the same way:
   publishers keep ``--window`` acknowledged publishes in flight; N pull
   consumers fetch batches of 32 and acknowledge each message.
 
+With ``--rounds N`` each client count is measured N times, every system
+once a round in the order above, and each figure reported is the median
+over the rounds (the rounds themselves are printed and kept in the JSON):
+on a shared machine a message's cost moves by half between runs minutes
+apart, so a ratio of two phases run once each carries that noise.
+
 Server CPU is the server process's utime+stime from /proc (the endpoint or
 echo process this script started; RabbitMQ's ``beam.smp`` and ``nats-server``
 found by name) over each phase, divided by the messages; client CPU is each
@@ -71,6 +78,7 @@ import json  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -1045,6 +1053,15 @@ def main(argv: list[str]) -> int:
         "second to each endpoint and to Apache RocketMQ (0: none)",
     )
     ap.add_argument("--rate-seconds", type=float, default=10.0)
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure each client count this many times, every system once a "
+        "round (the endpoint, the peers and the echo servers interleaved), and "
+        "report each figure's median: on a shared machine the cost of a "
+        "message moves between runs minutes apart",
+    )
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     counts = [int(x) for x in a.clients.split(",") if x]
@@ -1116,19 +1133,28 @@ def main(argv: list[str]) -> int:
         for n in counts:
             run: dict = {"load_before": [round(x, 2) for x in os.getloadavg()]}
             print(f"-- {n} client process(es)", flush=True)
-            for key, (e_ep, e_pid) in endpoints.items():
-                run[key] = bench_endpoint(a, n, e_ep, e_pid, tmp)
-            if rmq is not None:
-                run["apache"] = bench_apache(a, n, rmq, tmp)
-            run["echo"] = bench_echo(a, n, f"127.0.0.1:{echo_port}", echo.pid, tmp)
-            if echo_native is not None:
-                run["echo_native"] = bench_echo(
-                    a, n, f"127.0.0.1:{echo_native_port}", echo_native.pid, tmp
-                )
-            if "rabbitmq" in peers and "rabbitmq" not in res["skipped"]:
-                run["rabbitmq"] = bench_rabbit(a, n, tmp)
-            if "nats" in peers and "nats" not in res["skipped"]:
-                run["nats"] = bench_nats(a, n, tmp)
+            rounds: list[dict] = []
+            for i in range(a.rounds):
+                one: dict = {}
+                for key, (e_ep, e_pid) in endpoints.items():
+                    one[key] = bench_endpoint(a, n, e_ep, e_pid, tmp)
+                if rmq is not None:
+                    one["apache"] = bench_apache(a, n, rmq, tmp)
+                one["echo"] = bench_echo(a, n, f"127.0.0.1:{echo_port}", echo.pid, tmp)
+                if echo_native is not None:
+                    one["echo_native"] = bench_echo(
+                        a, n, f"127.0.0.1:{echo_native_port}", echo_native.pid, tmp
+                    )
+                if "rabbitmq" in peers and "rabbitmq" not in res["skipped"]:
+                    one["rabbitmq"] = bench_rabbit(a, n, tmp)
+                if "nats" in peers and "nats" not in res["skipped"]:
+                    one["nats"] = bench_nats(a, n, tmp)
+                rounds.append(one)
+                if a.rounds > 1:
+                    print(f"   round {i + 1}: {_round_line(one)}", flush=True)
+            run.update(_median_run(rounds))
+            if a.rounds > 1:
+                run["rounds"] = rounds
             echo_us = run["echo"]["call"]["server_cpu_us_per_msg"]
             if "echo_native" in run:
                 native_us = run["echo_native"]["call"]["server_cpu_us_per_msg"]
@@ -1211,6 +1237,47 @@ def main(argv: list[str]) -> int:
     else:
         print(json.dumps(res))
     return 0
+
+
+def _median_run(rounds: list[dict]) -> dict:
+    """Per system and phase over the rounds: messages and errors summed,
+    every other figure the median of the rounds that have it."""
+    out: dict = {}
+    for key, phases in rounds[0].items():
+        out[key] = {}
+        for ph, figures in phases.items():
+            merged = {}
+            for f in figures:
+                vals = [r[key][ph][f] for r in rounds if r[key][ph][f] is not None]
+                if f in ("messages", "errors"):
+                    merged[f] = sum(vals)
+                else:
+                    merged[f] = round(statistics.median(vals), 1) if vals else None
+            out[key][ph] = merged
+    return out
+
+
+def _round_line(one: dict) -> str:
+    """One round's server CPU per message, and the native front's over the
+    echo's in that round (the comparison the rounds are for)."""
+    parts = []
+    for key, phases in one.items():
+        us = "/".join(
+            "-"
+            if v["server_cpu_us_per_msg"] is None
+            else f"{v['server_cpu_us_per_msg']:.0f}"
+            for v in phases.values()
+        )
+        parts.append(f"{key} {us}")
+    echo = one.get("echo", {}).get("call", {}).get("server_cpu_us_per_msg")
+    if "native" in one and echo:
+        ratios = ", ".join(
+            f"{ph} {v['server_cpu_us_per_msg'] / echo:.2f}"
+            for ph, v in one["native"].items()
+            if v["server_cpu_us_per_msg"] is not None
+        )
+        parts.append(f"native / echo: {ratios}")
+    return "; ".join(parts)
 
 
 def print_run(n: int, run: dict) -> None:
