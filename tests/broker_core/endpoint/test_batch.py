@@ -384,3 +384,27 @@ def test_native_dispatch_answers_a_drain_in_one_submit(endpoint) -> None:
     # the cancelled one: not stored
     assert bodies(endpoint, "Batch") == [b"one", b"two", b"zipped"]
     assert not server.calls
+
+
+def test_a_namespaced_receive_gets_bare_names_from_the_encoded_stream(endpoint) -> None:
+    """Stream answers are encoded on the consumer thread (full names inside);
+    a client in a namespace still gets the bare topic and its namespace, and
+    one without a namespace the name as stored."""
+    send = _method(endpoint, "SendMessage")
+    out = send.batch([(send_req("Batch", b"in ns1", ns="ns1"), ctx(signed()))])
+    assert out[0].status.code == C.OK
+
+    async def go(ns: str, topic: str) -> list[pb.Message]:
+        recv = _method(endpoint, "ReceiveMessage")
+        req = receive_request(topic, "GID_ns", batch=4, invisible_s=60, poll_s=1)
+        return [
+            r.message
+            async for r in _decoded(recv.handler(req, ctx(signed(ns=ns))))
+            if r.HasField("message")
+        ]
+
+    got = _in_own_loop(lambda: go("ns1", "Batch"))
+    assert [(m.topic.resource_namespace, m.topic.name, m.body) for m in got] == [
+        ("ns1", "Batch", b"in ns1")
+    ]
+    assert _in_own_loop(lambda: go("", "Batch")) == []  # another topic
