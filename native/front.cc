@@ -220,7 +220,7 @@ void Front::Emit(Event&& ev) {
     events_.push_back(std::move(ev));
     stats_.events++;
     if (!signalled_) {
-      if (coalesce_ <= Clock::duration::zero() ||
+      if (coalesce_ <= Clock::duration::zero() || last_batch_ < 2 ||
           Clock::now() - last_drain_ >= coalesce_) {
         signalled_ = wake = true;
         deferred_ = false;
@@ -422,6 +422,7 @@ void Front::Drain(std::vector<Event>* out) {
   signalled_ = false;
   deferred_ = false;  // what waited is taken now
   if (coalesce_ > Clock::duration::zero()) last_drain_ = Clock::now();
+  last_batch_ = events_.size();
   if (out->empty()) {
     out->swap(events_);
   } else {

@@ -73,10 +73,12 @@ class Call;
 class Front {
  public:
   // methods: full names ("/pkg.Service/Method"); bidi[i]: the client streams
-  // coalesce_us > 0: the eventfd is signalled at most once per coalesce_us
-  // after a Drain (events arriving sooner wait for the rest of that time, so
-  // that one hand-over takes them all); the first event after a quiet spell
-  // is signalled at once.
+  // coalesce_us > 0: under load the eventfd is signalled at most once per
+  // coalesce_us after a Drain (events arriving sooner wait for the rest of
+  // that time, so that one hand-over takes them all). Not under load, at
+  // once: the first event after a quiet spell, and any event after a Drain
+  // that took a single one (a lone client calling one call after another
+  // would otherwise wait every time, for nothing to join its call).
   Front(std::vector<std::string> methods, std::vector<bool> bidi,
         int max_message, bool reuseport, int coalesce_us = 0);
   ~Front();
@@ -149,6 +151,7 @@ class Front {
   Clock::duration coalesce_{};
   Clock::time_point last_drain_{};
   bool deferred_ = false;  // events wait, their signal is due at last_drain_ + coalesce_
+  size_t last_batch_ = 0;  // events the last Drain took
   int efd_ = -1;
   Stats stats_;
 };

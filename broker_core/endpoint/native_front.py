@@ -35,11 +35,12 @@ log = logging.getLogger("broker_core.endpoint.native")
 
 #: gRPC status UNKNOWN: a handler that raised (as grpc.aio answers)
 _UNKNOWN = 2
-#: Under load, the event loop is woken for the front's calls at most once in
-#: this many microseconds (after a quiet spell, at once): one hand-over then
-#: takes the calls of that time together, instead of a wake-up (two thread
-#: switches) for every call or two. ``$BROKER_NATIVE_COALESCE_US``; 0: wake
-#: for every call.
+#: Under load (the last hand-over took several calls), the event loop is
+#: woken for the front's calls at most once in this many microseconds: one
+#: hand-over then takes the calls of that time together, instead of a wake-up
+#: (two thread switches) for every call or two. Otherwise (a quiet spell, a
+#: lone client's calls one after another) at once.
+#: ``$BROKER_NATIVE_COALESCE_US``; 0: wake for every call.
 DEFAULT_COALESCE_US = 1000
 _END = object()
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "front.h"
@@ -302,10 +303,12 @@ TEST_F(FrontTest, OversizedRequestIsRefusedByGrpc) {
 
 }  // namespace
 
-// With coalesce_us, the first call after a quiet spell is signalled at once;
-// calls arriving within coalesce_us of the last Drain wait for the rest of
-// that time and are taken by one Drain.
-TEST(FrontCoalesce, CallsSoonAfterADrainAreSignalledTogether) {
+// With coalesce_us: the first call after a quiet spell is signalled at once;
+// under load (the last Drain took several calls) calls arriving within
+// coalesce_us of it wait for the rest of that time and go in one Drain; after
+// a Drain of a single call (a lone client, one call after another) the next
+// is signalled at once.
+TEST(FrontCoalesce, CallsUnderLoadAreSignalledTogetherALoneClientsAtOnce) {
   front::Front f({kUnary}, {false}, 1 << 20, false, /*coalesce_us=*/300000);
   f.AddPort("127.0.0.1:0");
   ASSERT_TRUE(f.Start(1));
@@ -318,45 +321,67 @@ TEST(FrontCoalesce, CallsSoonAfterADrainAreSignalledTogether) {
     pollfd p{f.fd(), POLLIN, 0};
     return poll(&p, 1, ms) == 1;
   };
+  const int total = 10;
   grpc::CompletionQueue cq;
   std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
   std::vector<std::unique_ptr<grpc::GenericClientAsyncResponseReader>> rpcs;
-  std::vector<grpc::ByteBuffer> resp(6);
-  std::vector<grpc::Status> st(6);
-  auto call = [&](int i) {
+  std::vector<grpc::ByteBuffer> resp(total);
+  std::vector<grpc::Status> st(total);
+  int made = 0;
+  auto call = [&]() {
+    int i = made++;
     ctxs.push_back(std::make_unique<grpc::ClientContext>());
     rpcs.push_back(stub.PrepareUnaryCall(ctxs.back().get(), kUnary, Buf("r"), &cq));
     rpcs.back()->StartCall();
     rpcs.back()->Finish(&resp[i], &st[i], reinterpret_cast<void*>(static_cast<intptr_t>(i + 1)));
   };
+  std::vector<front::Event> all;
+  auto drain = [&]() {
+    std::vector<front::Event> got;
+    f.Drain(&got);
+    for (auto& e : got) all.push_back(e);
+    return got.size();
+  };
+  using ms = std::chrono::milliseconds;
+  // A quiet spell, then a burst: signalled at once, and the burst (given
+  // time to arrive) taken together.
   auto t0 = std::chrono::steady_clock::now();
-  call(0);
-  ASSERT_TRUE(readable(2000));  // after a quiet spell: at once
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
-  std::vector<front::Event> first;
-  f.Drain(&first);
-  ASSERT_EQ(first.size(), 1u);
-  auto drained = std::chrono::steady_clock::now();
-  for (int i = 1; i < 6; i++) call(i);
-  EXPECT_FALSE(readable(100));  // within 300 ms of the drain: not yet
+  for (int i = 0; i < 3; i++) call();
   ASSERT_TRUE(readable(2000));
-  EXPECT_GE(std::chrono::steady_clock::now() - drained, std::chrono::milliseconds(290));
-  std::vector<front::Event> rest;
-  f.Drain(&rest);
-  EXPECT_EQ(rest.size(), 5u);  // one hand-over for all five
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, ms(250));
+  std::this_thread::sleep_for(ms(200));  // the other two arrive meanwhile
+  ASSERT_EQ(drain(), 3u);
+  ASSERT_FALSE(readable(0));
+  // Under load: calls soon after that drain wait for the rest of the window.
+  auto drained = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; i++) call();
+  EXPECT_FALSE(readable(100));
+  ASSERT_TRUE(readable(2000));
+  EXPECT_GE(std::chrono::steady_clock::now() - drained, ms(290));
+  std::this_thread::sleep_for(ms(20));
+  EXPECT_EQ(drain(), 5u);  // one hand-over for all five
+  // Quiet again; then a lone client: one call, drained, the next at once.
+  std::this_thread::sleep_for(ms(400));
+  call();
+  ASSERT_TRUE(readable(2000));
+  EXPECT_EQ(drain(), 1u);
+  auto lone = std::chrono::steady_clock::now();
+  call();
+  ASSERT_TRUE(readable(2000));
+  EXPECT_LT(std::chrono::steady_clock::now() - lone, ms(150));
+  EXPECT_EQ(drain(), 1u);
+  ASSERT_EQ(made, total);
   std::vector<front::Op> ops;
-  std::string answer = "a";
-  for (auto* evs : {&first, &rest})
-    for (auto& e : *evs) {
-      front::Op op;
-      op.id = e.id;
-      op.kind = front::kFinish;
-      op.has_data = true;
-      op.data = answer;
-      ops.push_back(std::move(op));
-    }
+  for (auto& e : all) {
+    front::Op op;
+    op.id = e.id;
+    op.kind = front::kFinish;
+    op.has_data = true;
+    op.data = "a";
+    ops.push_back(std::move(op));
+  }
   f.Submit(std::move(ops));
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < total; i++) {
     void* tag;
     bool ok;
     ASSERT_EQ(cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + std::chrono::seconds(5)),
