@@ -25,14 +25,15 @@ from broker_core.endpoint.wire import (
     C,
     body_md5,
     client_id_of,
+    delimited,
     dur_ms,
     error_code,
+    fill_ms,
     ok_ack_response,
     overall_status,
     status,
     too_many,
     ts_ms,
-    varint,
 )
 from broker_core.errors import Busy, InvalidHandle, ValidationError
 from broker_core.validation import validate_read_topic
@@ -52,8 +53,6 @@ _FILTER_TYPES = frozenset(pb.FilterType.values())
 PUSH_TYPES = frozenset({"PUSH_CONSUMER", "LITE_PUSH_CONSUMER"})
 #: receives remembered by attempt id (see ``Consuming.attempts``)
 MAX_ATTEMPTS_KEPT = 4096
-#: the key of ``ReceiveMessageResponse.message`` (field 2, length-delimited)
-_MESSAGE_KEY = bytes([2 << 3 | 2])
 
 
 class Consuming:
@@ -104,19 +103,15 @@ class Consuming:
         digest.type = pb.MD5
         digest.checksum = body_md5(body)
         sp.body_encoding = pb.IDENTITY
-        born, stored = m.born_timestamp, m.store_timestamp
-        t = sp.born_timestamp
-        t.seconds, t.nanos = born // 1000, born % 1000 * 1_000_000
+        fill_ms(sp.born_timestamp, m.born_timestamp)
         sp.born_host = m.born_host.rsplit(":", 1)[0]
-        t = sp.store_timestamp
-        t.seconds, t.nanos = stored // 1000, stored % 1000 * 1_000_000
+        fill_ms(sp.store_timestamp, m.store_timestamp)
         sp.store_host = m.store_host
         sp.receipt_handle = encode_handle(qid, e.offset, e.nonce, e.visible_at)
         sp.queue_id = qid
         sp.queue_offset = e.offset
         sp.delivery_attempt = e.attempts
-        d = sp.invisible_duration
-        d.seconds, d.nanos = invisible_ms // 1000, invisible_ms % 1000 * 1_000_000
+        fill_ms(sp.invisible_duration, invisible_ms)
         tags = props.get("TAGS")
         if tags:
             sp.tag = tags
@@ -130,7 +125,7 @@ class Consuming:
         elif "TIMER_OUT_MS" in props or "DELAY_SRC" in props:
             sp.message_type = pb.DELAY
             if "TIMER_OUT_MS" in props:
-                sp.delivery_timestamp.CopyFrom(ts_ms(int(props["TIMER_OUT_MS"])))
+                fill_ms(sp.delivery_timestamp, int(props["TIMER_OUT_MS"]))
         elif m.prepared_transaction_offset:
             sp.message_type = pb.TRANSACTION
         else:
@@ -146,7 +141,7 @@ class Consuming:
         bytes behind field 2's key and length, so it is serialized once and
         never copied into a response object on the event loop."""
         raw = self._to_pb(qid, e, invisible_ms).SerializeToString()
-        return _MESSAGE_KEY + varint(len(raw)) + raw
+        return delimited(2 << 3 | 2, raw)  # ReceiveMessageResponse.message
 
     async def ReceiveMessage(self, request, context):  # noqa: N802
         group = request.group.name

@@ -107,6 +107,11 @@ def body_md5(body: bytes) -> str:
     return hashlib.md5(body).hexdigest().upper()
 
 
+def fill_ms(t: Any, ms: int) -> None:
+    """Set a Timestamp or Duration field in place to ``ms`` milliseconds."""
+    t.seconds, t.nanos = ms // 1000, ms % 1000 * 1_000_000
+
+
 def ts_ms(ms: int) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
@@ -162,14 +167,15 @@ def encoded(resp_cls: Any) -> Callable[[Any], bytes]:
 # receipt_handle = 2, status = 3}.
 
 
-def _field(key: int, data: bytes) -> bytes:
-    """A length-delimited field: its key byte (number << 3 | 2), length, data."""
+def delimited(key: int, data: bytes) -> bytes:
+    """A length-delimited field of encoded ``data``: its key byte
+    (number << 3 | 2), length, data."""
     return bytes((key,)) + varint(len(data)) + data
 
 
 _OK = _plain_status(C.OK).SerializeToString()
-_OK_AT_1 = _field(0x0A, _OK)
-_OK_AT_3 = _field(0x1A, _OK)
+_OK_AT_1 = delimited(0x0A, _OK)
+_OK_AT_3 = delimited(0x1A, _OK)
 
 
 def ok_send_response(entries: list[tuple[str, str, int, str]]) -> bytes:
@@ -177,14 +183,14 @@ def ok_send_response(entries: list[tuple[str, str, int, str]]) -> bytes:
     queue offset, recall handle), encoded."""
     out = [_OK_AT_1]
     for message_id, transaction_id, offset, recall in entries:
-        e = _OK_AT_1 + _field(0x12, message_id.encode())
+        e = _OK_AT_1 + delimited(0x12, message_id.encode())
         if transaction_id:
-            e += _field(0x1A, transaction_id.encode())
+            e += delimited(0x1A, transaction_id.encode())
         if offset:
             e += b"\x20" + varint(offset if offset > 0 else offset + (1 << 64))
         if recall:
-            e += _field(0x2A, recall.encode())
-        out.append(_field(0x12, e))
+            e += delimited(0x2A, recall.encode())
+        out.append(delimited(0x12, e))
     return b"".join(out)
 
 
@@ -193,6 +199,6 @@ def ok_ack_response(entries: list[tuple[str, str]]) -> bytes:
     encoded."""
     out = [_OK_AT_1]
     for message_id, handle in entries:
-        e = _field(0x0A, message_id.encode()) + _field(0x12, handle.encode())
-        out.append(_field(0x12, e + _OK_AT_3))
+        e = delimited(0x0A, message_id.encode()) + delimited(0x12, handle.encode())
+        out.append(delimited(0x12, e + _OK_AT_3))
     return b"".join(out)
