@@ -22,19 +22,24 @@ and the medians; the worktree and the stores are removed at the end.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
+# bench/grpc.py's port helpers and client workers (loaded by path: the name
+# grpc is the gRPC package's).
+_spec = importlib.util.spec_from_file_location("bench_grpc", ROOT / "bench" / "grpc.py")
+assert _spec is not None and _spec.loader is not None
+bench_grpc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_grpc)
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -60,40 +65,10 @@ def switches(pid: int) -> int:
     return n
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"serve exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("serve did not listen")
-
-
-def worker(*args: object) -> dict:
-    r = subprocess.run(
-        [PY, str(ROOT / "bench" / "grpc.py"), "_worker", *map(str, args)],
-        capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=600,
-    )  # fmt: skip
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-    if not lines:
-        raise RuntimeError(f"worker failed: {r.stdout[-1500:]}{r.stderr[-1500:]}")
-    return json.loads(lines[-1][7:])
-
-
 def one_side(root: Path, messages: int, tmp: Path) -> dict[str, dict[str, float]]:
     store = tmp / "store"
     shutil.rmtree(store, ignore_errors=True)
-    port = free_port()
+    port = bench_grpc.free_port()
     ep = f"127.0.0.1:{port}"
     proc = subprocess.Popen(
         [PY, "-m", "broker_core", "serve", "--store", str(store), "--listen", ep,
@@ -103,14 +78,14 @@ def one_side(root: Path, messages: int, tmp: Path) -> dict[str, dict[str, float]
     )  # fmt: skip
     out: dict[str, dict[str, float]] = {}
     try:
-        wait_port(port, proc)
+        bench_grpc.wait_port(port, proc)
         phases = {
             "send": ("rmq_send", ep, "AbTopic", messages, 1024, 256),
             "receive_ack": ("rmq_recv", ep, "AbTopic", "GID_ab", messages, 120.0),
         }
         for name, args in phases.items():
             before, sw0 = thread_cpu(proc.pid), switches(proc.pid)
-            r = worker(*args)
+            (r,) = bench_grpc.run_workers(args[0], [list(args[1:])], str(tmp))
             after, sw1 = thread_cpu(proc.pid), switches(proc.pid)
             used = {t: after[t] - before.get(t, 0.0) for t in after}
             done = max(1, r["done"])
