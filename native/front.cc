@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -20,6 +21,11 @@ struct Tag {
   Call* call;
   int kind;
 };
+
+namespace {
+// The tag of Poke's alarm (no call).
+Tag poke_tag{nullptr, 0};
+}  // namespace
 
 class Call {
  public:
@@ -130,9 +136,9 @@ bool Front::Start(int threads) {
       return false;
     }
   started_ = true;
-  if (threads < 1) threads = 1;
+  poll_mode_ = threads < 1;
   // Enough calls waiting to be accepted for a burst of new calls.
-  for (int i = 0; i < 16 * threads; i++) Spawn();
+  for (int i = 0; i < 16 * (poll_mode_ ? 1 : threads); i++) Spawn();
   for (int i = 0; i < threads; i++) threads_.emplace_back([this] { Serve(); });
   return true;
 }
@@ -151,6 +157,18 @@ void Front::Shutdown(double grace_s) {
   cq_->Shutdown();
   for (auto& t : threads_) t.join();
   threads_.clear();
+  if (poll_mode_) {
+    // No thread of ours takes what is left: this one does (beside a Poll
+    // of the owner's, if one is in progress), then waits for that Poll.
+    void* tag;
+    bool ok;
+    while (cq_->Next(&tag, &ok)) {
+      Tag* t = static_cast<Tag*>(tag);
+      if (t->call != nullptr) Handle(t->call, t->kind, ok);
+    }
+    std::lock_guard<std::mutex> p(poll_mu_);
+    cq_drained_ = true;
+  }
   std::lock_guard<std::mutex> g(mu_);
   for (auto& kv : calls_) delete kv.second;
   calls_.clear();
@@ -196,6 +214,57 @@ void Front::Serve() {
   }
 }
 
+bool Front::Poll(double timeout_s) {
+  {
+    std::unique_lock<std::mutex> p(poll_mu_);
+    if (poll_mode_ && !cq_drained_ && started_) {
+      gpr_timespec deadline =
+          timeout_s < 0 ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
+                        : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                       gpr_time_from_micros(
+                                           static_cast<int64_t>(timeout_s * 1e6),
+                                           GPR_TIMESPAN));
+      {
+        std::lock_guard<std::mutex> g(ev_mu_);
+        if (!events_.empty()) deadline = gpr_time_0(GPR_CLOCK_MONOTONIC);
+      }
+      void* tag;
+      bool ok;
+      // The first event as it comes; then what is ready now, a bounded
+      // number, so that the owner's loop gets its turn.
+      for (int n = 0; n < 512; n++) {
+        auto st = cq_->AsyncNext(&tag, &ok, deadline);
+        if (st == grpc::CompletionQueue::SHUTDOWN) {
+          cq_drained_ = true;
+          break;
+        }
+        if (st == grpc::CompletionQueue::TIMEOUT) break;
+        Tag* t = static_cast<Tag*>(tag);
+        if (t->call == nullptr) {
+          poke_pending_ = false;
+        } else {
+          Handle(t->call, t->kind, ok);
+        }
+        deadline = gpr_time_0(GPR_CLOCK_MONOTONIC);
+      }
+    } else if (timeout_s > 0) {
+      // Nothing to poll (stopped): the owner's loop still waits its time.
+      p.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(
+          static_cast<int64_t>(std::min(timeout_s, 0.05) * 1e6)));
+    }
+  }
+  std::lock_guard<std::mutex> g(ev_mu_);
+  return !events_.empty();
+}
+
+void Front::Poke() {
+  if (!poll_mode_ || poke_pending_.exchange(true)) return;
+  std::lock_guard<std::mutex> g(mu_);
+  if (cq_closed_ || !started_) return;  // no operation may start on cq_
+  poke_alarm_.Set(cq_.get(), gpr_now(GPR_CLOCK_MONOTONIC), &poke_tag);
+}
+
 void Front::Signal() {
   uint64_t one = 1;
   ssize_t n = write(efd_, &one, sizeof one);
@@ -219,6 +288,10 @@ void Front::Emit(Event&& ev) {
     std::lock_guard<std::mutex> g(ev_mu_);
     events_.push_back(std::move(ev));
     stats_.events++;
+    if (poll_mode_) {  // Poll says so to the thread that called it
+      ev_cv_.notify_all();
+      return;
+    }
     if (!signalled_) {
       if (coalesce_ <= Clock::duration::zero() || last_batch_ < 2 ||
           Clock::now() - last_drain_ >= coalesce_) {
@@ -414,9 +487,11 @@ void Front::Submit(std::vector<Op>&& ops) {
 }
 
 void Front::Drain(std::vector<Event>* out) {
-  uint64_t n;
-  ssize_t r = read(efd_, &n, sizeof n);
-  (void)r;
+  if (!poll_mode_) {
+    uint64_t n;
+    ssize_t r = read(efd_, &n, sizeof n);
+    (void)r;
+  }
   std::lock_guard<std::mutex> g(ev_mu_);
   stats_.drains++;
   signalled_ = false;

@@ -8,6 +8,7 @@
 // binding (module.cc) converts a whole batch with the GIL taken once.
 #pragma once
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
@@ -91,7 +92,8 @@ class Front {
   void AddPort(const std::string& address, const std::string& key_pem = "",
                const std::string& cert_pem = "");
   // Start serving with `threads` completion-queue threads; false if a port
-  // could not be bound.
+  // could not be bound. threads = 0: none, the owner's thread polls the
+  // completion queue itself (Poll), with no hand-over between threads.
   bool Start(int threads);
   std::vector<int> BoundPorts() const { return bound_; }
   // Cancel what is in flight (after `grace_s`), stop the threads.
@@ -101,8 +103,16 @@ class Front {
   void Drain(std::vector<Event>* out);
   // Wait until there are events or `timeout_s` passed (tests, no Python).
   bool Wait(double timeout_s);
-  // An eventfd readable while events wait (for an event loop).
+  // An eventfd readable while events wait (for an event loop; not
+  // signalled when the owner polls).
   int fd() const { return efd_; }
+  // Started with threads = 0: serve gRPC on the calling thread until there
+  // are events for the owner, Poke is called, or `timeout_s` passed (< 0:
+  // no limit); then whatever else is ready at once. Whether events wait.
+  bool Poll(double timeout_s);
+  // From any thread: make a Poll in progress (or the next one) return.
+  void Poke();
+  bool polling() const { return poll_mode_; }
 
   void Submit(std::vector<Op>&& ops);
   Stats stats();
@@ -132,6 +142,11 @@ class Front {
 
   grpc::AsyncGenericService service_;
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  bool poll_mode_ = false;
+  std::mutex poll_mu_;      // held by Poll; Shutdown waits for it
+  bool cq_drained_ = false;  // poll_mu_: the queue returned SHUTDOWN
+  grpc::Alarm poke_alarm_;  // after cq_: destroyed first
+  std::atomic<bool> poke_pending_{false};
   std::unique_ptr<grpc::Server> server_;
   std::vector<std::thread> threads_;
   std::atomic<bool> shutting_down_{false};

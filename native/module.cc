@@ -138,6 +138,10 @@ PYBIND11_MODULE(_native, m) {
       .def("shutdown", &front::Front::Shutdown, py::arg("grace") = 0.0,
            py::call_guard<py::gil_scoped_release>())
       .def("fileno", &front::Front::fd)
+      .def("poll", &front::Front::Poll, py::arg("timeout") = -1.0,
+           py::call_guard<py::gil_scoped_release>())
+      .def("poke", &front::Front::Poke, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("polling", &front::Front::polling)
       .def("drain", &Drain)
       .def("submit", &Submit)
       .def("live_calls", &front::Front::live_calls)

@@ -1,16 +1,19 @@
 """``serve --front native``: the endpoint's RPCs behind the native gRPC front.
 
 The front (``native/front.cc``, built by ``make native`` into
-``broker_core._native``) terminates gRPC in C++ threads and hands calls over
-in batches: an eventfd wakes the event loop, ``drain()`` returns every call,
-request message, half-close and cancellation since the last one (the GIL
-taken once), and the answers of one loop iteration (stream messages, ends)
-go back in one ``submit()``. Everything else is the endpoint's own Python:
-each call runs the handler ``server.endpoint_methods`` wraps for grpc.aio
-(authentication, BAD_REQUEST for what does not decode, forwarding,
-namespaces), with a ``NativeContext`` that answers what handlers ask of a
-grpc.aio ServicerContext. A cancelled call (client gone, deadline passed) has
-its task cancelled, as grpc.aio does.
+``broker_core._native``) terminates gRPC in C++ and hands calls over in
+batches: ``drain()`` returns every call, request message, half-close and
+cancellation since the last one (the GIL taken once), and the answers of one
+loop iteration (stream messages, ends) go back in one ``submit()``. By default
+the event loop's own thread serves gRPC between its turns
+(``_PollingSelector``: its select polls the front's completion queue, the GIL
+released); with ``BROKER_NATIVE_THREADS=N`` (N >= 1) the front has N
+completion-queue threads of its own and an eventfd wakes the loop. Everything
+else is the endpoint's own Python: each call runs the handler
+``server.endpoint_methods`` wraps for grpc.aio (authentication, BAD_REQUEST
+for what does not decode, forwarding, namespaces), with a ``NativeContext``
+that answers what handlers ask of a grpc.aio ServicerContext. A cancelled call
+(client gone, deadline passed) has its task cancelled, as grpc.aio does.
 
 The calls of one drain to an RPC with a batch wrapping (``Method.batch``:
 SendMessage, AckMessage) are served at once, on the event loop, with no task
@@ -24,8 +27,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
+import selectors
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from broker_core.endpoint.coalesce import PER_CALL
@@ -42,6 +48,13 @@ _UNKNOWN = 2
 #: lone client's calls one after another) at once.
 #: ``$BROKER_NATIVE_COALESCE_US``; 0: wake for every call.
 DEFAULT_COALESCE_US = 1000
+#: Completion-queue threads of the front's own (``$BROKER_NATIVE_THREADS``).
+#: 0: none, the event loop's thread serves gRPC itself between its turns
+#: (``_PollingSelector``): a call is neither handed from a gRPC thread to
+#: the loop nor its completion back (measured, ``bench/front_ab.py``-style
+#: alternating rounds, server over client CPU: -6 to -9% a send, -1 to -3%
+#: a received message, against one thread).
+DEFAULT_THREADS = 0
 _END = object()
 
 
@@ -100,6 +113,141 @@ class NativeContext:
         self.details = details
 
 
+class _FrontKeys(Mapping[Any, selectors.SelectorKey]):
+    """The keys of a ``_PollingSelector``: the inner selector's and the
+    front's own."""
+
+    def __init__(self, sel: _PollingSelector) -> None:
+        self._sel = sel
+
+    def __len__(self) -> int:
+        return len(self._sel.inner.get_map()) + (self._sel.key is not None)
+
+    def __getitem__(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._sel.get_key(fileobj)
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self._sel.inner.get_map()
+        if self._sel.key is not None:
+            yield self._sel.key.fd
+
+
+class _PollingSelector(selectors.BaseSelector):
+    """The event loop's selector while its own thread serves gRPC (the front
+    started with no threads of its own: ``BROKER_NATIVE_THREADS=0``). A
+    ``select`` polls the front (gRPC's completion queue, the GIL released)
+    instead of the loop's epoll, and reports the front's reader (the
+    eventfd ``add_reader`` registered, never signalled) ready while calls
+    wait: no thread hands calls to the loop, and answers complete where they
+    were given. The loop's other file descriptors stay in the inner
+    selector; a watcher thread pokes the front when one of them is ready
+    (a signal, a socket of the loop's own), and ``call_soon_threadsafe``
+    pokes it directly."""
+
+    def __init__(self, loop: Any, front: Any) -> None:
+        self.loop = loop
+        #: the loop's own (epoll) selector: its fd is what the watcher polls
+        self.inner: Any = loop._selector
+        self.front = front
+        self.fd = front.fileno()
+        self.key: selectors.SelectorKey | None = None
+        self._map = _FrontKeys(self)
+        self._poked = False
+        self._seen = threading.Event()
+        self._stopped = False
+        self._watcher = threading.Thread(
+            target=self._watch, name="native-front-watch", daemon=True
+        )
+
+    # -- installed on the running loop ----------------------------------------
+    def attach(self) -> None:
+        loop = self.loop
+        loop._selector = self
+        loop._write_to_self = self.front.poke
+        self._watcher.start()
+
+    def detach(self) -> None:
+        """Give the loop its own selector back (its keys are all there)."""
+        self._stopped = True
+        self._seen.set()
+        loop = self.loop
+        if loop._selector is self:
+            loop._selector = self.inner
+        loop.__dict__.pop("_write_to_self", None)
+
+    def _watch(self) -> None:
+        poller = select.poll()
+        poller.register(self.inner.fileno(), select.POLLIN)
+        while not self._stopped:
+            if not poller.poll(1000) or self._stopped:
+                continue
+            self._poked = True
+            self.front.poke()
+            # until the loop has looked at its descriptors
+            self._seen.wait()
+            self._seen.clear()
+
+    # -- selectors.BaseSelector -----------------------------------------------
+    def register(
+        self, fileobj: Any, events: int, data: Any = None
+    ) -> selectors.SelectorKey:
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        if fd != self.fd:
+            return self.inner.register(fileobj, events, data)
+        if self.key is not None:
+            raise KeyError(f"{fileobj!r} is already registered")
+        self.key = selectors.SelectorKey(fileobj, fd, events, data)
+        return self.key
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        key = self.key
+        if key is not None and fileobj in (key.fileobj, key.fd):
+            self.key = None
+            return key
+        return self.inner.unregister(fileobj)
+
+    def modify(
+        self, fileobj: Any, events: int, data: Any = None
+    ) -> selectors.SelectorKey:
+        key = self.key
+        if key is not None and fileobj in (key.fileobj, key.fd):
+            self.key = selectors.SelectorKey(key.fileobj, key.fd, events, data)
+            return self.key
+        return self.inner.modify(fileobj, events, data)
+
+    def get_key(self, fileobj: Any) -> selectors.SelectorKey:
+        key = self.key
+        if key is not None and fileobj in (key.fileobj, key.fd):
+            return key
+        return self.inner.get_key(fileobj)
+
+    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
+        return self._map
+
+    def select(
+        self, timeout: float | None = None
+    ) -> list[tuple[selectors.SelectorKey, int]]:
+        if self._stopped:
+            return self.inner.select(timeout)
+        ready = self.inner.select(0)
+        if self._poked:
+            self._poked = False
+            self._seen.set()
+        if ready:
+            waiting = self.front.poll(0.0)
+        else:
+            waiting = self.front.poll(-1.0 if timeout is None else max(0.0, timeout))
+            ready = self.inner.select(0)
+        key = self.key
+        if waiting and key is not None and key.events & selectors.EVENT_READ:
+            ready.append((key, selectors.EVENT_READ))
+        return ready
+
+    def close(self) -> None:
+        self.detach()
+        self.inner.close()
+
+
 class _Call:
     __slots__ = ("task", "queue", "context")
 
@@ -140,6 +288,8 @@ class NativeServer:
         self.calls: dict[int, _Call] = {}
         self._out: list[tuple[int, int, bytes | None, int, str | None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: the loop's selector while its thread polls the front
+        self._selector: _PollingSelector | None = None
         self._new = native.NEW_CALL
         self._message = native.MESSAGE
         self._half_close = native.HALF_CLOSE
@@ -158,11 +308,20 @@ class NativeServer:
         SystemExit when one cannot be bound."""
         for address, key, cert in self.addresses:
             self.front.add_port(address, key, cert)
-        threads = int(os.environ.get("BROKER_NATIVE_THREADS", "1"))
+        threads = int(os.environ.get("BROKER_NATIVE_THREADS", DEFAULT_THREADS))
+        loop = asyncio.get_running_loop()
+        own = getattr(loop, "_selector", None)
+        if threads < 1 and not (
+            isinstance(own, selectors.BaseSelector) and hasattr(own, "fileno")
+        ):
+            threads = 1  # no selector of a pollable fd: a thread of its own
         if not self.front.start(threads):
             where = ", ".join(a for a, _k, _c in self.addresses)
             raise SystemExit(f"cannot listen on {where}")
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop
+        if self.front.polling:
+            self._selector = _PollingSelector(self._loop, self.front)
+            self._selector.attach()
         self._loop.add_reader(self.front.fileno(), self._drain)
         return list(self.front.bound_ports())
 
@@ -172,6 +331,8 @@ class NativeServer:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.front.shutdown, grace)
         loop.remove_reader(self.front.fileno())
+        if self._selector is not None:
+            self._selector.detach()
         for call in list(self.calls.values()):
             if call.task is not None:
                 call.task.cancel()

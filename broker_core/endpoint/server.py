@@ -901,5 +901,10 @@ async def _start_native(endpoint: Endpoint, cfg: EndpointConfig, limit: int) -> 
     endpoint.ports.update(ports)
     if cfg.tls:
         log.info("gRPC endpoint TLS on %s", cfg.tls[0])
-    log.info("gRPC endpoint: native front")
+    log.info(
+        "gRPC endpoint: native front (%s)",
+        "served on the event loop's thread"
+        if server.front.polling
+        else "its own completion-queue threads",
+    )
     return server

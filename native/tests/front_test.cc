@@ -6,6 +6,7 @@
 
 #include <poll.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -33,21 +34,33 @@ std::string Str(const grpc::ByteBuffer& b) {
   return out;
 }
 
-class FrontTest : public ::testing::Test {
+// Each case twice: with a completion-queue thread of the front's own
+// (param 1), and with none (0), the owner's thread polling (played here by
+// a thread calling Poll in a loop, as the event loop's selector does).
+class FrontTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     front_ = std::make_unique<front::Front>(
         std::vector<std::string>{kUnary, kStream, kBidi},
         std::vector<bool>{false, false, true}, 1 << 20, false);
     front_->AddPort("127.0.0.1:0");
-    ASSERT_TRUE(front_->Start(1));
+    ASSERT_TRUE(front_->Start(GetParam()));
+    EXPECT_EQ(front_->polling(), GetParam() == 0);
+    if (GetParam() == 0)
+      poller_ = std::thread([this] {
+        while (!stop_) front_->Poll(0.02);
+      });
     port_ = front_->BoundPorts()[0];
     ASSERT_GT(port_, 0);
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
                                    grpc::InsecureChannelCredentials());
     stub_ = std::make_unique<grpc::GenericStub>(channel_);
   }
-  void TearDown() override { front_->Shutdown(0); }
+  void TearDown() override {
+    front_->Shutdown(0);
+    stop_ = true;
+    if (poller_.joinable()) poller_.join();
+  }
 
   // The next `n` events (fails after 5 s).
   std::vector<front::Event> Events(size_t n) {
@@ -83,12 +96,14 @@ class FrontTest : public ::testing::Test {
   }
 
   std::unique_ptr<front::Front> front_;
+  std::thread poller_;
+  std::atomic<bool> stop_{false};
   int port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<grpc::GenericStub> stub_;
 };
 
-TEST_F(FrontTest, UnaryCallsAreAnsweredInOneBatch) {
+TEST_P(FrontTest, UnaryCallsAreAnsweredInOneBatch) {
   const int n = 8;
   grpc::CompletionQueue cq;
   std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
@@ -133,7 +148,7 @@ TEST_F(FrontTest, UnaryCallsAreAnsweredInOneBatch) {
   EXPECT_EQ(front_->stats().submits, 1u);
 }
 
-TEST_F(FrontTest, AStatusReachesTheClient) {
+TEST_P(FrontTest, AStatusReachesTheClient) {
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
   auto rpc = stub_->PrepareUnaryCall(&ctx, kUnary, Buf("x"), &cq);
@@ -151,7 +166,7 @@ TEST_F(FrontTest, AStatusReachesTheClient) {
   EXPECT_EQ(st.error_message(), "bad thing");
 }
 
-TEST_F(FrontTest, UnknownMethodIsUnimplementedWithoutTheOwner) {
+TEST_P(FrontTest, UnknownMethodIsUnimplementedWithoutTheOwner) {
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
   auto rpc = stub_->PrepareUnaryCall(&ctx, "/t.S/Nope", Buf("x"), &cq);
@@ -167,7 +182,7 @@ TEST_F(FrontTest, UnknownMethodIsUnimplementedWithoutTheOwner) {
   EXPECT_TRUE(none.empty());
 }
 
-TEST_F(FrontTest, ServerStreamWritesInOrderThenEnds) {
+TEST_P(FrontTest, ServerStreamWritesInOrderThenEnds) {
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
   auto call = stub_->PrepareCall(&ctx, kStream, &cq);
@@ -202,7 +217,7 @@ TEST_F(FrontTest, ServerStreamWritesInOrderThenEnds) {
   EXPECT_TRUE(st.ok());
 }
 
-TEST_F(FrontTest, BidiMessagesBothWaysAndHalfClose) {
+TEST_P(FrontTest, BidiMessagesBothWaysAndHalfClose) {
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
   ctx.AddMetadata("x-mq-client-id", "tele");
@@ -244,7 +259,7 @@ TEST_F(FrontTest, BidiMessagesBothWaysAndHalfClose) {
   EXPECT_TRUE(st.ok());
 }
 
-TEST_F(FrontTest, ClientCancelReachesTheOwnerAndTheCallIsFreed) {
+TEST_P(FrontTest, ClientCancelReachesTheOwnerAndTheCallIsFreed) {
   grpc::CompletionQueue cq;
   auto ctx = std::make_unique<grpc::ClientContext>();
   auto rpc = stub_->PrepareUnaryCall(ctx.get(), kUnary, Buf("wait"), &cq);
@@ -271,7 +286,7 @@ TEST_F(FrontTest, ClientCancelReachesTheOwnerAndTheCallIsFreed) {
   EXPECT_EQ(front_->live_calls(), 0u);
 }
 
-TEST_F(FrontTest, DeadlinePassingIsACancellation) {
+TEST_P(FrontTest, DeadlinePassingIsACancellation) {
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
@@ -288,7 +303,7 @@ TEST_F(FrontTest, DeadlinePassingIsACancellation) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
 }
 
-TEST_F(FrontTest, OversizedRequestIsRefusedByGrpc) {
+TEST_P(FrontTest, OversizedRequestIsRefusedByGrpc) {
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
   auto rpc = stub_->PrepareUnaryCall(&ctx, kUnary, Buf(std::string(2 << 20, 'x')), &cq);
@@ -302,6 +317,82 @@ TEST_F(FrontTest, OversizedRequestIsRefusedByGrpc) {
 }
 
 }  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Threads, FrontTest, ::testing::Values(1, 0),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return p.param ? std::string("OwnThread") : std::string("OwnerPolls");
+                         });
+
+// No thread of the front's own: a call is served by the thread that polls,
+// Poll says when calls wait, and Poke (from another thread) ends a Poll
+// that would otherwise wait its whole time.
+TEST(FrontPoll, TheOwnersThreadServesCallsAndAPokeEndsAPoll) {
+  front::Front f({kUnary}, {false}, 1 << 20, false);
+  f.AddPort("127.0.0.1:0");
+  ASSERT_TRUE(f.Start(0));
+  ASSERT_TRUE(f.polling());
+  using ms = std::chrono::milliseconds;
+  // Nothing to serve: a poke from another thread ends a 5 s poll early.
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread poker([&] {
+    std::this_thread::sleep_for(ms(100));
+    f.Poke();
+  });
+  EXPECT_FALSE(f.Poll(5.0));
+  poker.join();
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, ms(90));
+  EXPECT_LT(took, ms(2000));
+  // A poke before the poll: that poll returns at once.
+  f.Poke();
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(f.Poll(5.0));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, ms(2000));
+  // A call: nobody but this thread polls, and it is served.
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(f.BoundPorts()[0]),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer resp;
+  grpc::Status st;
+  auto rpc = stub.PrepareUnaryCall(&ctx, kUnary, Buf("q"), &cq);
+  rpc->StartCall();
+  rpc->Finish(&resp, &st, reinterpret_cast<void*>(1));
+  std::vector<front::Event> got;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (got.empty() && std::chrono::steady_clock::now() < end)
+    if (f.Poll(1.0)) f.Drain(&got);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].data, "q");
+  EXPECT_FALSE(f.Poll(0.0));  // taken
+  front::Op op;
+  op.id = got[0].id;
+  op.kind = front::kFinish;
+  op.has_data = true;
+  op.data = "a";
+  std::vector<front::Op> ops;
+  ops.push_back(std::move(op));
+  f.Submit(std::move(ops));
+  void* tag = nullptr;
+  bool ok = false;
+  bool answered = false;
+  end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!answered && std::chrono::steady_clock::now() < end) {
+    f.Poll(0.01);  // the call's own completions come back to this thread
+    answered = cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + ms(10)) ==
+               grpc::CompletionQueue::GOT_EVENT;
+  }
+  ASSERT_TRUE(answered);
+  EXPECT_TRUE(ok);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(Str(resp), "a");
+  end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (f.live_calls() > 0 && std::chrono::steady_clock::now() < end) f.Poll(0.01);
+  EXPECT_EQ(f.live_calls(), 0u);  // freed once its done tag was polled
+  f.Shutdown(0);
+  EXPECT_FALSE(f.Poll(0.0));  // after shutdown: nothing, at once
+}
 
 // With coalesce_us: the first call after a quiet spell is signalled at once;
 // under load (the last Drain took several calls) calls arriving within

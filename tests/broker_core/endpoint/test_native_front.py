@@ -7,11 +7,13 @@ The whole protocol suite runs against the native front too with
 the native front's own checks: sends, a long-polled receive and its ack, a
 transaction checked back over Telemetry, a request that does not decode, an
 unknown method, Telemetry's half-close, and a client's cancel reaching the
-handler."""
+handler; each against both ways the front serves gRPC (on the event loop's
+thread, the default, and on a thread of its own)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
@@ -33,17 +35,30 @@ MD = (("x-mq-client-id", "native-test"),)
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
 
 
-@pytest.fixture(scope="module")
-def native(tmp_path_factory):
+#: ``BROKER_NATIVE_THREADS``: 0, gRPC served on the event loop's thread (the
+#: default); 1, on a completion-queue thread of the front's own
+MODES = {"0": "served on the event loop's thread", "1": "its own completion-queue"}
+
+
+@pytest.fixture(scope="module", params=sorted(MODES))
+def native(request, tmp_path_factory):
     try:
         import broker_core._native  # type: ignore[import-not-found]  # noqa: F401
     except ImportError:
         pytest.fail("the native front is not built: make native")
     base = tmp_path_factory.mktemp("native")
     port = free_port()
-    proc = start_server(
-        base / "store", port, base / "server.log", ("--front", "native"), workers=1
-    )
+    saved = os.environ.get("BROKER_NATIVE_THREADS")
+    os.environ["BROKER_NATIVE_THREADS"] = request.param
+    try:
+        proc = start_server(
+            base / "store", port, base / "server.log", ("--front", "native"), workers=1
+        )
+    finally:
+        if saved is None:
+            del os.environ["BROKER_NATIVE_THREADS"]
+        else:
+            os.environ["BROKER_NATIVE_THREADS"] = saved
     ep = f"127.0.0.1:{port}"
     runs = {n: spawn(n, ep, f"n{port}", base) for n in ("normal", "transaction")}
     ch = grpc.insecure_channel(ep)
@@ -63,6 +78,7 @@ def native(tmp_path_factory):
     assert stop_server(proc) == 0
     log = (base / "server.log").read_text()
     assert "native front" in log  # this really was the native front
+    assert MODES[request.param] in log
     assert "Traceback" not in log, log[-4000:]
 
 
