@@ -262,7 +262,9 @@ void Front::Poke() {
   if (!poll_mode_ || poke_pending_.exchange(true)) return;
   std::lock_guard<std::mutex> g(mu_);
   if (cq_closed_ || !started_) return;  // no operation may start on cq_
-  poke_alarm_.Set(cq_.get(), gpr_now(GPR_CLOCK_MONOTONIC), &poke_tag);
+  // A deadline already past: the alarm completes within Set (a deadline of
+  // "now" is rounded up to the next millisecond and waits for gRPC's timers).
+  poke_alarm_.Set(cq_.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &poke_tag);
 }
 
 void Front::Signal() {

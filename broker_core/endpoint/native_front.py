@@ -4,16 +4,16 @@ The front (``native/front.cc``, built by ``make native`` into
 ``broker_core._native``) terminates gRPC in C++ and hands calls over in
 batches: ``drain()`` returns every call, request message, half-close and
 cancellation since the last one (the GIL taken once), and the answers of one
-loop iteration (stream messages, ends) go back in one ``submit()``. By default
-the event loop's own thread serves gRPC between its turns
-(``_PollingSelector``: its select polls the front's completion queue, the GIL
-released); with ``BROKER_NATIVE_THREADS=N`` (N >= 1) the front has N
-completion-queue threads of its own and an eventfd wakes the loop. Everything
-else is the endpoint's own Python: each call runs the handler
-``server.endpoint_methods`` wraps for grpc.aio (authentication, BAD_REQUEST
-for what does not decode, forwarding, namespaces), with a ``NativeContext``
-that answers what handlers ask of a grpc.aio ServicerContext. A cancelled call
-(client gone, deadline passed) has its task cancelled, as grpc.aio does.
+loop iteration (stream messages, ends) go back in one ``submit()``. The front
+has ``BROKER_NATIVE_THREADS`` completion-queue threads of its own (default 1)
+and an eventfd wakes the loop; with 0 the event loop's own thread serves gRPC
+between its turns instead (``_PollingSelector``: its select polls the front's
+completion queue, the GIL released). Everything else is the endpoint's own
+Python: each call runs the handler ``server.endpoint_methods`` wraps for
+grpc.aio (authentication, BAD_REQUEST for what does not decode, forwarding,
+namespaces), with a ``NativeContext`` that answers what handlers ask of a
+grpc.aio ServicerContext. A cancelled call (client gone, deadline passed) has
+its task cancelled, as grpc.aio does.
 
 The calls of one drain to an RPC with a batch wrapping (``Method.batch``:
 SendMessage, AckMessage) are served at once, on the event loop, with no task
@@ -50,11 +50,13 @@ _UNKNOWN = 2
 DEFAULT_COALESCE_US = 1000
 #: Completion-queue threads of the front's own (``$BROKER_NATIVE_THREADS``).
 #: 0: none, the event loop's thread serves gRPC itself between its turns
-#: (``_PollingSelector``): a call is neither handed from a gRPC thread to
-#: the loop nor its completion back (measured, ``bench/front_ab.py``-style
-#: alternating rounds, server over client CPU: -6 to -9% a send, -1 to -3%
-#: a received message, against one thread).
-DEFAULT_THREADS = 0
+#: (``_PollingSelector``), opt-in: it measured -6 to -9% of server CPU a
+#: send, -1 to -3% a received message (alternating rounds, server over
+#: client CPU), but an outside trial found a lone producer's sends at ~9 ms
+#: each (against 1.7 with a thread) once the server had been restarted on a
+#: store holding messages, the loop waiting in ``select``; not yet explained
+#: (docs/grpc.md, "Native front").
+DEFAULT_THREADS = 1
 _END = object()
 
 
