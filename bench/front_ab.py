@@ -3,6 +3,11 @@ commit, in alternating rounds on the same machine.
 
     .venv/bin/python bench/front_ab.py --base REV [--rounds 3] [--messages 10000]
         [--json out.json]
+    .venv/bin/python bench/front_ab.py --base-env K=V --env K=V ...
+
+The second form compares two settings of this checkout (no worktree): e.g.
+``--base-env BROKER_NATIVE_THREADS=1 --env BROKER_NATIVE_THREADS=0``, the
+front's own thread against the event loop's thread serving gRPC.
 
 On a shared machine the CPU a message costs moves by half between runs a
 few minutes apart (the clients' own CPU moves with it), so one run of each
@@ -65,7 +70,9 @@ def switches(pid: int) -> int:
     return n
 
 
-def one_side(root: Path, messages: int, tmp: Path) -> dict[str, dict[str, float]]:
+def one_side(
+    root: Path, messages: int, tmp: Path, env: dict[str, str] | None = None
+) -> dict[str, dict[str, float]]:
     store = tmp / "store"
     shutil.rmtree(store, ignore_errors=True)
     port = bench_grpc.free_port()
@@ -74,7 +81,7 @@ def one_side(root: Path, messages: int, tmp: Path) -> dict[str, dict[str, float]
         [PY, "-m", "broker_core", "serve", "--store", str(store), "--listen", ep,
          "--no-redis-relay", "--front", "native"],
         cwd=root, stdout=open(tmp / "serve.log", "a"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
     )  # fmt: skip
     out: dict[str, dict[str, float]] = {}
     try:
@@ -109,30 +116,55 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--base", required=True, help="the older commit")
+    ap.add_argument("--base", default=None, help="the older commit")
+    ap.add_argument(
+        "--base-env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="environment of the base side's server (without --base: this "
+        "checkout with these settings)",
+    )
+    ap.add_argument(
+        "--env", action="append", default=[], metavar="K=V",
+        help="environment of this checkout's server",
+    )  # fmt: skip
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--messages", type=int, default=10000)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
+    if a.base is None and not (a.base_env or a.env):
+        ap.error("--base REV, or --base-env/--env settings to compare")
+    envs = {
+        "base": dict(kv.split("=", 1) for kv in a.base_env),
+        "this": dict(kv.split("=", 1) for kv in a.env),
+    }
     tmp = Path(tempfile.mkdtemp(prefix="front-ab-"))
     wt = tmp / "base"
     venv = ROOT / ".venv"
-    res: dict = {"base": a.base, "rounds": [], "load_before": os.getloadavg()}
+    res: dict = {
+        "base": a.base,
+        "env": envs,
+        "rounds": [],
+        "load_before": os.getloadavg(),
+    }
     try:
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", str(wt), a.base],
-            cwd=ROOT, check=True, capture_output=True,
-        )  # fmt: skip
-        subprocess.run(
-            ["make", "--no-print-directory", "-C", str(wt), "native", f"VENV={venv}"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        sides = {"base": wt, "this": ROOT}
+        if a.base is not None:
+            subprocess.run(
+                ["git", "worktree", "add", "--detach", str(wt), a.base],
+                cwd=ROOT, check=True, capture_output=True,
+            )  # fmt: skip
+            subprocess.run(
+                ["make", "--no-print-directory", "-C", str(wt), "native",
+                 f"VENV={venv}"],
+                check=True, capture_output=True,
+            )  # fmt: skip
+        sides = {"base": wt if a.base is not None else ROOT, "this": ROOT}
         for i in range(a.rounds):
             row = {}
             for side, root in sides.items():
                 (tmp / side).mkdir(exist_ok=True)
-                row[side] = one_side(root, a.messages, tmp / side)
+                row[side] = one_side(root, a.messages, tmp / side, envs[side])
                 parts = [
                     f"{ph}: server {v['server_us']:.0f} us (loop thread "
                     f"{v['loop_thread_us']:.0f}, {v['loop_switches']:.2f} "
@@ -143,7 +175,7 @@ def main() -> int:
                 print(f"round {i + 1} {side:4s} " + "  ".join(parts), flush=True)
             res["rounds"].append(row)
         res["load_after"] = os.getloadavg()
-        print(f"medians over {a.rounds} rounds (base {a.base}):")
+        print(f"medians over {a.rounds} rounds (base {a.base or envs['base']}):")
         res["medians"] = {}
         for ph in ("send", "receive_ack"):
             med = {
