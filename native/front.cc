@@ -162,10 +162,7 @@ void Front::Shutdown(double grace_s) {
     // of the owner's, if one is in progress), then waits for that Poll.
     void* tag;
     bool ok;
-    while (cq_->Next(&tag, &ok)) {
-      Tag* t = static_cast<Tag*>(tag);
-      if (t->call != nullptr) Handle(t->call, t->kind, ok);
-    }
+    while (cq_->Next(&tag, &ok)) Dispatch(tag, ok);
     std::lock_guard<std::mutex> p(poll_mu_);
     cq_drained_ = true;
   }
@@ -206,10 +203,7 @@ void Front::Serve() {
       st = cq_->AsyncNext(&tag, &ok, gpr_inf_future(GPR_CLOCK_REALTIME));
     }
     if (st == grpc::CompletionQueue::SHUTDOWN) break;
-    if (st == grpc::CompletionQueue::GOT_EVENT) {
-      Tag* t = static_cast<Tag*>(tag);
-      Handle(t->call, t->kind, ok);
-    }
+    if (st == grpc::CompletionQueue::GOT_EVENT) Dispatch(tag, ok);
     SignalIfDue();
   }
 }
@@ -239,12 +233,7 @@ bool Front::Poll(double timeout_s) {
           break;
         }
         if (st == grpc::CompletionQueue::TIMEOUT) break;
-        Tag* t = static_cast<Tag*>(tag);
-        if (t->call == nullptr) {
-          poke_pending_ = false;
-        } else {
-          Handle(t->call, t->kind, ok);
-        }
+        Dispatch(tag, ok);
         deadline = gpr_time_0(GPR_CLOCK_MONOTONIC);
       }
     } else if (timeout_s > 0) {
@@ -259,9 +248,11 @@ bool Front::Poll(double timeout_s) {
 }
 
 void Front::Poke() {
-  if (!poll_mode_ || poke_pending_.exchange(true)) return;
+  if (!poll_mode_ || poke_pending_.load()) return;  // an alarm is set already
   std::lock_guard<std::mutex> g(mu_);
-  if (cq_closed_ || !started_) return;  // no operation may start on cq_
+  // No operation may start on cq_ once closed (and the flag stays clear);
+  // the alarm is set once until Poll sees its tag (Dispatch clears the flag).
+  if (cq_closed_ || !started_ || poke_pending_.exchange(true)) return;
   // A deadline already past: the alarm completes within Set (a deadline of
   // "now" is rounded up to the next millisecond and waits for gRPC's timers).
   poke_alarm_.Set(cq_.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &poke_tag);
@@ -305,6 +296,15 @@ void Front::Emit(Event&& ev) {
     }
   }
   if (wake) Signal();
+}
+
+void Front::Dispatch(void* tag, bool ok) {
+  Tag* t = static_cast<Tag*>(tag);
+  if (t->call == nullptr) {
+    poke_pending_ = false;  // Poke's alarm
+  } else {
+    Handle(t->call, t->kind, ok);
+  }
 }
 
 void Front::Handle(Call* c, int kind, bool ok) {

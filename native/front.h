@@ -122,6 +122,8 @@ class Front {
   friend class Call;
   void Serve();
   void Spawn();
+  // A completion-queue event: a call's (Handle) or Poke's alarm.
+  void Dispatch(void* tag, bool ok);
   void Handle(Call* c, int tag_kind, bool ok);
   void Emit(Event&& ev);
   void Signal();           // the eventfd and ev_cv_, with ev_mu_ not held

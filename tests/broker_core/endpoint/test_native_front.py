@@ -13,7 +13,6 @@ own, the default, and on the event loop's thread)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 import time
@@ -48,17 +47,11 @@ def native(request, tmp_path_factory):
         pytest.fail("the native front is not built: make native")
     base = tmp_path_factory.mktemp("native")
     port = free_port()
-    saved = os.environ.get("BROKER_NATIVE_THREADS")
-    os.environ["BROKER_NATIVE_THREADS"] = request.param
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # the server's environment only
+        mp.setenv("BROKER_NATIVE_THREADS", request.param)
         proc = start_server(
             base / "store", port, base / "server.log", ("--front", "native"), workers=1
         )
-    finally:
-        if saved is None:
-            del os.environ["BROKER_NATIVE_THREADS"]
-        else:
-            os.environ["BROKER_NATIVE_THREADS"] = saved
     ep = f"127.0.0.1:{port}"
     runs = {n: spawn(n, ep, f"n{port}", base) for n in ("normal", "transaction")}
     ch = grpc.insecure_channel(ep)
