@@ -212,15 +212,20 @@ bool Front::Poll(double timeout_s) {
   {
     std::unique_lock<std::mutex> p(poll_mu_);
     if (poll_mode_ && !cq_drained_ && started_) {
+      // gRPC rounds a deadline up to the next millisecond: one of "now"
+      // (the owner's loop has callbacks ready: timeout 0) would wait up to
+      // 1 ms for nothing, once per loop iteration. A deadline already past
+      // takes only what is ready.
       gpr_timespec deadline =
           timeout_s < 0 ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
-                        : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                       gpr_time_from_micros(
-                                           static_cast<int64_t>(timeout_s * 1e6),
-                                           GPR_TIMESPAN));
+          : timeout_s == 0
+              ? gpr_inf_past(GPR_CLOCK_MONOTONIC)
+              : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                             gpr_time_from_micros(static_cast<int64_t>(timeout_s * 1e6),
+                                                  GPR_TIMESPAN));
       {
         std::lock_guard<std::mutex> g(ev_mu_);
-        if (!events_.empty()) deadline = gpr_time_0(GPR_CLOCK_MONOTONIC);
+        if (!events_.empty()) deadline = gpr_inf_past(GPR_CLOCK_MONOTONIC);
       }
       void* tag;
       bool ok;
@@ -234,7 +239,7 @@ bool Front::Poll(double timeout_s) {
         }
         if (st == grpc::CompletionQueue::TIMEOUT) break;
         Dispatch(tag, ok);
-        deadline = gpr_time_0(GPR_CLOCK_MONOTONIC);
+        deadline = gpr_inf_past(GPR_CLOCK_MONOTONIC);
       }
     } else if (timeout_s > 0) {
       // Nothing to poll (stopped): the owner's loop still waits its time.

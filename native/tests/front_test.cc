@@ -394,6 +394,65 @@ TEST(FrontPoll, TheOwnersThreadServesCallsAndAPokeEndsAPoll) {
   EXPECT_FALSE(f.Poll(0.0));  // after shutdown: nothing, at once
 }
 
+// Poll(0), as the owner's loop calls it while callbacks are ready, takes what
+// is ready and does not wait: gRPC rounds a deadline up to the next
+// millisecond, and one of "now" made every such loop iteration wait ~1 ms
+// (a restarted endpoint's sends, which go through the writer thread and back
+// in several iterations, took ~9 ms each). It still moves the sockets on: a
+// call is served by nothing but Poll(0).
+TEST(FrontPoll, APollOfNoTimeDoesNotWaitAndStillServes) {
+  front::Front f({kUnary}, {false}, 1 << 20, false);
+  f.AddPort("127.0.0.1:0");
+  ASSERT_TRUE(f.Start(0));
+  using ms = std::chrono::milliseconds;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 200; i++) EXPECT_FALSE(f.Poll(0.0));
+  // 200 waits of a millisecond would take 200 ms or more.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, ms(100));
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(f.BoundPorts()[0]),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer resp;
+  grpc::Status st;
+  auto rpc = stub.PrepareUnaryCall(&ctx, kUnary, Buf("q0"), &cq);
+  rpc->StartCall();
+  rpc->Finish(&resp, &st, reinterpret_cast<void*>(1));
+  std::vector<front::Event> got;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (got.empty() && std::chrono::steady_clock::now() < end) {
+    if (f.Poll(0.0)) f.Drain(&got);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].data, "q0");
+  front::Op op;
+  op.id = got[0].id;
+  op.kind = front::kFinish;
+  op.has_data = true;
+  op.data = "a0";
+  std::vector<front::Op> ops;
+  ops.push_back(std::move(op));
+  f.Submit(std::move(ops));
+  void* tag = nullptr;
+  bool ok = false;
+  bool answered = false;
+  end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!answered && std::chrono::steady_clock::now() < end) {
+    f.Poll(0.0);
+    answered = cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + ms(1)) ==
+               grpc::CompletionQueue::GOT_EVENT;
+  }
+  ASSERT_TRUE(answered);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(Str(resp), "a0");
+  end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (f.live_calls() > 0 && std::chrono::steady_clock::now() < end) f.Poll(0.0);
+  EXPECT_EQ(f.live_calls(), 0u);
+  f.Shutdown(0);
+}
+
 // With coalesce_us: the first call after a quiet spell is signalled at once;
 // under load (the last Drain took several calls) calls arriving within
 // coalesce_us of it wait for the rest of that time and go in one Drain; after
