@@ -5,15 +5,15 @@ The front (``native/front.cc``, built by ``make native`` into
 batches: ``drain()`` returns every call, request message, half-close and
 cancellation since the last one (the GIL taken once), and the answers of one
 loop iteration (stream messages, ends) go back in one ``submit()``. The front
-has ``BROKER_NATIVE_THREADS`` completion-queue threads of its own (default 1)
-and an eventfd wakes the loop; with 0 the event loop's own thread serves gRPC
-between its turns instead (``_PollingSelector``: its select polls the front's
-completion queue, the GIL released). Everything else is the endpoint's own
-Python: each call runs the handler ``server.endpoint_methods`` wraps for
-grpc.aio (authentication, BAD_REQUEST for what does not decode, forwarding,
-namespaces), with a ``NativeContext`` that answers what handlers ask of a
-grpc.aio ServicerContext. A cancelled call (client gone, deadline passed) has
-its task cancelled, as grpc.aio does.
+is served by the event loop's own thread between its turns (by default,
+``BROKER_NATIVE_THREADS=0``: ``_PollingSelector``, whose select polls the
+front's completion queue, the GIL released), or by N completion-queue threads
+of its own (``BROKER_NATIVE_THREADS=N``) with an eventfd to wake the loop.
+Everything else is the endpoint's own Python: each call runs the handler
+``server.endpoint_methods`` wraps for grpc.aio (authentication, BAD_REQUEST
+for what does not decode, forwarding, namespaces), with a ``NativeContext``
+that answers what handlers ask of a grpc.aio ServicerContext. A cancelled
+call (client gone, deadline passed) has its task cancelled, as grpc.aio does.
 
 The calls of one drain to an RPC with a batch wrapping (``Method.batch``:
 SendMessage, AckMessage) are served at once, on the event loop, with no task
@@ -49,14 +49,13 @@ _UNKNOWN = 2
 #: ``$BROKER_NATIVE_COALESCE_US``; 0: wake for every call.
 DEFAULT_COALESCE_US = 1000
 #: Completion-queue threads of the front's own (``$BROKER_NATIVE_THREADS``).
-#: 0: none, the event loop's thread serves gRPC itself between its turns
-#: (``_PollingSelector``), opt-in: it measured -6 to -9% of server CPU a
-#: send, -1 to -3% a received message (alternating rounds, server over
-#: client CPU), but an outside trial found a lone producer's sends at ~9 ms
-#: each (against 1.7 with a thread) once the server had been restarted on a
-#: store holding messages, the loop waiting in ``select``; not yet explained
-#: (docs/grpc.md, "Native front").
-DEFAULT_THREADS = 1
+#: 0, the default: none, the event loop's thread serves gRPC itself between
+#: its turns (``_PollingSelector``): no hand-over between a gRPC thread and
+#: the loop; it measured -7 to -9% of server CPU a send, and within the
+#: noise a received message (alternating rounds, server over client CPU;
+#: docs/grpc.md, "Native front"). N: N threads of the front's own, the loop
+#: woken through an eventfd.
+DEFAULT_THREADS = 0
 _END = object()
 
 

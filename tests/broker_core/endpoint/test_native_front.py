@@ -7,8 +7,8 @@ The whole protocol suite runs against the native front too with
 the native front's own checks: sends, a long-polled receive and its ack, a
 transaction checked back over Telemetry, a request that does not decode, an
 unknown method, Telemetry's half-close, and a client's cancel reaching the
-handler; each against both ways the front serves gRPC (on a thread of its
-own, the default, and on the event loop's thread)."""
+handler; each against both ways the front serves gRPC (on the event loop's
+thread, the default, and on a thread of its own)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ MD = (("x-mq-client-id", "native-test"),)
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
 
 
-#: ``BROKER_NATIVE_THREADS``: 1, gRPC served on a completion-queue thread of
-#: the front's own (the default); 0, on the event loop's thread
+#: ``BROKER_NATIVE_THREADS``: 0, gRPC served on the event loop's thread (the
+#: default); 1, on a completion-queue thread of the front's own
 MODES = {"0": "served on the event loop's thread", "1": "its own completion-queue"}
 
 
