@@ -13,6 +13,7 @@ import enum
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,6 +88,15 @@ def _parses(path: Path) -> bool:
     return True
 
 
+def temporary_name(path: Path, suffix: str) -> Path:
+    """A name beside ``path`` for a file being written, of this process and
+    thread alone (two threads of one process writing the same file once
+    shared one, and one's rename found it gone)."""
+    return path.with_name(
+        f".{path.name}.{os.getpid()}.{threading.get_ident()}.{suffix}"
+    )
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
     """Write ``data`` as JSON: temporary file, fsync, rename, fsync the directory.
 
@@ -95,7 +105,7 @@ def atomic_write_json(path: Path, data: Any) -> None:
     ``StorageIOError``; the old file is then left as it was.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temporary_name(path, "tmp")
     payload = json.dumps(data, indent=2, sort_keys=True).encode()
     what = f"writing {path.name}"
     try:
@@ -107,7 +117,7 @@ def atomic_write_json(path: Path, data: Any) -> None:
             os.close(fd)
         if _parses(path):
             # A damaged file never replaces the backup a reader fell back to.
-            bak_tmp = path.with_name(f".{path.name}.{os.getpid()}.bak")
+            bak_tmp = temporary_name(path, "bak")
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(bak_tmp)
             with contextlib.suppress(FileNotFoundError):

@@ -95,3 +95,18 @@ class ClientTable(dict[str, ClientInfo]):
         c.last_heartbeat = time.time()
         c.online = True
         return c
+
+    def forget(self, now: float, after_s: float) -> int:
+        """Drop the clients offline and not heard from for ``after_s``: a
+        long-running endpoint whose clients come and go (killed, redeployed,
+        a new id each run) does not keep them all. How many went."""
+        gone = [
+            cid
+            for cid, c in self.items()
+            if not c.online and c.queue is None and now - c.last_heartbeat > after_s
+        ]
+        for cid in gone:
+            del self[cid]
+        if gone:
+            self.dirty = True
+        return len(gone)

@@ -51,6 +51,7 @@ from broker_core.endpoint.transactions import GrpcCheckTransport, Transactions
 from broker_core.endpoint.waits import PollWaits
 from broker_core.endpoint.wire import C, encoded, local_utc_offset_min, status
 from broker_core.errors import Busy, ValidationError
+from broker_core.metadata import temporary_name
 
 log = logging.getLogger("broker_core.endpoint")
 
@@ -108,6 +109,8 @@ class Endpoint:
         #: the counters ``clients.json`` holds, and when they were written
         self._counters_written: dict[str, int] = {}
         self._counters_written_at = 0.0
+        #: one write of clients.json (and a worker's own list) at a time
+        self._clients_lock = threading.Lock()
         self.counters = {
             "sent": 0,
             "received": 0,
@@ -389,6 +392,8 @@ class Endpoint:
             if c.online and c.queue is None and now - c.last_heartbeat > 60:
                 c.online = False
                 self.clients.dirty = True
+        # What a restart would remember: no more, no less.
+        self.clients.forget(now, CLIENT_MEMORY_S)
         counters = dict(self.counters) | self.batch_counters()
         # The counters are read from this file by the admin API alone
         # (``serve --admin-only``) and worker 0's (``--workers``): written when
@@ -419,6 +424,12 @@ class Endpoint:
         so that no worker's clients are lost to another's write."""
         if data is None:
             return
+        # The persist loop's write (on a thread) and close's final one: one
+        # at a time, the last taken last.
+        with self._clients_lock:
+            self._write_clients(data)
+
+    def _write_clients(self, data: dict[str, Any]) -> None:
         root = self.store.root
         if self.cfg.worker is None:
             _write_json(root / "clients.json", data)
@@ -485,7 +496,7 @@ class Endpoint:
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     """Replace ``path`` at once (temporary file, rename): readers never see
     half a file. Not fsynced: a snapshot rewritten every half second."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temporary_name(path, "tmp")
     with open(tmp, "w") as f:
         json.dump(data, f, indent=1)
     os.replace(tmp, path)

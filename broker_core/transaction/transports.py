@@ -32,7 +32,7 @@ from broker_core.errors import (
     CheckBackError,
     CheckTimeoutError,
 )
-from broker_core.metadata import backup_path
+from broker_core.metadata import backup_path, temporary_name
 from broker_core.transaction.types import CheckAnswer, TransactionResolution
 
 log = logging.getLogger(__name__)
@@ -314,7 +314,7 @@ class CheckerRegistry:
         # The backup first, then the file: one of the two is whole whatever
         # happens to the other.
         for target in (backup_path(self.path), self.path):
-            tmp = target.with_suffix(f".tmp{os.getpid()}")
+            tmp = temporary_name(target, "tmp")
             with tmp.open("w") as f:
                 json.dump({"groups": groups}, f, indent=1, sort_keys=True)
                 f.flush()

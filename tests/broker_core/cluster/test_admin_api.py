@@ -21,6 +21,8 @@ import pytest
 
 from broker_core import Broker, Message
 from broker_core.cluster.node_ops import NodeUnavailableError, RemoteNodeOps
+from broker_core.endpoint.clients import ClientInfo
+from broker_core.endpoint.config import CLIENT_MEMORY_S
 from broker_core.errors import (
     BrokerError,
     FilterSyntaxError,
@@ -919,6 +921,29 @@ def test_endpoint_writes_changed_counters_at_most_once_a_second(endpoint):
     assert snap is not None and snap["counters"]["sent"] == 1
     time.sleep(1.05)
     assert ep.clients_snapshot() is None  # nothing changed since
+
+
+def test_endpoint_forgets_clients_gone_longer_than_a_restart_remembers(endpoint):
+    """Clients that come and go (killed, redeployed, a new id each run) are
+    dropped from the table once offline for ``CLIENT_MEMORY_S``, as a restart
+    would drop them: a long-running endpoint does not keep them all (an
+    outside trial's 204 killed consumers stayed listed, memory growing). The
+    online and the recently gone stay."""
+    _base, ep = endpoint
+    now = time.time()
+    old = now - CLIENT_MEMORY_S - 5
+    ep.clients["gone"] = ClientInfo("gone", last_heartbeat=old, online=False)
+    ep.clients["recent"] = ClientInfo("recent", last_heartbeat=now - 30, online=False)
+    # online but silent (no Telemetry stream) for longer: marked offline
+    # first, and forgotten in the same pass
+    ep.clients["silent"] = ClientInfo("silent", last_heartbeat=old, online=True)
+    ep.clients["live"] = ClientInfo("live", last_heartbeat=now, online=True)
+    snap = ep.clients_snapshot(force=True)
+    assert sorted(ep.clients) == ["live", "recent"]
+    assert sorted(c["client_id"] for c in snap["clients"]) == ["live", "recent"]
+    ep.save_clients(force=True)
+    listed = json.loads((ep.store.root / "clients.json").read_text())["clients"]
+    assert sorted(c["client_id"] for c in listed) == ["live", "recent"]
 
 
 def test_admin_api_shrugs_off_clients_that_go_away(tmp_path):
