@@ -123,6 +123,11 @@ def atomic_write_json(path: Path, data: Any) -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.link(path, bak_tmp)
                 os.replace(bak_tmp, backup_path(path))
+            # A rename onto a link of the same file does nothing (POSIX): the
+            # backup already was this version (another thread's write, or one
+            # cut short after its backup), and bak_tmp is still there.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(bak_tmp)
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
