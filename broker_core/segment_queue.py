@@ -22,6 +22,7 @@ class SegmentQueue:
         self, directory: Path, segment_size: int, readonly: bool = False
     ) -> None:
         self.directory = directory
+        self._dir = os.fspath(directory)
         self.segment_size = segment_size
         #: Map files for reading only and never create or extend them.
         self.readonly = readonly
@@ -48,12 +49,18 @@ class SegmentQueue:
         seg = self._segments.get(base)
         if seg is not None:
             return seg
+        writes = create and not self.readonly
+        name = offset_to_name(base)
+        # A segment not there yet (every pass of the delay service looks at
+        # each level's queue, most never written): one stat, no Path built.
+        if not writes and not os.path.exists(os.path.join(self._dir, name)):
+            return None
         with self._lock:
             seg = self._segments.get(base)
             if seg is not None:
                 return seg
-            path = self.directory / offset_to_name(base)
-            if create and not self.readonly:
+            path = self.directory / name
+            if writes:
                 self.directory.mkdir(parents=True, exist_ok=True)
             elif not path.exists():
                 return None

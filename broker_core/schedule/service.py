@@ -125,6 +125,10 @@ class DelayService:
         self._last_persist = time.monotonic()
         self._backoff_until = 0.0
         self._backoff_s = 0.0
+        #: After a whole pass: the log's end it saw, and the next due time it
+        #: left (None: nothing pending). Until the log grows or that time
+        #: comes a pass has nothing to do, and is skipped.
+        self._quiet: tuple[int, int | None] | None = None
         self.last_error: str | None = None
         #: The put used for deliveries; a test may wrap it to inject faults.
         self.put_batch: PutBatch = self.store.put_inner_batch
@@ -427,12 +431,27 @@ class DelayService:
             p.count_delivered(now, len(entries))
             self._dirty = True
 
-    def _pass(self, now: int, res: DeliveryResult) -> None:
+    def _pass(self, now: int, res: DeliveryResult, may_skip: bool = False) -> None:
         res.passes += 1
         if time.monotonic() < self._backoff_until:
             return
         if self.may_deliver is not None and not self.may_deliver():
             return  # e.g. too few in-sync copies: nothing stored on one alone
+        # Nothing appended anywhere (by any process: the shared end of the
+        # log) since the last whole pass, and nothing due yet: no level or
+        # timer has anything new. An idle broker's passes (every poll_ms)
+        # then cost one read, not a lock, a token read and a look at every
+        # level's queue (6% of a core, idle).
+        pos = self.store.max_physical_offset()
+        quiet = self._quiet
+        if (
+            may_skip
+            and quiet is not None
+            and quiet[0] == pos
+            and (quiet[1] is None or now < quiet[1])
+        ):
+            return
+        self._quiet = None
         with self._lock:
             self._queue_nums = {}  # topic -> queue count, looked up once a pass
             try:
@@ -441,6 +460,7 @@ class DelayService:
                 for level in range(1, len(self.levels_ms) + 1):
                     self._deliver_level(level, now, res)
                 self._deliver_timers(now, res)
+                self._quiet = (pos, self.next_due_ms())
             except Exception as exc:
                 # Nothing is skipped: drop the in-memory view (the next pass
                 # rebuilds it from the progress file and the log) and back off.
@@ -501,7 +521,9 @@ class DelayService:
         res = DeliveryResult()
         while True:
             before = res.delivered
-            self._pass(wall_ms() if now_ms is None else now_ms, res)
+            # Skipped when idle on the wall clock only (an injected clock
+            # is a test's: each of its passes runs).
+            self._pass(wall_ms() if now_ms is None else now_ms, res, now_ms is None)
             if now_ms is not None or budget_s <= 0:
                 break
             remaining = deadline - time.monotonic()
@@ -510,7 +532,10 @@ class DelayService:
             if res.delivered > before:
                 continue  # more may have become due meanwhile
             wait = self.poll_s
-            nxt = self.next_due_ms()
+            # The due time the last whole pass left (if it still stands, a
+            # skipped pass changed nothing), else a look at every level.
+            quiet = self._quiet
+            nxt = self.next_due_ms() if quiet is None else quiet[1]
             if nxt is not None:
                 wait = min(wait, max(0.0005, (nxt - time.time() * 1000) / 1000))
             backoff = self._backoff_until - time.monotonic()

@@ -109,3 +109,35 @@ def test_two_processes_delivering_at_once_deliver_each_message_once(
         got = Counter(m.msg_id for m in drain(b, "Orders"))
     assert not {k for k, v in got.items() if v > 1}
     assert set(got) == sent
+
+
+def test_an_idle_deliverer_sees_what_another_process_parks(
+    store_dir: Path, drain: Any
+) -> None:
+    """A delivering process left idle skips its passes until the log grows
+    (the log's end shared by every process) or something comes due: what
+    another process parks meanwhile, a level and a timer, is still delivered
+    on time, never early."""
+    b = Broker.open(store_dir, **STORE)
+    svc = DelayService(b)  # this process only parks (never delivers)
+    p = _start(store_dir, 8.0)
+    try:
+        time.sleep(1.5)  # idle passes in the deliverer
+        sent = int(time.time() * 1000)
+        b.send(Message("Orders", b"level", properties={"DELAY": "1"}))  # 1 s
+        svc.send_delayed(Message("Orders", b"timer"), delay_ms=1500)
+        end = time.monotonic() + 6
+        got: list[Any] = []
+        while time.monotonic() < end and len(got) < 2:
+            time.sleep(0.1)
+            got = drain(b, "Orders")
+        assert sorted(m.body for m in got) == [b"level", b"timer"]
+        for m in got:
+            wanted = 1000 if m.body == b"level" else 1500
+            assert m.store_timestamp >= sent + wanted
+            assert m.store_timestamp <= sent + wanted + 2000
+    finally:
+        p.kill()
+        p.wait()
+        svc.close()
+        b.close()
