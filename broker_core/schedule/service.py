@@ -541,7 +541,8 @@ class DelayService:
             backoff = self._backoff_until - time.monotonic()
             if backoff > 0:
                 wait = backoff
-            time.sleep(min(wait, remaining))
+            if self._stop.wait(min(wait, remaining)):
+                break  # stop(): a shutdown does not wait out the budget
         with self._lock:
             if self._dirty and self._token and self._file.read_token() == self._token:
                 self._persist()
