@@ -200,3 +200,42 @@ class DiskGuard:
                 f"{self.ratio:.0%} (disk_space_warning_ratio): appends are refused "
                 "until space is freed; reads and consumption go on"
             )
+
+
+#: A directory changed less than this long before it was listed may change
+#: again within the same tick of its (coarse) modification time: such a
+#: listing is not reused.
+_LISTING_SETTLE_NS = 100_000_000
+
+
+class DirListing:
+    """``os.listdir`` of one directory, listed again only when the directory
+    changed (its inode or modification time, one ``stat``), for directories
+    looked at on every send or flush cycle (the index's files, the log's
+    segments) that change once a file fills up, in any process. A listing
+    taken within ``_LISTING_SETTLE_NS`` of the directory's last change is
+    not trusted later: a file added in the same tick of the coarse clock
+    leaves the modification time as it was."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = os.fspath(directory)
+        self._key: tuple[int, int] | None = None
+        self._names: list[str] = []
+        self._lock = threading.Lock()
+
+    def names(self) -> list[str]:
+        """The directory's entries (unsorted; a shared list: do not change
+        it); none if the directory does not exist."""
+        try:
+            st = os.stat(self.directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        key = (st.st_ino, st.st_mtime_ns)
+        with self._lock:
+            if key == self._key:
+                return self._names
+        names = os.listdir(self.directory)
+        settled = time.time_ns() - st.st_mtime_ns > _LISTING_SETTLE_NS
+        with self._lock:
+            self._key, self._names = (key if settled else None), names
+        return names

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from broker_core.diskio import reserve, storage_error
+from broker_core.diskio import DirListing, reserve, storage_error
 from broker_core.errors import StorageFullError
 from broker_core.tags import java_string_hash
 
@@ -303,15 +303,14 @@ class IndexService:
 
     def __init__(self, root: Path, slots: int, entries: int) -> None:
         self.directory = root / "index"
+        self._listing = DirListing(self.directory)
         self.slots = slots
         self.entries = entries
         self.files: dict[str, IndexFile] = {}
         self._hasher = KeyHasher()
 
     def _names(self) -> list[str]:
-        if not self.directory.is_dir():
-            return []
-        return sorted(n for n in os.listdir(self.directory) if n.isdigit())
+        return sorted(n for n in self._listing.names() if n.isdigit())
 
     def _open(self, name: str) -> IndexFile:
         """Map one index file; ``StorageFullError`` if its blocks cannot be had.

@@ -12,6 +12,7 @@ import os
 import threading
 from pathlib import Path
 
+from broker_core.diskio import DirListing
 from broker_core.segment import Segment, offset_to_name
 
 
@@ -23,6 +24,7 @@ class SegmentQueue:
     ) -> None:
         self.directory = directory
         self._dir = os.fspath(directory)
+        self._listing = DirListing(directory)
         self.segment_size = segment_size
         #: Map files for reading only and never create or extend them.
         self.readonly = readonly
@@ -35,10 +37,8 @@ class SegmentQueue:
 
     def list_bases(self) -> list[int]:
         """Return the base offsets of the segment files on disk, ascending."""
-        if not self.directory.is_dir():
-            return []
         out = []
-        for name in os.listdir(self.directory):
+        for name in self._listing.names():
             if len(name) == 20 and name.isdigit():
                 out.append(int(name))
         return sorted(out)
