@@ -129,6 +129,8 @@ class DelayService:
         #: left (None: nothing pending). Until the log grows or that time
         #: comes a pass has nothing to do, and is skipped.
         self._quiet: tuple[int, int | None] | None = None
+        #: the last pass left timers it could not read yet: the next runs
+        self._timers_behind = False
         self.last_error: str | None = None
         #: The put used for deliveries; a test may wrap it to inject faults.
         self.put_batch: PutBatch = self.store.put_inner_batch
@@ -279,13 +281,16 @@ class DelayService:
         # A unit can be seen before its record is readable (another process is
         # between writing the queue and publishing its position): stop there.
         visible = store.max_physical_offset()
+        self._timers_behind = False
         while cursor < hi:
             units = store.get_queue_units(TIMER_TOPIC, 0, cursor, 4096)
             if not units:
+                self._timers_behind = True
                 break
             for phys, _size, _code in units:
                 if phys >= visible:
                     hi = cursor
+                    self._timers_behind = True
                     break
                 qoff = cursor
                 if p.timer_is_done(qoff):
@@ -294,8 +299,10 @@ class DelayService:
                 try:
                     props = store.read_message(phys).properties
                 except MessageNotFoundError:
-                    # Not readable yet from this process: take it next pass.
+                    # Not readable yet from this process: take it next pass
+                    # (which is not skipped as idle).
                     hi = cursor
+                    self._timers_behind = True
                     break
                 cursor += 1
                 src = props.get(PROPERTY_DELAY_SRC)
@@ -460,7 +467,8 @@ class DelayService:
                 for level in range(1, len(self.levels_ms) + 1):
                     self._deliver_level(level, now, res)
                 self._deliver_timers(now, res)
-                self._quiet = (pos, self.next_due_ms())
+                if not self._timers_behind:
+                    self._quiet = (pos, self.next_due_ms())
             except Exception as exc:
                 # Nothing is skipped: drop the in-memory view (the next pass
                 # rebuilds it from the progress file and the log) and back off.
