@@ -771,7 +771,14 @@ class MessageStore:
         """
         self.check_open()
         cq = self.cqs.get(topic, queue_id)
-        units = cq.read_units(start, count)
+        # Units are written before the log's visible end moves past their
+        # records: those past the end read before the units are in flight
+        # (an appender of this or another process between the two), not
+        # damage, and are left for the next look. Checking them found
+        # "damage" in a busy timer queue and rebuilt units under the writer.
+        visible = self.state.dispatched_pos
+        written = cq.max_offset()
+        units = self._visible_units(cq.read_units(start, count), visible)
         for _ in range(4):  # each round rebuilds one damaged run
             bad = [
                 i
@@ -780,15 +787,39 @@ class MessageStore:
             ]
             if bad:
                 at = start + bad[0]
-            elif len(units) < count and len(units) < cq.max_offset() - start:
+            elif (
+                len(units) < count
+                and len(units) < written - start
+                and not self._in_flight(cq, start + len(units), visible)
+            ):
                 # A zeroed unit reads as the queue's end although units follow.
                 at = start + len(units)
             else:
                 break
             if not self.repair_units(topic, queue_id, at):
                 break
-            units = cq.read_units(start, count)
+            units = self._visible_units(cq.read_units(start, count), visible)
         return units
+
+    @staticmethod
+    def _visible_units(
+        units: list[tuple[int, int, int]], visible: int
+    ) -> list[tuple[int, int, int]]:
+        """``units`` without their tail of units whose records start at or
+        past the log's visible end: in flight, the newest of the queue. One
+        such unit followed by a unit below the end is not in flight but
+        damaged, and is kept (for the check to rebuild it)."""
+        i = len(units)
+        while i > 0 and units[i - 1][1] != 1 and units[i - 1][0] >= visible:
+            i -= 1
+        return units[:i]
+
+    @staticmethod
+    def _in_flight(cq: Any, q: int, visible: int) -> bool:
+        """Whether the unit at ``q`` names a record past the visible end (so
+        the units were cut there, not zeroed)."""
+        ((p, n, _c),) = cq.read_units(q, 1) or [(-1, 0, 0)]
+        return n > 1 and p >= visible
 
     def _names_record(self, phys: int, size: int, queue_id: int, q: int) -> bool:
         """Whether the unit at queue offset ``q`` of queue ``queue_id`` names
