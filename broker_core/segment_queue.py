@@ -23,7 +23,6 @@ class SegmentQueue:
         self, directory: Path, segment_size: int, readonly: bool = False
     ) -> None:
         self.directory = directory
-        self._dir = os.fspath(directory)
         self._listing = DirListing(directory)
         self.segment_size = segment_size
         #: Map files for reading only and never create or extend them.
@@ -53,7 +52,8 @@ class SegmentQueue:
         name = offset_to_name(base)
         # A segment not there yet (every pass of the delay service looks at
         # each level's queue, most never written): one stat, no Path built.
-        if not writes and not os.path.exists(os.path.join(self._dir, name)):
+        where = os.path.join(self._listing.directory, name)
+        if not writes and not os.path.exists(where):
             return None
         with self._lock:
             seg = self._segments.get(base)
@@ -68,7 +68,7 @@ class SegmentQueue:
                 path,
                 base,
                 self.segment_size,
-                create and not self.readonly,
+                writes,
                 self.readonly,
             )
             self._segments[base] = seg

@@ -778,7 +778,8 @@ class MessageStore:
         # "damage" in a busy timer queue and rebuilt units under the writer.
         visible = self.state.dispatched_pos
         written = cq.max_offset()
-        units = self._visible_units(cq.read_units(start, count), visible)
+        read = cq.read_units(start, count)
+        units = self._visible_units(read, visible)
         for _ in range(4):  # each round rebuilds one damaged run
             bad = [
                 i
@@ -788,9 +789,9 @@ class MessageStore:
             if bad:
                 at = start + bad[0]
             elif (
-                len(units) < count
+                len(units) == len(read)  # not cut at units in flight
+                and len(units) < count
                 and len(units) < written - start
-                and not self._in_flight(cq, start + len(units), visible)
             ):
                 # A zeroed unit reads as the queue's end although units follow.
                 at = start + len(units)
@@ -798,7 +799,8 @@ class MessageStore:
                 break
             if not self.repair_units(topic, queue_id, at):
                 break
-            units = self._visible_units(cq.read_units(start, count), visible)
+            read = cq.read_units(start, count)
+            units = self._visible_units(read, visible)
         return units
 
     @staticmethod
@@ -813,13 +815,6 @@ class MessageStore:
         while i > 0 and units[i - 1][1] != 1 and units[i - 1][0] >= visible:
             i -= 1
         return units[:i]
-
-    @staticmethod
-    def _in_flight(cq: Any, q: int, visible: int) -> bool:
-        """Whether the unit at ``q`` names a record past the visible end (so
-        the units were cut there, not zeroed)."""
-        ((p, n, _c),) = cq.read_units(q, 1) or [(-1, 0, 0)]
-        return n > 1 and p >= visible
 
     def _names_record(self, phys: int, size: int, queue_id: int, q: int) -> bool:
         """Whether the unit at queue offset ``q`` of queue ``queue_id`` names

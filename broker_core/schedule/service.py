@@ -129,8 +129,6 @@ class DelayService:
         #: left (None: nothing pending). Until the log grows or that time
         #: comes a pass has nothing to do, and is skipped.
         self._quiet: tuple[int, int | None] | None = None
-        #: the last pass left timers it could not read yet: the next runs
-        self._timers_behind = False
         self.last_error: str | None = None
         #: The put used for deliveries; a test may wrap it to inject faults.
         self.put_batch: PutBatch = self.store.put_inner_batch
@@ -271,7 +269,9 @@ class DelayService:
             self.progress.advance_level(int(kind[1:]), qoff + 1)
 
     # -- the timer queue into the wheel --------------------------------------
-    def _enqueue_timers(self) -> None:
+    def _enqueue_timers(self) -> bool:
+        """Put the timer queue's new entries in the wheel; whether it left
+        some it could not read yet (the next pass must not be skipped)."""
         store, p = self.store, self.progress
         hi = store.max_offset(TIMER_TOPIC, 0)
         cursor = self._timer_cursor
@@ -281,16 +281,16 @@ class DelayService:
         # A unit can be seen before its record is readable (another process is
         # between writing the queue and publishing its position): stop there.
         visible = store.max_physical_offset()
-        self._timers_behind = False
+        behind = False
         while cursor < hi:
             units = store.get_queue_units(TIMER_TOPIC, 0, cursor, 4096)
             if not units:
-                self._timers_behind = True
+                behind = True
                 break
             for phys, _size, _code in units:
                 if phys >= visible:
                     hi = cursor
-                    self._timers_behind = True
+                    behind = True
                     break
                 qoff = cursor
                 if p.timer_is_done(qoff):
@@ -302,7 +302,7 @@ class DelayService:
                     # Not readable yet from this process: take it next pass
                     # (which is not skipped as idle).
                     hi = cursor
-                    self._timers_behind = True
+                    behind = True
                     break
                 cursor += 1
                 src = props.get(PROPERTY_DELAY_SRC)
@@ -318,6 +318,7 @@ class DelayService:
         else:
             for entry in batch:
                 self.wheel.add(entry)
+        return behind
 
     # -- delivering ----------------------------------------------------------
     def _copy(self, m: MessageExt, src: str, timer: bool, now_ms: int) -> MessageInner:
@@ -463,11 +464,11 @@ class DelayService:
             self._queue_nums = {}  # topic -> queue count, looked up once a pass
             try:
                 self._sync()
-                self._enqueue_timers()
+                behind = self._enqueue_timers()
                 for level in range(1, len(self.levels_ms) + 1):
                     self._deliver_level(level, now, res)
                 self._deliver_timers(now, res)
-                if not self._timers_behind:
+                if not behind:
                     self._quiet = (pos, self.next_due_ms())
             except Exception as exc:
                 # Nothing is skipped: drop the in-memory view (the next pass
